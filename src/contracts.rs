@@ -1,0 +1,215 @@
+//! Job contracts: named, versioned job kinds loaded from `contracts/*.toml` at start-up (data, not code).
+//!
+//! A contract holds the prompt template, the input and output JSON Schemas, the temperature, the output token
+//! budget, the default provider chain and sample inputs. Loading checks everything a later request relies on:
+//! the schemas compile, every sample satisfies the input schema, every provider of the chain is configured.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::domain::{ContractRef, ProviderName};
+
+#[derive(Debug)]
+pub struct Contract {
+    pub reference: ContractRef,
+    pub description: String,
+    /// The prompt, with `{{ field }}` placeholders filled from the input.
+    pub prompt: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub temperature: f64,
+    /// The most tokens a provider may spend on the answer.
+    pub max_output_tokens: u32,
+    /// The chain used when a create names no providers.
+    pub providers: Vec<ProviderName>,
+    /// Inputs used to check a provider against this contract.
+    pub samples: Vec<Value>,
+    input_validator: jsonschema::Validator,
+}
+
+/// One problem with a request's input, located by JSON Pointer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct InputError {
+    /// JSON Pointer into `input` ("" is the input itself).
+    pub pointer: String,
+    pub message: String,
+}
+
+impl Contract {
+    /// Every way `input` breaks the input schema; empty when it keeps it.
+    pub fn input_errors(&self, input: &Value) -> Vec<InputError> {
+        self.input_validator
+            .iter_errors(input)
+            .map(|e| InputError {
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// The file format of a contract.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContractFile {
+    name: String,
+    version: u32,
+    #[serde(default)]
+    description: String,
+    prompt: String,
+    input_schema: Value,
+    output_schema: Value,
+    temperature: f64,
+    max_output_tokens: u32,
+    providers: Vec<ProviderName>,
+    #[serde(default)]
+    samples: Vec<Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    #[error("cannot read the contracts folder {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The loaded contracts, by reference.
+#[derive(Debug, Default)]
+pub struct Contracts(BTreeMap<ContractRef, Contract>);
+
+impl Contracts {
+    /// Loads every `*.toml` file of `dir`; `is_provider` tells which provider names are configured.
+    pub fn load(dir: &Path, is_provider: impl Fn(&ProviderName) -> bool) -> Result<Self, ContractError> {
+        let read_err = |source| ContractError::Read {
+            path: dir.to_owned(),
+            source,
+        };
+        let mut paths = std::fs::read_dir(dir)
+            .map_err(read_err)?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(read_err)?;
+        paths.retain(|p| p.extension().is_some_and(|e| e == "toml"));
+        paths.sort();
+        let mut contracts = BTreeMap::new();
+        for path in paths {
+            let invalid = |message: String| ContractError::Invalid {
+                path: path.clone(),
+                message,
+            };
+            let text = std::fs::read_to_string(&path).map_err(|e| invalid(e.to_string()))?;
+            let contract = parse(&text, &is_provider).map_err(invalid)?;
+            if contracts.contains_key(&contract.reference) {
+                return Err(invalid(format!("{} is defined twice", contract.reference)));
+            }
+            contracts.insert(contract.reference.clone(), contract);
+        }
+        if contracts.is_empty() {
+            return Err(ContractError::Invalid {
+                path: dir.to_owned(),
+                message: "no *.toml contract in this folder".into(),
+            });
+        }
+        Ok(Self(contracts))
+    }
+
+    pub fn get(&self, reference: &ContractRef) -> Option<&Contract> {
+        self.0.get(reference)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Contract> {
+        self.0.values()
+    }
+}
+
+fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Contract, String> {
+    let file: ContractFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    let reference = ContractRef::new(&file.name, file.version).map_err(|e| e.to_string())?;
+    let input_validator = jsonschema::validator_for(&file.input_schema)
+        .map_err(|e| format!("input_schema does not compile: {e}"))?;
+    jsonschema::validator_for(&file.output_schema)
+        .map_err(|e| format!("output_schema does not compile: {e}"))?;
+    if file.providers.is_empty() {
+        return Err("providers: the default chain needs at least one provider".into());
+    }
+    if let Some(missing) = file.providers.iter().find(|p| !is_provider(p)) {
+        return Err(format!("providers: {missing} is not a configured provider"));
+    }
+    if !(0.0..=2.0).contains(&file.temperature) {
+        return Err(format!("temperature {} is outside 0..=2", file.temperature));
+    }
+    let contract = Contract {
+        reference,
+        description: file.description,
+        prompt: file.prompt,
+        input_schema: file.input_schema,
+        output_schema: file.output_schema,
+        temperature: file.temperature,
+        max_output_tokens: file.max_output_tokens,
+        providers: file.providers,
+        samples: file.samples,
+        input_validator,
+    };
+    for (i, sample) in contract.samples.iter().enumerate() {
+        if let Some(e) = contract.input_errors(sample).first() {
+            return Err(format!("samples[{i}] breaks the input schema at {:?}: {}", e.pointer, e.message));
+        }
+    }
+    Ok(contract)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn shipped() -> Contracts {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+        Contracts::load(&dir, |p| ["demo", "demo-backup"].contains(&p.as_str())).unwrap()
+    }
+
+    #[test]
+    fn the_shipped_summarize_contract_loads_and_checks_input() {
+        let contracts = shipped();
+        let summarize = contracts.get(&ContractRef::parse("summarize@1").unwrap()).unwrap();
+        assert_eq!(summarize.temperature, 0.0);
+        assert_eq!(summarize.providers.len(), 2);
+        assert!(!summarize.samples.is_empty());
+        assert!(summarize.input_errors(&json!({"text": "hello"})).is_empty());
+        let errors = summarize.input_errors(&json!({"text": 3, "extra": true}));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors.iter().any(|e| e.pointer == "/text"));
+    }
+
+    #[test]
+    fn a_contract_naming_an_unconfigured_provider_is_refused() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+        let err = Contracts::load(&dir, |p| p.as_str() == "demo").unwrap_err();
+        assert!(err.to_string().contains("demo-backup is not a configured provider"), "{err}");
+    }
+
+    #[test]
+    fn a_sample_that_breaks_the_input_schema_is_refused() {
+        let text = r#"
+            name = "x"
+            version = 1
+            prompt = "{{ text }}"
+            temperature = 0.0
+            max_output_tokens = 10
+            providers = ["demo"]
+            input_schema = { type = "object", required = ["text"] }
+            output_schema = { type = "object" }
+            samples = [{ nottext = 1 }]
+        "#;
+        let err = parse(text, &|_: &ProviderName| true).unwrap_err();
+        assert!(err.contains("samples[0]"), "{err}");
+    }
+}

@@ -1,0 +1,268 @@
+//! Identifiers that cross the edge: each is a newtype with a private field and a `parse` constructor, so no
+//! unvalidated value exists past the HTTP layer, the config loader or the store adapters.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Why a value was refused at the edge. The message is meant for the client, as a problem's `detail`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+macro_rules! string_newtype {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The validated text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                Self::parse(&raw).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_newtype!(
+    /// The client-chosen `Idempotency-Key`: 1–255 visible ASCII characters (0x21–0x7E). Scoped to an owner.
+    IdempotencyKey
+);
+
+impl IdempotencyKey {
+    /// The longest key accepted, in characters (= bytes, since only ASCII is allowed).
+    pub const MAX_LEN: usize = 255;
+
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        if raw.is_empty() {
+            return Err(ParseError("the Idempotency-Key is empty".into()));
+        }
+        if raw.len() > Self::MAX_LEN {
+            return Err(ParseError(format!(
+                "the Idempotency-Key has {} characters; at most {} are allowed",
+                raw.len(),
+                Self::MAX_LEN
+            )));
+        }
+        if let Some(bad) = raw.chars().find(|c| !matches!(c, '\x21'..='\x7e')) {
+            return Err(ParseError(format!(
+                "the Idempotency-Key may hold only visible ASCII characters (0x21-0x7E); found {bad:?}"
+            )));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+}
+
+string_newtype!(
+    /// The authenticated principal. Comes from the credential, never from a request body.
+    Owner
+);
+
+impl Owner {
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        if raw.is_empty() || raw.len() > 255 || raw.chars().any(char::is_control) {
+            return Err(ParseError(format!(
+                "an owner is 1-255 characters without control characters; got {raw:?}"
+            )));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+}
+
+string_newtype!(
+    /// A configured provider's name: 1–64 of `[a-z0-9_-]`.
+    ProviderName
+);
+
+impl ProviderName {
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        if is_slug(raw, 64) {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(ParseError(format!(
+                "a provider name is 1-64 characters of a-z, 0-9, '-' and '_'; got {raw:?}"
+            )))
+        }
+    }
+}
+
+fn is_slug(raw: &str, max: usize) -> bool {
+    !raw.is_empty()
+        && raw.len() <= max
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// A named, versioned job kind: `summarize@1`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContractRef {
+    name: String,
+    version: u32,
+}
+
+impl ContractRef {
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        let refuse = || {
+            ParseError(format!(
+                "a contract is written name@version, e.g. summarize@1; got {raw:?}"
+            ))
+        };
+        let (name, version) = raw.split_once('@').ok_or_else(refuse)?;
+        let version_ok = !version.is_empty()
+            && version.len() <= 9
+            && version.bytes().all(|b| b.is_ascii_digit())
+            && !version.starts_with('0');
+        if !is_slug(name, 64) || !version_ok {
+            return Err(refuse());
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            version: version.parse().map_err(|_| refuse())?,
+        })
+    }
+
+    pub fn new(name: &str, version: u32) -> Result<Self, ParseError> {
+        Self::parse(&format!("{name}@{version}"))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+}
+
+impl fmt::Display for ContractRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+impl Serialize for ContractRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ContractRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+string_newtype!(
+    /// A job's id: `job_` and 32 lowercase hex digits, derived from (owner, idempotency key).
+    ///
+    /// Deriving it lets every store key the job by its id alone while the id still names exactly one
+    /// intent, and keeps idempotency keys (which clients may fill with meaningful text) out of URLs.
+    JobId
+);
+
+impl JobId {
+    const PREFIX: &'static str = "job_";
+
+    /// The id of the job that (owner, key) names. Length-prefixed, so no two pairs share an input.
+    pub fn derive(owner: &Owner, key: &IdempotencyKey) -> Self {
+        let mut hash = Sha256::new();
+        hash.update((owner.as_str().len() as u64).to_be_bytes());
+        hash.update(owner.as_str());
+        hash.update(key.as_str());
+        Self(format!("{}{}", Self::PREFIX, hex::encode(&hash.finalize()[..16])))
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        let hex_part = raw.strip_prefix(Self::PREFIX).unwrap_or_default();
+        if hex_part.len() == 32
+            && hex_part
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(ParseError(format!("not a job id: {raw:?}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn keys_at_the_bounds() {
+        assert!(IdempotencyKey::parse("a").is_ok());
+        assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
+        assert!(IdempotencyKey::parse(&"k".repeat(256)).is_err());
+        assert!(IdempotencyKey::parse("").is_err());
+        assert!(IdempotencyKey::parse("has space").is_err());
+        assert!(IdempotencyKey::parse("tab\there").is_err());
+        assert!(IdempotencyKey::parse("clé").is_err());
+        assert!(IdempotencyKey::parse("~!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}").is_ok());
+    }
+
+    #[test]
+    fn contract_refs() {
+        let c = ContractRef::parse("summarize@1").unwrap();
+        assert_eq!((c.name(), c.version()), ("summarize", 1));
+        assert_eq!(c.to_string(), "summarize@1");
+        for bad in ["summarize", "summarize@", "@1", "summarize@01", "Sum@1", "a@1@2", "a@-1", "a@x"] {
+            assert!(ContractRef::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn job_ids_are_scoped_to_the_owner() {
+        let key = IdempotencyKey::parse("k1").unwrap();
+        let alice = JobId::derive(&Owner::parse("alice").unwrap(), &key);
+        let bob = JobId::derive(&Owner::parse("bob").unwrap(), &key);
+        assert_ne!(alice, bob);
+        assert_eq!(JobId::parse(alice.as_str()).unwrap(), alice);
+        // The length prefix keeps ("ab", "c") and ("a", "bc") apart.
+        let ab_c = JobId::derive(&Owner::parse("ab").unwrap(), &IdempotencyKey::parse("c").unwrap());
+        let a_bc = JobId::derive(&Owner::parse("a").unwrap(), &IdempotencyKey::parse("bc").unwrap());
+        assert_ne!(ab_c, a_bc);
+    }
+
+    proptest! {
+        #[test]
+        fn a_key_parses_exactly_when_it_is_1_to_255_visible_ascii(raw in "\\PC{0,300}") {
+            let valid = (1..=255).contains(&raw.len()) && raw.bytes().all(|b| (0x21..=0x7e).contains(&b));
+            prop_assert_eq!(IdempotencyKey::parse(&raw).is_ok(), valid);
+        }
+
+        #[test]
+        fn every_visible_ascii_key_round_trips(raw in "[\\x21-\\x7e]{1,255}") {
+            let key = IdempotencyKey::parse(&raw).unwrap();
+            prop_assert_eq!(key.as_str(), raw.as_str());
+        }
+
+        #[test]
+        fn job_ids_parse_only_in_their_own_format(raw in "\\PC{0,40}") {
+            let id = JobId::parse(&raw);
+            let valid = raw.len() == 36 && raw.starts_with("job_")
+                && raw[4..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+            prop_assert_eq!(id.is_ok(), valid);
+        }
+    }
+}

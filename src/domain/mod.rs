@@ -1,0 +1,12 @@
+//! The pure core: identifiers, the intent's fingerprint, jobs, attempts and their transitions. No I/O, no async.
+
+pub mod fingerprint;
+pub mod ids;
+pub mod job;
+
+pub use fingerprint::Fingerprint;
+pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName};
+pub use job::{
+    Attempt, AttemptState, Completion, ErrorInfo, Job, JobCancel, JobStatus, NewJob, Refusal,
+    Timestamp,
+};

@@ -1,0 +1,336 @@
+//! The job endpoints of SPEC §5 and the JSON they answer with.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::SecondsFormat;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::auth::Caller;
+use super::body;
+use super::error::{ApiError, Problem};
+use crate::domain::{
+    Attempt, AttemptState, ContractRef, ErrorInfo, Fingerprint, Job, JobId, JobStatus, NewJob,
+    ProviderName, Timestamp,
+};
+use crate::store::{CreateOutcome, Cursor, ListQuery};
+
+/// The body of `POST /v1/jobs`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJobRequest {
+    /// `name@version` of a contract from `GET /v1/contracts`.
+    #[schema(example = "summarize@1")]
+    pub contract: String,
+    /// Must satisfy the contract's input schema.
+    #[schema(value_type = Object, example = json!({"text": "A long text to summarise."}))]
+    pub input: Value,
+    /// Provider chain, primary first; the contract's default chain when absent.
+    #[serde(default)]
+    pub providers: Option<Vec<String>>,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobView {
+    pub id: String,
+    pub idempotency_key: String,
+    /// SHA-256 of the RFC 8785 canonical JSON of `{contract, input, providers}` as sent.
+    pub fingerprint: String,
+    pub contract: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    pub providers: Vec<String>,
+    pub status: JobStatus,
+    /// Bumped when the result is claimed or the job is cancelled.
+    pub version: u64,
+    /// The attempt whose result is the job's.
+    pub completed_by: Option<u32>,
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    pub error: Option<ErrorInfo>,
+    pub attempts: Vec<AttemptView>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptView {
+    pub number: u32,
+    pub provider: String,
+    pub state: AttemptState,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub started_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub finished_at: Option<String>,
+    pub error: Option<ErrorInfo>,
+}
+
+fn rfc3339(t: Timestamp) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl From<&Job> for JobView {
+    fn from(job: &Job) -> Self {
+        Self {
+            id: job.id.to_string(),
+            idempotency_key: job.idempotency_key.to_string(),
+            fingerprint: job.fingerprint.to_string(),
+            contract: job.contract.to_string(),
+            input: job.input.clone(),
+            providers: job.providers.iter().map(ToString::to_string).collect(),
+            status: job.status(),
+            version: job.version,
+            completed_by: job.completed_by,
+            result: job.result.clone(),
+            error: job.error.clone(),
+            attempts: job.attempts.iter().map(AttemptView::from).collect(),
+            created_at: rfc3339(job.created_at),
+            updated_at: rfc3339(job.updated_at),
+        }
+    }
+}
+
+impl From<&Attempt> for AttemptView {
+    fn from(a: &Attempt) -> Self {
+        Self {
+            number: a.number,
+            provider: a.provider.to_string(),
+            state: a.state,
+            created_at: rfc3339(a.created_at),
+            started_at: a.started_at.map(rfc3339),
+            finished_at: a.finished_at.map(rfc3339),
+            error: a.error.clone(),
+        }
+    }
+}
+
+fn job_response(status: StatusCode, job: &Job) -> Response {
+    (status, Json(JobView::from(job))).into_response()
+}
+
+/// Creates the job for an intent, or answers with the job the key already names.
+#[utoipa::path(
+    post, path = "/v1/jobs", tag = "jobs",
+    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters naming this intent")),
+    request_body = CreateJobRequest,
+    responses(
+        (status = 201, description = "Created; attempt 1 is queued", body = JobView,
+         headers(("Location" = String, description = "/v1/jobs/{id}"))),
+        (status = 200, description = "Replay of the same intent: the job as it is now", body = JobView,
+         headers(("Idempotent-Replayed" = String, description = "true"))),
+        (status = 400, description = "missing_idempotency_key, invalid_idempotency_key, malformed_json, json_too_deep", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "idempotency_key_reused: `job_id` names the existing job", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "body_too_large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported_media_type", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_request, unknown_contract, unknown_provider, invalid_input", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create_job(
+    State(app): State<AppState>,
+    Caller(owner): Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let key = body::idempotency_key(&headers)?;
+    let request: CreateJobRequest =
+        body::shaped(body::json_value(&headers, body, app.body_limit).await?)?;
+    let contract = ContractRef::parse(&request.contract)
+        .ok()
+        .and_then(|r| app.contracts.get(&r))
+        .ok_or_else(|| ApiError::UnknownContract(request.contract.clone()))?;
+    let providers = match &request.providers {
+        None => contract.providers.clone(),
+        Some(names) => app.provider_chain(names)?,
+    };
+    let input_errors = contract.input_errors(&request.input);
+    if !input_errors.is_empty() {
+        return Err(ApiError::InvalidInput(input_errors));
+    }
+    let fingerprint = Fingerprint::of_intent(
+        &request.contract,
+        &request.input,
+        request.providers.as_ref().map(|p| json!(p)).as_ref(),
+    );
+    let new = NewJob {
+        owner,
+        idempotency_key: key,
+        fingerprint,
+        contract: contract.reference.clone(),
+        input: request.input,
+        providers,
+    };
+    match app.store.create_job(new, app.clock.now()).await? {
+        CreateOutcome::Created(job) => {
+            tracing::info!(job_id = %job.id, contract = %job.contract, "job created");
+            let mut response = job_response(StatusCode::CREATED, &job);
+            let location = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id))
+                .expect("a job id is a valid header value");
+            response.headers_mut().insert(header::LOCATION, location);
+            Ok(response)
+        }
+        CreateOutcome::Replayed(job) => {
+            tracing::info!(job_id = %job.id, "create replayed");
+            let mut response = job_response(StatusCode::OK, &job);
+            response
+                .headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            Ok(response)
+        }
+        CreateOutcome::Conflict(job) => {
+            tracing::info!(job_id = %job.id, "idempotency key reused for another intent");
+            Err(ApiError::IdempotencyKeyReused { job_id: job.id })
+        }
+    }
+}
+
+impl AppState {
+    /// The providers a create names, each configured, none twice.
+    fn provider_chain(&self, names: &[String]) -> Result<Vec<ProviderName>, ApiError> {
+        if names.is_empty() {
+            return Err(ApiError::InvalidRequest(
+                "providers: name at least one provider, or leave the field out for the contract's default chain"
+                    .into(),
+            ));
+        }
+        let mut chain: Vec<ProviderName> = Vec::with_capacity(names.len());
+        for name in names {
+            let provider = ProviderName::parse(name)
+                .ok()
+                .filter(|p| self.providers.contains_key(p))
+                .ok_or_else(|| ApiError::UnknownProvider(name.clone()))?;
+            if chain.contains(&provider) {
+                return Err(ApiError::InvalidRequest(format!(
+                    "providers: {name} is named twice"
+                )));
+            }
+            chain.push(provider);
+        }
+        Ok(chain)
+    }
+}
+
+fn job_id(raw: &str) -> Result<JobId, ApiError> {
+    JobId::parse(raw).map_err(|_| ApiError::JobNotFound)
+}
+
+/// One of the caller's jobs, with its attempts.
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, body = JobView),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "job_not_found (also for another owner's job)", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_job(
+    State(app): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = app
+        .store
+        .get_job(&owner, &job_id(&id)?)
+        .await?
+        .ok_or(ApiError::JobNotFound)?;
+    Ok(job_response(StatusCode::OK, &job))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Only jobs with this status.
+    status: Option<JobStatus>,
+    /// 1 to 100; default 20.
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The caller's jobs, newest first.
+#[utoipa::path(
+    get, path = "/v1/jobs", tag = "jobs",
+    params(ListParams),
+    responses(
+        (status = 200, body = JobList),
+        (status = 400, description = "invalid_parameter", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_jobs(
+    State(app): State<AppState>,
+    Caller(owner): Caller,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<JobList>, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::InvalidParameter(e.body_text()))?;
+    let limit = params.limit.unwrap_or(ListQuery::DEFAULT_LIMIT);
+    if !(1..=ListQuery::MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::InvalidParameter(format!(
+            "limit must be 1 to {}",
+            ListQuery::MAX_LIMIT
+        )));
+    }
+    let cursor = params
+        .cursor
+        .map(|c| c.parse::<Cursor>())
+        .transpose()
+        .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
+    let query = ListQuery {
+        status: params.status,
+        limit,
+        cursor,
+    };
+    let page = app.store.list_jobs(&owner, &query).await?;
+    Ok(Json(JobList {
+        jobs: page.jobs.iter().map(JobView::from).collect(),
+        next_cursor: page.next_cursor.map(|c| c.to_string()),
+    }))
+}
+
+/// Cancels the job: every live attempt is cancelled and any later result discarded. Idempotent.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The job, cancelled", body = JobView),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "job_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "job_finished: it already succeeded", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel_job(
+    State(app): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (_, job) = app
+        .store
+        .cancel_job(&owner, &job_id(&id)?, app.clock.now())
+        .await?;
+    tracing::info!(job_id = %job.id, "job cancelled");
+    Ok(job_response(StatusCode::OK, &job))
+}

@@ -1,0 +1,609 @@
+//! The embedded store: one SQLite file in WAL mode.
+//!
+//! One writer connection takes every write in a `BEGIN IMMEDIATE` transaction; a few reader connections serve
+//! reads beside it. The database itself keeps the invariants that matter most: `UNIQUE(owner, idempotency_key)`
+//! decides creates (an `INSERT … ON CONFLICT DO NOTHING`, never a read first), a partial unique index allows one
+//! live attempt per job, and every update is guarded by the state it expects — a completion is
+//! `UPDATE jobs … WHERE id = ? AND version = ? AND completed_by IS NULL` and must change exactly one row.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{TimeZone, Utc};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use super::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
+use crate::domain::{
+    Attempt, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
+    JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Refusal, Timestamp,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id              TEXT PRIMARY KEY,
+    owner           TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    contract        TEXT NOT NULL,
+    input           TEXT NOT NULL,
+    providers       TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    version         INTEGER NOT NULL,
+    completed_by    INTEGER,
+    result          TEXT,
+    error           TEXT,
+    cancelled_at    INTEGER,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    UNIQUE (owner, idempotency_key)
+) STRICT;
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS attempts (
+    job_id           TEXT NOT NULL REFERENCES jobs (id),
+    number           INTEGER NOT NULL,
+    provider         TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    seen_version     INTEGER,
+    lease_expires_at INTEGER,
+    created_at       INTEGER NOT NULL,
+    started_at       INTEGER,
+    finished_at      INTEGER,
+    error            TEXT,
+    PRIMARY KEY (job_id, number)
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
+    ON attempts (job_id) WHERE state IN ('queued', 'started', 'unknown');
+PRAGMA user_version = 1;
+";
+
+const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
+                           completed_by, result, error, cancelled_at, created_at, updated_at";
+const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
+                               finished_at, error";
+
+/// How many connections serve reads beside the writer.
+const READERS: usize = 4;
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: Arc<Mutex<Connection>>,
+    readers: Arc<[Arc<Mutex<Connection>>]>,
+    next_reader: Arc<AtomicUsize>,
+}
+
+/// What went wrong inside the adapter; it never leaves it except as a [`StoreError`].
+#[derive(Debug, thiserror::Error)]
+enum SqliteError {
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+    #[error("row {0} holds a value this version cannot read: {1}")]
+    Corrupt(&'static str, String),
+    #[error("a guarded update of {0} changed no row: the row moved under the writer's lock")]
+    GuardFailed(&'static str),
+}
+
+impl From<SqliteError> for StoreError {
+    fn from(e: SqliteError) -> Self {
+        StoreError::backend(e)
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        SqliteError::Sql(e).into()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and its schema.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(StoreError::backend)?;
+        }
+        let writer = Connection::open(path)?;
+        configure(&writer)?;
+        writer.execute_batch(SCHEMA)?;
+        let readers = (0..READERS)
+            .map(|_| {
+                let conn = Connection::open_with_flags(
+                    path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                configure(&conn)?;
+                Ok(Arc::new(Mutex::new(conn)))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Self {
+            writer: Arc::new(Mutex::new(writer)),
+            readers: readers.into(),
+            next_reader: Arc::default(),
+        })
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % self.readers.len();
+        let conn = self.readers[i].clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || f(&conn))
+            .await
+            .map_err(StoreError::backend)?
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; commits only if `f` succeeds.
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.writer.clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+        .map_err(StoreError::backend)?
+    }
+
+    /// Loads a job, applies one domain transition and writes back exactly what it changed, in one transaction.
+    async fn transition<T: Send + 'static>(
+        &self,
+        owner: Option<Owner>,
+        id: &JobId,
+        apply: impl FnOnce(&mut Job) -> Result<T, Refusal> + Send + 'static,
+    ) -> Result<(T, Job), StoreError> {
+        let id = id.clone();
+        self.write(move |tx| {
+            let before = load_job(tx, &id)?
+                .filter(|job| owner.as_ref().is_none_or(|o| *o == job.owner))
+                .ok_or(StoreError::NotFound)?;
+            let mut after = before.clone();
+            let out = apply(&mut after)?;
+            write_back(tx, &before, &after)?;
+            Ok((out, after))
+        })
+        .await
+    }
+}
+
+fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // WAL with synchronous=NORMAL: a commit survives a crash of the process; a power loss may take the last few.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    async fn create_job(&self, new: NewJob, now: Timestamp) -> Result<CreateOutcome, StoreError> {
+        let job = Job::new(new, now);
+        self.write(move |tx| {
+            let inserted = tx.execute(
+                &format!(
+                    "INSERT INTO jobs ({JOB_COLUMNS}, status) VALUES \
+                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+                     ON CONFLICT DO NOTHING"
+                ),
+                params![
+                    job.id.as_str(),
+                    job.owner.as_str(),
+                    job.idempotency_key.as_str(),
+                    job.fingerprint.to_string(),
+                    job.contract.to_string(),
+                    job.input.to_string(),
+                    json_text(&job.providers),
+                    job.version as i64,
+                    job.completed_by,
+                    job.result.as_ref().map(Value::to_string),
+                    job.error.as_ref().map(json_text),
+                    job.cancelled_at.map(|t| t.timestamp_millis()),
+                    job.created_at.timestamp_millis(),
+                    job.updated_at.timestamp_millis(),
+                    job.status().as_str(),
+                ],
+            )?;
+            if inserted == 1 {
+                for attempt in &job.attempts {
+                    insert_attempt(tx, &job.id, attempt)?;
+                }
+                return Ok(CreateOutcome::Created(job));
+            }
+            let existing = tx
+                .query_row(
+                    "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
+                    params![job.owner.as_str(), job.idempotency_key.as_str()],
+                    |row| row.get::<_, String>(0),
+                )
+                .optional()?
+                .ok_or(SqliteError::GuardFailed("jobs (insert conflicted, yet no row)"))?;
+            let existing = load_job(tx, &parse_job_id(&existing)?)?
+                .ok_or(SqliteError::GuardFailed("jobs (row vanished in transaction)"))?;
+            Ok(if existing.fingerprint == job.fingerprint {
+                CreateOutcome::Replayed(existing)
+            } else {
+                CreateOutcome::Conflict(existing)
+            })
+        })
+        .await
+    }
+
+    async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError> {
+        let (owner, id) = (owner.clone(), id.clone());
+        self.read(move |conn| Ok(load_job(conn, &id)?.filter(|job| job.owner == owner)))
+            .await
+    }
+
+    async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError> {
+        let (owner, query) = (owner.clone(), query.clone());
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {JOB_COLUMNS} FROM jobs \
+                 WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
+                   AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?5"
+            ))?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        owner.as_str(),
+                        query.status.map(JobStatus::as_str),
+                        query.cursor.as_ref().map(|c| c.created_at_ms),
+                        query.cursor.as_ref().map(|c| c.id.as_str().to_owned()),
+                        query.limit as i64 + 1,
+                    ],
+                    JobRow::read,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut jobs = rows
+                .into_iter()
+                .map(|row| {
+                    let attempts = load_attempts(conn, &row.id)?;
+                    row.into_job(attempts)
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let next_cursor = (jobs.len() > query.limit).then(|| {
+                jobs.truncate(query.limit);
+                Cursor::after(jobs.last().expect("limit is at least 1"))
+            });
+            Ok(JobPage { jobs, next_cursor })
+        })
+        .await
+    }
+
+    async fn add_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        provider: ProviderName,
+        now: Timestamp,
+    ) -> Result<(u32, Job), StoreError> {
+        self.transition(Some(owner.clone()), id, move |job| job.add_attempt(provider, now))
+            .await
+    }
+
+    async fn claim_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        lease_expires_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let (_, job) = self
+            .transition(None, id, move |job| job.claim(number, lease_expires_at, now))
+            .await?;
+        Ok(job)
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &JobId,
+        number: u32,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let (_, job) = self
+            .transition(None, id, move |job| job.mark_unknown(number, now))
+            .await?;
+        Ok(job)
+    }
+
+    async fn complete_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        result: Value,
+        now: Timestamp,
+    ) -> Result<(Completion, Job), StoreError> {
+        self.transition(None, id, move |job| job.complete(number, result, now))
+            .await
+    }
+
+    async fn fail_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        error: ErrorInfo,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let (_, job) = self
+            .transition(None, id, move |job| job.fail(number, error, now))
+            .await?;
+        Ok(job)
+    }
+
+    async fn cancel_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        number: u32,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        let (_, job) = self
+            .transition(Some(owner.clone()), id, move |job| {
+                job.cancel_attempt(number, now)
+            })
+            .await?;
+        Ok(job)
+    }
+
+    async fn cancel_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<(JobCancel, Job), StoreError> {
+        self.transition(Some(owner.clone()), id, move |job| job.cancel(now))
+            .await
+    }
+}
+
+/// Writes what a transition changed. Every statement is guarded by the state it replaces and must change exactly
+/// one row; the job row's guard `version = ? AND completed_by IS ?` is the result slot's compare-and-swap.
+fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), StoreError> {
+    let job_changed = (
+        after.version,
+        after.completed_by,
+        &after.result,
+        &after.error,
+        after.cancelled_at,
+        after.updated_at,
+    ) != (
+        before.version,
+        before.completed_by,
+        &before.result,
+        &before.error,
+        before.cancelled_at,
+        before.updated_at,
+    );
+    if job_changed {
+        let changed = tx.execute(
+            "UPDATE jobs SET status = ?1, version = ?2, completed_by = ?3, result = ?4, error = ?5, \
+                             cancelled_at = ?6, updated_at = ?7 \
+             WHERE id = ?8 AND version = ?9 AND completed_by IS ?10",
+            params![
+                after.status().as_str(),
+                after.version as i64,
+                after.completed_by,
+                after.result.as_ref().map(Value::to_string),
+                after.error.as_ref().map(json_text),
+                after.cancelled_at.map(|t| t.timestamp_millis()),
+                after.updated_at.timestamp_millis(),
+                after.id.as_str(),
+                before.version as i64,
+                before.completed_by,
+            ],
+        )?;
+        if changed != 1 {
+            return Err(SqliteError::GuardFailed("jobs").into());
+        }
+    }
+    for attempt in &after.attempts {
+        match before.attempt(attempt.number) {
+            None => insert_attempt(tx, &after.id, attempt)?,
+            Some(old) if old != attempt => {
+                let changed = tx.execute(
+                    "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
+                                         finished_at = ?5, error = ?6 \
+                     WHERE job_id = ?7 AND number = ?8 AND state = ?9",
+                    params![
+                        attempt.state.as_str(),
+                        attempt.seen_version.map(|v| v as i64),
+                        attempt.lease_expires_at.map(|t| t.timestamp_millis()),
+                        attempt.started_at.map(|t| t.timestamp_millis()),
+                        attempt.finished_at.map(|t| t.timestamp_millis()),
+                        attempt.error.as_ref().map(json_text),
+                        after.id.as_str(),
+                        attempt.number,
+                        old.state.as_str(),
+                    ],
+                )?;
+                if changed != 1 {
+                    return Err(SqliteError::GuardFailed("attempts").into());
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
+    tx.execute(
+        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+        params![
+            job_id.as_str(),
+            a.number,
+            a.provider.as_str(),
+            a.state.as_str(),
+            a.seen_version.map(|v| v as i64),
+            a.lease_expires_at.map(|t| t.timestamp_millis()),
+            a.created_at.timestamp_millis(),
+            a.started_at.map(|t| t.timestamp_millis()),
+            a.finished_at.map(|t| t.timestamp_millis()),
+            a.error.as_ref().map(json_text),
+        ],
+    )?;
+    Ok(())
+}
+
+fn load_job(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
+    let row = conn
+        .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))?
+        .query_row([id.as_str()], JobRow::read)
+        .optional()?;
+    match row {
+        None => Ok(None),
+        Some(row) => {
+            let attempts = load_attempts(conn, &row.id)?;
+            row.into_job(attempts).map(Some)
+        }
+    }
+}
+
+fn load_attempts(conn: &Connection, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ?1 ORDER BY number"
+    ))?;
+    let rows = stmt
+        .query_map([job_id], AttemptRow::read)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(AttemptRow::into_attempt).collect()
+}
+
+/// A `jobs` row as SQLite hands it over, before the domain types check it.
+struct JobRow {
+    id: String,
+    owner: String,
+    idempotency_key: String,
+    fingerprint: String,
+    contract: String,
+    input: String,
+    providers: String,
+    version: i64,
+    completed_by: Option<u32>,
+    result: Option<String>,
+    error: Option<String>,
+    cancelled_at: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl JobRow {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get(0)?,
+            owner: row.get(1)?,
+            idempotency_key: row.get(2)?,
+            fingerprint: row.get(3)?,
+            contract: row.get(4)?,
+            input: row.get(5)?,
+            providers: row.get(6)?,
+            version: row.get(7)?,
+            completed_by: row.get(8)?,
+            result: row.get(9)?,
+            error: row.get(10)?,
+            cancelled_at: row.get(11)?,
+            created_at: row.get(12)?,
+            updated_at: row.get(13)?,
+        })
+    }
+
+    fn into_job(self, attempts: Vec<Attempt>) -> Result<Job, StoreError> {
+        Ok(Job {
+            id: parse_job_id(&self.id)?,
+            owner: Owner::parse(&self.owner).map_err(|e| corrupt("owner", e))?,
+            idempotency_key: IdempotencyKey::parse(&self.idempotency_key)
+                .map_err(|e| corrupt("idempotency_key", e))?,
+            fingerprint: Fingerprint::parse(&self.fingerprint)
+                .map_err(|e| corrupt("fingerprint", e))?,
+            contract: ContractRef::parse(&self.contract).map_err(|e| corrupt("contract", e))?,
+            input: from_json("input", &self.input)?,
+            providers: from_json("providers", &self.providers)?,
+            version: u64::try_from(self.version).map_err(|e| corrupt("version", e))?,
+            completed_by: self.completed_by,
+            result: self.result.map(|r| from_json("result", &r)).transpose()?,
+            error: self.error.map(|e| from_json("error", &e)).transpose()?,
+            cancelled_at: self.cancelled_at.map(millis).transpose()?,
+            attempts,
+            created_at: millis(self.created_at)?,
+            updated_at: millis(self.updated_at)?,
+        })
+    }
+}
+
+/// An `attempts` row as SQLite hands it over.
+struct AttemptRow {
+    number: u32,
+    provider: String,
+    state: String,
+    seen_version: Option<i64>,
+    lease_expires_at: Option<i64>,
+    created_at: i64,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    error: Option<String>,
+}
+
+impl AttemptRow {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            number: row.get(0)?,
+            provider: row.get(1)?,
+            state: row.get(2)?,
+            seen_version: row.get(3)?,
+            lease_expires_at: row.get(4)?,
+            created_at: row.get(5)?,
+            started_at: row.get(6)?,
+            finished_at: row.get(7)?,
+            error: row.get(8)?,
+        })
+    }
+
+    fn into_attempt(self) -> Result<Attempt, StoreError> {
+        Ok(Attempt {
+            number: self.number,
+            provider: ProviderName::parse(&self.provider).map_err(|e| corrupt("provider", e))?,
+            state: AttemptState::parse(&self.state)
+                .ok_or_else(|| corrupt("state", &self.state))?,
+            seen_version: self
+                .seen_version
+                .map(|v| u64::try_from(v).map_err(|e| corrupt("seen_version", e)))
+                .transpose()?,
+            lease_expires_at: self.lease_expires_at.map(millis).transpose()?,
+            created_at: millis(self.created_at)?,
+            started_at: self.started_at.map(millis).transpose()?,
+            finished_at: self.finished_at.map(millis).transpose()?,
+            error: self.error.map(|e| from_json("error", &e)).transpose()?,
+        })
+    }
+}
+
+fn corrupt(column: &'static str, detail: impl std::fmt::Display) -> StoreError {
+    SqliteError::Corrupt(column, detail.to_string()).into()
+}
+
+fn parse_job_id(raw: &str) -> Result<JobId, StoreError> {
+    JobId::parse(raw).map_err(|e| corrupt("id", e))
+}
+
+fn millis(ms: i64) -> Result<Timestamp, StoreError> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| corrupt("timestamp", ms))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(column: &'static str, text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt(column, e))
+}
+
+fn json_text(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("domain values always serialise")
+}
