@@ -87,7 +87,10 @@ pub struct Contracts(BTreeMap<ContractRef, Contract>);
 
 impl Contracts {
     /// Loads every `*.toml` file of `dir`; `is_provider` tells which provider names are configured.
-    pub fn load(dir: &Path, is_provider: impl Fn(&ProviderName) -> bool) -> Result<Self, ContractError> {
+    pub fn load(
+        dir: &Path,
+        is_provider: impl Fn(&ProviderName) -> bool,
+    ) -> Result<Self, ContractError> {
         let read_err = |source| ContractError::Read {
             path: dir.to_owned(),
             source,
@@ -160,7 +163,10 @@ fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Con
     };
     for (i, sample) in contract.samples.iter().enumerate() {
         if let Some(e) = contract.input_errors(sample).first() {
-            return Err(format!("samples[{i}] breaks the input schema at {:?}: {}", e.pointer, e.message));
+            return Err(format!(
+                "samples[{i}] breaks the input schema at {:?}: {}",
+                e.pointer, e.message
+            ));
         }
     }
     Ok(contract)
@@ -179,7 +185,9 @@ mod tests {
     #[test]
     fn the_shipped_summarize_contract_loads_and_checks_input() {
         let contracts = shipped();
-        let summarize = contracts.get(&ContractRef::parse("summarize@1").unwrap()).unwrap();
+        let summarize = contracts
+            .get(&ContractRef::parse("summarize@1").unwrap())
+            .unwrap();
         assert_eq!(summarize.temperature, 0.0);
         assert_eq!(summarize.providers.len(), 2);
         assert!(!summarize.samples.is_empty());
@@ -193,7 +201,11 @@ mod tests {
     fn a_contract_naming_an_unconfigured_provider_is_refused() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
         let err = Contracts::load(&dir, |p| p.as_str() == "demo").unwrap_err();
-        assert!(err.to_string().contains("demo-backup is not a configured provider"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("demo-backup is not a configured provider"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -59,7 +59,9 @@ async fn serve(addr: SocketAddr, db: PathBuf, config: Option<PathBuf>) -> Result
     let store = Arc::new(SqliteStore::open(&db)?);
     let state = server::app_state(&config, store, Arc::new(SystemClock), tokens)?;
     let listener = server::bind(addr).await?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
     tracing::info!(%addr, db = %db.display(), "onejob is listening");
     if config.tokens.is_empty() {
         println!("No tokens configured: accepting these dev tokens on {addr}:");

@@ -3,7 +3,7 @@
 use tracing_subscriber::EnvFilter;
 
 pub fn init() {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
 }

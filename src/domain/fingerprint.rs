@@ -76,15 +76,19 @@ mod tests {
     #[test]
     fn rfc_8785_examples() {
         assert_eq!(
-            canon(r#"{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+            canon(
+                r#"{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
                       "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
-                      "literals": [null, true, false]}"#),
+                      "literals": [null, true, false]}"#
+            ),
             r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
         );
         // §3.2.3: keys sort by UTF-16 code units, not by UTF-8 bytes or code points.
         assert_eq!(
-            canon(r#"{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh",
-                      "1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}"#),
+            canon(
+                r#"{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh",
+                      "1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}"#
+            ),
             "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{f6}\":\"Latin Small Letter O With Diaeresis\",\"\u{20ac}\":\"Euro Sign\",\"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
         );
         for (number, expected) in [
@@ -104,8 +108,13 @@ mod tests {
 
     #[test]
     fn one_intent_spelt_two_ways_has_one_fingerprint() {
-        let a: Value = serde_json::from_str(r#"{"text": "hi", "n": 1, "opts": {"a": true, "b": [1, 2]}}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{ "opts": {"b": [1.0, 2e0], "a": true}, "n": 1.0, "text": "hi" }"#).unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"text": "hi", "n": 1, "opts": {"a": true, "b": [1, 2]}}"#)
+                .unwrap();
+        let b: Value = serde_json::from_str(
+            r#"{ "opts": {"b": [1.0, 2e0], "a": true}, "n": 1.0, "text": "hi" }"#,
+        )
+        .unwrap();
         assert_eq!(
             Fingerprint::of_intent("summarize@1", &a, None),
             Fingerprint::of_intent("summarize@1", &b, Some(&Value::Null))
@@ -157,7 +166,10 @@ mod tests {
                 format!("{{ {} }}", fields.join(" , "))
             }
             Value::Array(items) => {
-                format!("[{}]", items.iter().map(respell).collect::<Vec<_>>().join(", "))
+                format!(
+                    "[{}]",
+                    items.iter().map(respell).collect::<Vec<_>>().join(", ")
+                )
             }
             Value::Number(n) if n.is_i64() => format!("{}.0", n),
             other => other.to_string(),

@@ -187,7 +187,11 @@ impl JobId {
         hash.update((owner.as_str().len() as u64).to_be_bytes());
         hash.update(owner.as_str());
         hash.update(key.as_str());
-        Self(format!("{}{}", Self::PREFIX, hex::encode(&hash.finalize()[..16])))
+        Self(format!(
+            "{}{}",
+            Self::PREFIX,
+            hex::encode(&hash.finalize()[..16])
+        ))
     }
 
     pub fn parse(raw: &str) -> Result<Self, ParseError> {
@@ -226,7 +230,16 @@ mod tests {
         let c = ContractRef::parse("summarize@1").unwrap();
         assert_eq!((c.name(), c.version()), ("summarize", 1));
         assert_eq!(c.to_string(), "summarize@1");
-        for bad in ["summarize", "summarize@", "@1", "summarize@01", "Sum@1", "a@1@2", "a@-1", "a@x"] {
+        for bad in [
+            "summarize",
+            "summarize@",
+            "@1",
+            "summarize@01",
+            "Sum@1",
+            "a@1@2",
+            "a@-1",
+            "a@x",
+        ] {
             assert!(ContractRef::parse(bad).is_err(), "{bad} should be refused");
         }
     }
@@ -239,8 +252,14 @@ mod tests {
         assert_ne!(alice, bob);
         assert_eq!(JobId::parse(alice.as_str()).unwrap(), alice);
         // The length prefix keeps ("ab", "c") and ("a", "bc") apart.
-        let ab_c = JobId::derive(&Owner::parse("ab").unwrap(), &IdempotencyKey::parse("c").unwrap());
-        let a_bc = JobId::derive(&Owner::parse("a").unwrap(), &IdempotencyKey::parse("bc").unwrap());
+        let ab_c = JobId::derive(
+            &Owner::parse("ab").unwrap(),
+            &IdempotencyKey::parse("c").unwrap(),
+        );
+        let a_bc = JobId::derive(
+            &Owner::parse("a").unwrap(),
+            &IdempotencyKey::parse("bc").unwrap(),
+        );
         assert_ne!(ab_c, a_bc);
     }
 

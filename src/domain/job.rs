@@ -509,7 +509,10 @@ mod tests {
         job.cancel_attempt(1, at(3)).unwrap();
         job.add_attempt(provider("b"), at(4)).unwrap();
         job.claim(2, at(30_000), at(5)).unwrap();
-        assert_eq!(job.complete(2, json!({"summary": "B"}), at(6)), Ok(Completion::Won));
+        assert_eq!(
+            job.complete(2, json!({"summary": "B"}), at(6)),
+            Ok(Completion::Won)
+        );
         let after_win = job.clone();
         assert_eq!(
             job.complete(1, json!({"summary": "A"}), at(7)),
@@ -526,7 +529,10 @@ mod tests {
         let mut job = job();
         job.claim(1, at(30_000), at(1)).unwrap();
         job.cancel_attempt(1, at(2)).unwrap();
-        assert_eq!(job.complete(1, json!({"summary": "late"}), at(3)), Ok(Completion::Won));
+        assert_eq!(
+            job.complete(1, json!({"summary": "late"}), at(3)),
+            Ok(Completion::Won)
+        );
         assert_eq!(job.attempt(1).unwrap().state, AttemptState::Succeeded);
         assert_eq!(job.status(), JobStatus::Succeeded);
     }

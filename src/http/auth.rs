@@ -28,7 +28,12 @@ impl Tokens {
         Self(
             Self::DEV
                 .into_iter()
-                .map(|(token, owner)| (token.to_owned(), Owner::parse(owner).expect("valid dev owner")))
+                .map(|(token, owner)| {
+                    (
+                        token.to_owned(),
+                        Owner::parse(owner).expect("valid dev owner"),
+                    )
+                })
                 .collect(),
         )
     }

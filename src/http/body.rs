@@ -63,7 +63,10 @@ pub fn shaped<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
-    let Some(content_type) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Some(content_type) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
     let essence = content_type
@@ -135,7 +138,10 @@ mod tests {
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![Just(Value::Null), "[\\[\\]{}\"\\\\a]{0,6}".prop_map(Value::from)];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            "[\\[\\]{}\"\\\\a]{0,6}".prop_map(Value::from)
+        ];
         leaf.prop_recursive(8, 64, 4, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),

@@ -48,7 +48,9 @@ pub enum ApiError {
     #[error("the input does not satisfy the contract's input schema")]
     InvalidInput(Vec<InputError>),
     /// 409 `idempotency_key_reused`: the key names another intent; `job_id` is that job.
-    #[error("this Idempotency-Key was already used with a different request; send a new key for a new intent")]
+    #[error(
+        "this Idempotency-Key was already used with a different request; send a new key for a new intent"
+    )]
     IdempotencyKeyReused { job_id: JobId },
     /// 404 `job_not_found`: no such job for this owner (another owner's job answers the same).
     #[error("no job with this id")]
@@ -143,7 +145,9 @@ impl IntoResponse for ApiError {
             Self::InvalidInput(ref errors) => problem.errors = Some(errors.clone()),
             Self::IdempotencyKeyReused { ref job_id } => problem.job_id = Some(job_id.to_string()),
             Self::JobFinished { status } => problem.job_status = Some(status),
-            Self::BodyTooLarge { limit } | Self::JsonTooDeep { limit } => problem.limit = Some(limit),
+            Self::BodyTooLarge { limit } | Self::JsonTooDeep { limit } => {
+                problem.limit = Some(limit)
+            }
             _ => {}
         }
         let mut response = (status, axum::Json(problem)).into_response();

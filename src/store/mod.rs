@@ -143,8 +143,12 @@ pub trait JobStore: Send + Sync + Debug {
     ) -> Result<Job, StoreError>;
 
     /// `started` → `unknown`.
-    async fn mark_unknown(&self, id: &JobId, number: u32, now: Timestamp)
-    -> Result<Job, StoreError>;
+    async fn mark_unknown(
+        &self,
+        id: &JobId,
+        number: u32,
+        now: Timestamp,
+    ) -> Result<Job, StoreError>;
 
     /// Compare-and-swap on the result slot; the loser becomes `discarded` and the job is left as it was.
     async fn complete_attempt(

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
+};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
@@ -224,9 +226,12 @@ impl JobStore for SqliteStore {
                     |row| row.get::<_, String>(0),
                 )
                 .optional()?
-                .ok_or(SqliteError::GuardFailed("jobs (insert conflicted, yet no row)"))?;
-            let existing = load_job(tx, &parse_job_id(&existing)?)?
-                .ok_or(SqliteError::GuardFailed("jobs (row vanished in transaction)"))?;
+                .ok_or(SqliteError::GuardFailed(
+                    "jobs (insert conflicted, yet no row)",
+                ))?;
+            let existing = load_job(tx, &parse_job_id(&existing)?)?.ok_or(
+                SqliteError::GuardFailed("jobs (row vanished in transaction)"),
+            )?;
             Ok(if existing.fingerprint == job.fingerprint {
                 CreateOutcome::Replayed(existing)
             } else {
@@ -286,8 +291,10 @@ impl JobStore for SqliteStore {
         provider: ProviderName,
         now: Timestamp,
     ) -> Result<(u32, Job), StoreError> {
-        self.transition(Some(owner.clone()), id, move |job| job.add_attempt(provider, now))
-            .await
+        self.transition(Some(owner.clone()), id, move |job| {
+            job.add_attempt(provider, now)
+        })
+        .await
     }
 
     async fn claim_attempt(
@@ -298,7 +305,9 @@ impl JobStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (_, job) = self
-            .transition(None, id, move |job| job.claim(number, lease_expires_at, now))
+            .transition(None, id, move |job| {
+                job.claim(number, lease_expires_at, now)
+            })
             .await?;
         Ok(job)
     }
@@ -571,8 +580,7 @@ impl AttemptRow {
         Ok(Attempt {
             number: self.number,
             provider: ProviderName::parse(&self.provider).map_err(|e| corrupt("provider", e))?,
-            state: AttemptState::parse(&self.state)
-                .ok_or_else(|| corrupt("state", &self.state))?,
+            state: AttemptState::parse(&self.state).ok_or_else(|| corrupt("state", &self.state))?,
             seen_version: self
                 .seen_version
                 .map(|v| u64::try_from(v).map_err(|e| corrupt("seen_version", e)))
@@ -600,7 +608,10 @@ fn millis(ms: i64) -> Result<Timestamp, StoreError> {
         .ok_or_else(|| corrupt("timestamp", ms))
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(column: &'static str, text: &str) -> Result<T, StoreError> {
+fn from_json<T: serde::de::DeserializeOwned>(
+    column: &'static str,
+    text: &str,
+) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| corrupt(column, e))
 }
 

@@ -1,0 +1,181 @@
+//! `TestApp`: the real router on a real socket (port 0), on its own SQLite file, with one method per endpoint.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{TimeZone, Utc};
+use onejob::clock::ManualClock;
+use onejob::config::Config;
+use onejob::domain::Owner;
+use onejob::http::auth::Tokens;
+use onejob::server;
+use onejob::store::sqlite::SqliteStore;
+use reqwest::{Client, Response, header};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const ALICE: &str = "token-alice";
+pub const BOB: &str = "token-bob";
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: Client,
+    pub db: PathBuf,
+    /// The server's clock: it stands still until a test moves it.
+    pub clock: Arc<ManualClock>,
+    /// Folder of the database; removed when the app is dropped.
+    _dir: Arc<tempfile::TempDir>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+pub fn config() -> Config {
+    Config {
+        contracts_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts"),
+        tokens: BTreeMap::from([
+            (ALICE.to_owned(), Owner::parse("alice").unwrap()),
+            (BOB.to_owned(), Owner::parse("bob").unwrap()),
+        ]),
+        ..Config::default()
+    }
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(config()).await
+    }
+
+    pub async fn spawn_with(config: Config) -> Self {
+        let clock = Arc::new(ManualClock::new(
+            Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
+        ));
+        Self::spawn_on(Arc::new(tempfile::tempdir().unwrap()), config, clock).await
+    }
+
+    async fn spawn_on(
+        dir: Arc<tempfile::TempDir>,
+        config: Config,
+        clock: Arc<ManualClock>,
+    ) -> Self {
+        let db = dir.path().join("onejob.db");
+        let store = Arc::new(SqliteStore::open(&db).unwrap());
+        let tokens = Tokens::new(config.tokens.clone());
+        let state = server::app_state(&config, store, clock.clone(), tokens).unwrap();
+        let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let server = tokio::spawn(server::serve(listener, state, async {
+            stop.await.ok();
+        }));
+        Self {
+            addr,
+            client: Client::new(),
+            db,
+            clock,
+            _dir: dir,
+            shutdown: Some(shutdown),
+            server: Some(server),
+        }
+    }
+
+    /// Stops the server gracefully and starts a new one on the same database file.
+    pub async fn restart(mut self) -> Self {
+        self.shutdown.take().unwrap().send(()).unwrap();
+        self.server.take().unwrap().await.unwrap().unwrap();
+        Self::spawn_on(self._dir.clone(), config(), self.clock.clone()).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// `POST /v1/jobs` with a JSON body.
+    pub async fn create(&self, token: &str, key: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url("/v1/jobs"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /v1/jobs` exactly as given: raw headers and body bytes.
+    pub async fn create_raw(
+        &self,
+        headers: &[(&str, &[u8])],
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
+        let mut request = self.client.post(self.url("/v1/jobs"));
+        for (name, value) in headers {
+            request = request.header(*name, header::HeaderValue::from_bytes(value).unwrap());
+        }
+        request.body(body).send().await.unwrap()
+    }
+
+    pub async fn get_job(&self, token: &str, id: &str) -> Response {
+        self.get(token, &format!("/v1/jobs/{id}")).await
+    }
+
+    pub async fn list_jobs(&self, token: &str, query: &str) -> Response {
+        self.get(token, &format!("/v1/jobs{query}")).await
+    }
+
+    pub async fn cancel_job(&self, token: &str, id: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/v1/jobs/{id}/cancel")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn get(&self, token: &str, path: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Rows in the store's tables: (jobs, attempts).
+    pub fn row_counts(&self) -> (i64, i64) {
+        let conn = rusqlite::Connection::open(&self.db).unwrap();
+        let count = |table: &str| {
+            conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        (count("jobs"), count("attempts"))
+    }
+}
+
+pub fn summarize(text: &str) -> Value {
+    serde_json::json!({"contract": "summarize@1", "input": {"text": text}})
+}
+
+/// The body of a response as JSON, after checking its status.
+pub async fn json_with_status(response: Response, status: u16) -> Value {
+    let actual = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(actual, status, "body: {body}");
+    body
+}
+
+/// Checks a problem+json answer: status, content type and code.
+pub async fn assert_problem(response: Response, status: u16, code: &str) -> Value {
+    let content_type = response.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body = json_with_status(response, status).await;
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(body["code"], code, "body: {body}");
+    assert_eq!(body["status"], status);
+    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    body
+}

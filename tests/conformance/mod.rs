@@ -1,0 +1,570 @@
+//! The store conformance suite: every case takes an `Arc<dyn JobStore>` and asserts what SPEC §3 promises, so
+//! every backend runs the very same cases. A backend's test file calls [`conformance_suite!`] with an async
+//! expression that yields a fresh [`Fixture`].
+
+use std::any::Any;
+use std::sync::Arc;
+
+use chrono::{TimeZone, Utc};
+use onejob::domain::{
+    AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job, JobCancel,
+    JobStatus, NewJob, Owner, ProviderName, Refusal, Timestamp,
+};
+use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+/// A store for one test, and whatever must live as long as it (a temporary folder, a table).
+pub struct Fixture {
+    pub store: Arc<dyn JobStore>,
+    pub _keep: Box<dyn Any + Send>,
+}
+
+/// Declares one `#[tokio::test]` per case, each on a fresh fixture from `$fixture`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:expr) => {
+        $crate::conformance_suite!(@cases $fixture;
+            concurrent_creates_with_one_key_make_one_job,
+            a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged,
+            owners_are_isolated,
+            a_second_live_attempt_is_refused,
+            concurrent_completions_have_exactly_one_winner,
+            a_duplicate_claim_is_refused,
+            the_attempt_that_answers_first_wins_even_if_it_left_last,
+            a_result_after_the_job_was_cancelled_is_discarded,
+            a_late_result_for_an_unknown_attempt_with_a_free_slot_wins,
+            cancelling_a_job_is_idempotent_and_refused_once_it_succeeded,
+            a_failed_attempt_records_its_error,
+            listing_is_newest_first_and_pages_with_a_cursor,
+        );
+    };
+    (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let fixture: $crate::conformance::Fixture = $fixture.await;
+                $crate::conformance::$case(fixture.store.clone()).await;
+            }
+        )*
+    };
+}
+
+pub fn at(ms: i64) -> Timestamp {
+    Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+}
+
+fn owner(name: &str) -> Owner {
+    Owner::parse(name).unwrap()
+}
+
+fn provider(name: &str) -> ProviderName {
+    ProviderName::parse(name).unwrap()
+}
+
+pub fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
+    NewJob {
+        owner: owner(owner_name),
+        idempotency_key: IdempotencyKey::parse(key).unwrap(),
+        fingerprint: Fingerprint::of_intent("summarize@1", &input, None),
+        contract: ContractRef::parse("summarize@1").unwrap(),
+        input,
+        providers: vec![provider("primary"), provider("fallback")],
+    }
+}
+
+async fn created(store: &dyn JobStore, new: NewJob, now: Timestamp) -> Job {
+    match store.create_job(new, now).await.unwrap() {
+        CreateOutcome::Created(job) => job,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
+    let query = ListQuery {
+        status: None,
+        limit: ListQuery::MAX_LIMIT,
+        cursor: None,
+    };
+    store
+        .list_jobs(&owner(owner_name), &query)
+        .await
+        .unwrap()
+        .jobs
+}
+
+fn lease() -> Timestamp {
+    at(60_000)
+}
+
+pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStore>) {
+    let mut tasks = JoinSet::new();
+    for i in 0..50 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            store
+                .create_job(
+                    new_job("alice", "double-click", json!({"text": "hi"})),
+                    at(i),
+                )
+                .await
+                .unwrap()
+        });
+    }
+    let outcomes = tasks.join_all().await;
+    let created = outcomes
+        .iter()
+        .filter(|o| matches!(o, CreateOutcome::Created(_)))
+        .count();
+    let replayed = outcomes
+        .iter()
+        .filter(|o| matches!(o, CreateOutcome::Replayed(_)))
+        .count();
+    assert_eq!((created, replayed), (1, 49));
+    let id = &outcomes[0].job().id;
+    assert!(outcomes.iter().all(|o| &o.job().id == id));
+    let jobs = all_jobs(store.as_ref(), "alice").await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].attempts.len(), 1, "one attempt, queued once");
+}
+
+pub async fn a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged(
+    store: Arc<dyn JobStore>,
+) {
+    let original = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let outcome = store
+        .create_job(new_job("alice", "k", json!({"text": "b"})), at(5))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CreateOutcome::Conflict(original.clone()));
+    let stored = store.get_job(&original.owner, &original.id).await.unwrap();
+    assert_eq!(stored, Some(original));
+    assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
+}
+
+pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
+    let alice = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let bob_owner = owner("bob");
+    assert_eq!(store.get_job(&bob_owner, &alice.id).await.unwrap(), None);
+    assert!(matches!(
+        store.cancel_job(&bob_owner, &alice.id, at(1)).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store
+            .add_attempt(&bob_owner, &alice.id, provider("fallback"), at(1))
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.cancel_attempt(&bob_owner, &alice.id, 1, at(1)).await,
+        Err(StoreError::NotFound)
+    ));
+    // Bob's same key is Bob's own intent.
+    let bob = created(
+        store.as_ref(),
+        new_job("bob", "k", json!({"text": "b"})),
+        at(2),
+    )
+    .await;
+    assert_ne!(bob.id, alice.id);
+    let alice_now = store.get_job(&alice.owner, &alice.id).await.unwrap();
+    assert_eq!(alice_now, Some(alice));
+    assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
+    assert_eq!(all_jobs(store.as_ref(), "bob").await, vec![bob]);
+}
+
+pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let refused = |number, state| {
+        move |r: Result<(u32, Job), StoreError>| match r {
+            Err(StoreError::Refused(Refusal::AttemptInProgress {
+                number: n,
+                state: s,
+            })) => {
+                assert_eq!((n, s), (number, state))
+            }
+            other => panic!("expected attempt_in_progress, got {other:?}"),
+        }
+    };
+    let add = || store.add_attempt(&job.owner, &job.id, provider("fallback"), at(1));
+    refused(1, AttemptState::Queued)(add().await);
+    store
+        .claim_attempt(&job.id, 1, lease(), at(2))
+        .await
+        .unwrap();
+    refused(1, AttemptState::Started)(add().await);
+    let unknown = store.mark_unknown(&job.id, 1, at(3)).await.unwrap();
+    assert_eq!(unknown.status(), JobStatus::Unknown);
+    refused(1, AttemptState::Unknown)(add().await);
+    assert_eq!(
+        store.get_job(&job.owner, &job.id).await.unwrap(),
+        Some(unknown)
+    );
+
+    store
+        .cancel_attempt(&job.owner, &job.id, 1, at(4))
+        .await
+        .unwrap();
+    // Released: many concurrent requests for the next attempt, exactly one gets it.
+    let mut tasks = JoinSet::new();
+    for _ in 0..20 {
+        let (store, job) = (store.clone(), job.clone());
+        tasks.spawn(async move {
+            store
+                .add_attempt(&job.owner, &job.id, provider("fallback"), at(5))
+                .await
+        });
+    }
+    let results = tasks.join_all().await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(results.iter().all(|r| matches!(
+        r,
+        Ok((2, _))
+            | Err(StoreError::Refused(Refusal::AttemptInProgress {
+                number: 2,
+                ..
+            }))
+    )));
+    let job = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!(job.attempts.len(), 2);
+    assert_eq!(job.attempts[1].state, AttemptState::Queued);
+}
+
+/// Puts `job` in the state of breakpoint 4: attempt 1 (primary) claimed then released by an out-of-band cancel,
+/// attempt 2 (fallback) claimed. Both may now deliver a result.
+async fn two_claimed_attempts(store: &dyn JobStore, job: &Job) {
+    store
+        .claim_attempt(&job.id, 1, lease(), at(1))
+        .await
+        .unwrap();
+    store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
+    store
+        .cancel_attempt(&job.owner, &job.id, 1, at(3))
+        .await
+        .unwrap();
+    store
+        .add_attempt(&job.owner, &job.id, provider("fallback"), at(4))
+        .await
+        .unwrap();
+    store
+        .claim_attempt(&job.id, 2, lease(), at(5))
+        .await
+        .unwrap();
+}
+
+pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobStore>) {
+    for round in 0..10 {
+        let job = created(
+            store.as_ref(),
+            new_job("alice", &format!("race-{round}"), json!({"text": "a"})),
+            at(0),
+        )
+        .await;
+        two_claimed_attempts(store.as_ref(), &job).await;
+        let mut tasks = JoinSet::new();
+        for number in [1u32, 2] {
+            let (store, id) = (store.clone(), job.id.clone());
+            tasks.spawn(async move {
+                let outcome = store
+                    .complete_attempt(&id, number, json!({"summary": number}), at(10))
+                    .await
+                    .unwrap();
+                (number, outcome.0)
+            });
+        }
+        let outcomes = tasks.join_all().await;
+        let winners: Vec<u32> = outcomes
+            .iter()
+            .filter(|(_, c)| *c == Completion::Won)
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outcomes:?}");
+        let winner = winners[0];
+        let loser = 3 - winner;
+        assert!(outcomes.contains(&(
+            loser,
+            Completion::Lost {
+                winner: Some(winner)
+            }
+        )));
+        let job = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+        assert_eq!(job.result, Some(json!({"summary": winner})));
+        assert_eq!((job.completed_by, job.version), (Some(winner), 1));
+        assert_eq!(job.attempt(winner).unwrap().state, AttemptState::Succeeded);
+        assert_eq!(job.attempt(loser).unwrap().state, AttemptState::Discarded);
+    }
+}
+
+pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let mut tasks = JoinSet::new();
+    for _ in 0..10 {
+        let (store, id) = (store.clone(), job.id.clone());
+        tasks.spawn(async move { store.claim_attempt(&id, 1, lease(), at(1)).await });
+    }
+    let results = tasks.join_all().await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(results.iter().all(|r| matches!(
+        r,
+        Ok(_)
+            | Err(StoreError::Refused(Refusal::InvalidTransition {
+                from: AttemptState::Started,
+                ..
+            }))
+    )));
+    let job = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!(job.attempts[0].seen_version, Some(0));
+    assert_eq!(job.attempts[0].lease_expires_at, Some(lease()));
+    assert_eq!(job.status(), JobStatus::Running);
+}
+
+/// SPEC §8 breakpoint 4 at the store: A leaves first and returns last, B leaves second and returns first.
+pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc<dyn JobStore>) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    two_claimed_attempts(store.as_ref(), &job).await;
+    let (won, after_b) = store
+        .complete_attempt(&job.id, 2, json!({"summary": "B"}), at(6))
+        .await
+        .unwrap();
+    assert_eq!(won, Completion::Won);
+    let (lost, after_a) = store
+        .complete_attempt(&job.id, 1, json!({"summary": "A"}), at(7))
+        .await
+        .unwrap();
+    assert_eq!(lost, Completion::Lost { winner: Some(2) });
+    assert_eq!(after_a.result, Some(json!({"summary": "B"})));
+    assert_eq!(
+        (after_a.version, after_a.completed_by, after_a.updated_at),
+        (after_b.version, after_b.completed_by, after_b.updated_at)
+    );
+    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
+    assert_eq!(stored.result, Some(json!({"summary": "B"})));
+}
+
+pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn JobStore>) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    store
+        .claim_attempt(&job.id, 1, lease(), at(1))
+        .await
+        .unwrap();
+    let (cancel, cancelled) = store.cancel_job(&job.owner, &job.id, at(2)).await.unwrap();
+    assert_eq!(cancel, JobCancel::Cancelled);
+    assert_eq!(cancelled.version, 1);
+    let (outcome, after) = store
+        .complete_attempt(&job.id, 1, json!({"summary": "late"}), at(3))
+        .await
+        .unwrap();
+    assert_eq!(outcome, Completion::Lost { winner: None });
+    assert_eq!(after.status(), JobStatus::Cancelled);
+    assert_eq!(after.result, None);
+    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
+    assert_eq!((stored.version, stored.result), (1, None));
+}
+
+pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: Arc<dyn JobStore>) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    store
+        .claim_attempt(&job.id, 1, lease(), at(1))
+        .await
+        .unwrap();
+    store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
+    let (outcome, after) = store
+        .complete_attempt(&job.id, 1, json!({"summary": "late"}), at(3))
+        .await
+        .unwrap();
+    assert_eq!(outcome, Completion::Won);
+    assert_eq!(after.status(), JobStatus::Succeeded);
+    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.result, Some(json!({"summary": "late"})));
+    assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Succeeded);
+    // A second delivery of the same result is refused: the attempt already ended.
+    assert!(matches!(
+        store
+            .complete_attempt(&job.id, 1, json!({"summary": "again"}), at(4))
+            .await,
+        Err(StoreError::Refused(Refusal::InvalidTransition {
+            from: AttemptState::Succeeded,
+            ..
+        }))
+    ));
+}
+
+pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
+    store: Arc<dyn JobStore>,
+) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "a", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let (first, once) = store.cancel_job(&job.owner, &job.id, at(1)).await.unwrap();
+    let (second, twice) = store.cancel_job(&job.owner, &job.id, at(2)).await.unwrap();
+    assert_eq!(
+        (first, second),
+        (JobCancel::Cancelled, JobCancel::AlreadyCancelled)
+    );
+    assert_eq!(once, twice);
+    assert_eq!(twice.attempts[0].state, AttemptState::Cancelled);
+    assert!(matches!(
+        store
+            .add_attempt(&job.owner, &job.id, provider("fallback"), at(3))
+            .await,
+        Err(StoreError::Refused(Refusal::JobFinished {
+            status: JobStatus::Cancelled
+        }))
+    ));
+
+    let done = created(
+        store.as_ref(),
+        new_job("alice", "b", json!({"text": "b"})),
+        at(0),
+    )
+    .await;
+    store
+        .claim_attempt(&done.id, 1, lease(), at(1))
+        .await
+        .unwrap();
+    store
+        .complete_attempt(&done.id, 1, json!({"summary": "x"}), at(2))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.cancel_job(&done.owner, &done.id, at(3)).await,
+        Err(StoreError::Refused(Refusal::JobFinished {
+            status: JobStatus::Succeeded
+        }))
+    ));
+}
+
+pub async fn a_failed_attempt_records_its_error(store: Arc<dyn JobStore>) {
+    let job = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    assert!(matches!(
+        store
+            .fail_attempt(&job.id, 1, ErrorInfo::new("x", "queued"), at(1))
+            .await,
+        Err(StoreError::Refused(Refusal::InvalidTransition {
+            from: AttemptState::Queued,
+            ..
+        }))
+    ));
+    store
+        .claim_attempt(&job.id, 1, lease(), at(1))
+        .await
+        .unwrap();
+    let failed = store
+        .fail_attempt(
+            &job.id,
+            1,
+            ErrorInfo::new("provider_error", "HTTP 500"),
+            at(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), JobStatus::Failed);
+    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let attempt = stored.attempt(1).unwrap();
+    assert_eq!(attempt.state, AttemptState::Failed);
+    assert_eq!(
+        attempt.error,
+        Some(ErrorInfo::new("provider_error", "HTTP 500"))
+    );
+    assert_eq!(attempt.finished_at, Some(at(2)));
+}
+
+pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobStore>) {
+    for i in 0..7 {
+        created(
+            store.as_ref(),
+            new_job("alice", &format!("k{i}"), json!({"text": i.to_string()})),
+            at(i * 1000),
+        )
+        .await;
+    }
+    created(
+        store.as_ref(),
+        new_job("bob", "k0", json!({"text": "b"})),
+        at(500),
+    )
+    .await;
+    let cancelled = &all_jobs(store.as_ref(), "alice").await[3];
+    store
+        .cancel_job(&cancelled.owner, &cancelled.id, at(9000))
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let query = ListQuery {
+            status: None,
+            limit: 3,
+            cursor,
+        };
+        let page = store.list_jobs(&owner("alice"), &query).await.unwrap();
+        assert!(page.jobs.len() <= 3);
+        seen.extend(page.jobs.iter().map(|j| j.idempotency_key.to_string()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["k6", "k5", "k4", "k3", "k2", "k1", "k0"]);
+
+    let query = ListQuery {
+        status: Some(JobStatus::Cancelled),
+        limit: 10,
+        cursor: None,
+    };
+    let page = store.list_jobs(&owner("alice"), &query).await.unwrap();
+    let keys: Vec<_> = page
+        .jobs
+        .iter()
+        .map(|j| j.idempotency_key.to_string())
+        .collect();
+    assert_eq!(keys, ["k3"]);
+    assert_eq!(page.next_cursor, None);
+}
