@@ -93,6 +93,20 @@ async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
         .jobs
 }
 
+/// Alice's job under key `k`, created at `at(0)`, attempt 1 queued.
+async fn fresh_job(store: &dyn JobStore) -> Job {
+    created(store, new_job("alice", "k", json!({"text": "a"})), at(0)).await
+}
+
+/// [`fresh_job`] with attempt 1 claimed at `at(1)`.
+async fn claimed_job(store: &dyn JobStore) -> Job {
+    let job = fresh_job(store).await;
+    store
+        .claim_attempt(&job.id, 1, lease(), at(1))
+        .await
+        .unwrap()
+}
+
 fn lease() -> Timestamp {
     at(60_000)
 }
@@ -185,12 +199,7 @@ pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
 }
 
 pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
-    let job = created(
-        store.as_ref(),
-        new_job("alice", "k", json!({"text": "a"})),
-        at(0),
-    )
-    .await;
+    let job = fresh_job(store.as_ref()).await;
     let refused = |number, state| {
         move |r: Result<(u32, Job), StoreError>| match r {
             Err(StoreError::Refused(Refusal::AttemptInProgress {
@@ -312,12 +321,7 @@ pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobSt
 }
 
 pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
-    let job = created(
-        store.as_ref(),
-        new_job("alice", "k", json!({"text": "a"})),
-        at(0),
-    )
-    .await;
+    let job = fresh_job(store.as_ref()).await;
     let mut tasks = JoinSet::new();
     for _ in 0..10 {
         let (store, id) = (store.clone(), job.id.clone());
@@ -341,12 +345,7 @@ pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
 
 /// SPEC §8 breakpoint 4 at the store: A leaves first and returns last, B leaves second and returns first.
 pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc<dyn JobStore>) {
-    let job = created(
-        store.as_ref(),
-        new_job("alice", "k", json!({"text": "a"})),
-        at(0),
-    )
-    .await;
+    let job = fresh_job(store.as_ref()).await;
     two_claimed_attempts(store.as_ref(), &job).await;
     let (won, after_b) = store
         .complete_attempt(&job.id, 2, json!({"summary": "B"}), at(6))
@@ -369,16 +368,7 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
 }
 
 pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn JobStore>) {
-    let job = created(
-        store.as_ref(),
-        new_job("alice", "k", json!({"text": "a"})),
-        at(0),
-    )
-    .await;
-    store
-        .claim_attempt(&job.id, 1, lease(), at(1))
-        .await
-        .unwrap();
+    let job = claimed_job(store.as_ref()).await;
     let (cancel, cancelled) = store.cancel_job(&job.owner, &job.id, at(2)).await.unwrap();
     assert_eq!(cancel, JobCancel::Cancelled);
     assert_eq!(cancelled.version, 1);
@@ -395,16 +385,7 @@ pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn Jo
 }
 
 pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: Arc<dyn JobStore>) {
-    let job = created(
-        store.as_ref(),
-        new_job("alice", "k", json!({"text": "a"})),
-        at(0),
-    )
-    .await;
-    store
-        .claim_attempt(&job.id, 1, lease(), at(1))
-        .await
-        .unwrap();
+    let job = claimed_job(store.as_ref()).await;
     store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
     let (outcome, after) = store
         .complete_attempt(&job.id, 1, json!({"summary": "late"}), at(3))
@@ -476,12 +457,7 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
 }
 
 pub async fn a_failed_attempt_records_its_error(store: Arc<dyn JobStore>) {
-    let job = created(
-        store.as_ref(),
-        new_job("alice", "k", json!({"text": "a"})),
-        at(0),
-    )
-    .await;
+    let job = fresh_job(store.as_ref()).await;
     assert!(matches!(
         store
             .fail_attempt(&job.id, 1, ErrorInfo::new("x", "queued"), at(1))
