@@ -213,6 +213,23 @@ pub enum JobCancel {
     AlreadyCancelled,
 }
 
+/// Names one attempt: what a queue message carries, and what the sweeper finds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttemptRef {
+    pub job_id: JobId,
+    #[serde(rename = "attempt")]
+    pub number: u32,
+}
+
+/// What follows when an attempt ends `failed` or `cancelled` without a result (SPEC §4, failover).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextStep {
+    /// Queue the next attempt on this provider.
+    Queue(ProviderName),
+    /// No next attempt: the job is `failed` with this error (a manual retry may still add one).
+    Stop(ErrorInfo),
+}
+
 impl Job {
     /// A fresh job with attempt 1 queued on the chain's first provider.
     pub fn new(new: NewJob, now: Timestamp) -> Self {
@@ -257,6 +274,47 @@ impl Job {
 
     pub fn live_attempt(&self) -> Option<&Attempt> {
         self.attempts.iter().find(|a| a.state.is_live())
+    }
+
+    /// The first provider of the chain that no attempt has tried yet.
+    pub fn next_untried_provider(&self) -> Option<&ProviderName> {
+        self.providers
+            .iter()
+            .find(|p| self.attempts.iter().all(|a| &a.provider != *p))
+    }
+
+    /// Where automatic failover goes once the live attempt ends without a result: the next untried provider of
+    /// the chain, if `is_qualified` says it kept the contract; else the job stops with `providers_exhausted` or
+    /// `fallback_not_qualified`.
+    pub fn failover(&self, is_qualified: impl Fn(&ProviderName) -> bool) -> NextStep {
+        match self.next_untried_provider() {
+            None => NextStep::Stop(ErrorInfo::new(
+                "providers_exhausted",
+                "every provider of the chain was tried without a result",
+            )),
+            Some(next) if !is_qualified(next) => NextStep::Stop(ErrorInfo::new(
+                "fallback_not_qualified",
+                format!(
+                    "the next provider, {next}, is not qualified for {}",
+                    self.contract
+                ),
+            )),
+            Some(next) => NextStep::Queue(next.clone()),
+        }
+    }
+
+    /// Applies a failover decision after the live attempt ended without a result.
+    fn then(&mut self, next: NextStep, now: Timestamp) {
+        if self.status() == JobStatus::Failed {
+            match next {
+                NextStep::Queue(provider) => {
+                    let number = self.attempts.iter().map(|a| a.number).max().unwrap_or(0) + 1;
+                    self.attempts.push(Attempt::queued(number, provider, now));
+                    self.error = None;
+                }
+                NextStep::Stop(error) => self.error = Some(error),
+            }
+        }
     }
 
     pub fn attempt(&self, number: u32) -> Option<&Attempt> {
@@ -324,8 +382,14 @@ impl Job {
         Ok(())
     }
 
-    /// A definite answer that is not a result: `started` | `unknown` → `failed`.
-    pub fn fail(&mut self, number: u32, error: ErrorInfo, now: Timestamp) -> Result<(), Refusal> {
+    /// A definite answer that is not a result: `started` | `unknown` → `failed`, then `next`.
+    pub fn fail(
+        &mut self,
+        number: u32,
+        error: ErrorInfo,
+        next: NextStep,
+        now: Timestamp,
+    ) -> Result<(), Refusal> {
         let attempt = self.attempt_mut(number)?;
         if !matches!(attempt.state, AttemptState::Started | AttemptState::Unknown) {
             return Err(attempt.refuse(AttemptState::Failed));
@@ -334,6 +398,7 @@ impl Job {
         attempt.error = Some(error);
         attempt.finished_at = Some(now);
         attempt.lease_expires_at = None;
+        self.then(next, now);
         self.updated_at = now;
         Ok(())
     }
@@ -374,8 +439,13 @@ impl Job {
         }
     }
 
-    /// Resolves a live attempt out of band: `queued` | `started` | `unknown` → `cancelled`.
-    pub fn cancel_attempt(&mut self, number: u32, now: Timestamp) -> Result<(), Refusal> {
+    /// Resolves a live attempt out of band: `queued` | `started` | `unknown` → `cancelled`, then `next`.
+    pub fn cancel_attempt(
+        &mut self,
+        number: u32,
+        next: NextStep,
+        now: Timestamp,
+    ) -> Result<(), Refusal> {
         let attempt = self.attempt_mut(number)?;
         if !attempt.state.is_live() {
             return Err(attempt.refuse(AttemptState::Cancelled));
@@ -383,6 +453,7 @@ impl Job {
         attempt.state = AttemptState::Cancelled;
         attempt.finished_at = Some(now);
         attempt.lease_expires_at = None;
+        self.then(next, now);
         self.updated_at = now;
         Ok(())
     }
@@ -457,6 +528,10 @@ mod tests {
         ProviderName::parse(name).unwrap()
     }
 
+    fn stop() -> NextStep {
+        NextStep::Stop(ErrorInfo::new("providers_exhausted", "test"))
+    }
+
     fn job() -> Job {
         let input = json!({"text": "hello"});
         Job::new(
@@ -466,10 +541,59 @@ mod tests {
                 fingerprint: Fingerprint::of_intent("summarize@1", &input, None),
                 contract: ContractRef::parse("summarize@1").unwrap(),
                 input,
-                providers: vec![provider("a"), provider("b")],
+                providers: vec![provider("a"), provider("b"), provider("c")],
             },
             at(0),
         )
+    }
+
+    #[test]
+    fn failover_goes_to_the_next_untried_provider_if_it_is_qualified() {
+        let mut job = job();
+        assert_eq!(job.failover(|_| true), NextStep::Queue(provider("b")));
+        job.claim(1, at(30_000), at(1)).unwrap();
+        job.fail(
+            1,
+            ErrorInfo::new("provider_error", "500"),
+            NextStep::Queue(provider("b")),
+            at(2),
+        )
+        .unwrap();
+        assert_eq!(job.status(), JobStatus::Queued);
+        assert_eq!(job.attempt(2).unwrap().provider, provider("b"));
+        job.claim(2, at(30_000), at(3)).unwrap();
+        let next = job.failover(|p| p.as_str() != "c");
+        assert!(
+            matches!(&next, NextStep::Stop(e) if e.code == "fallback_not_qualified"),
+            "{next:?}"
+        );
+        job.cancel_attempt(2, next, at(4)).unwrap();
+        assert_eq!(job.status(), JobStatus::Failed);
+        assert_eq!(job.error.as_ref().unwrap().code, "fallback_not_qualified");
+        assert_eq!(job.attempts.len(), 2);
+        // A manual retry clears the error; once every provider was tried, the chain is exhausted.
+        job.add_attempt(provider("c"), at(5)).unwrap();
+        assert_eq!(job.error, None);
+        assert!(
+            matches!(job.failover(|_| true), NextStep::Stop(e) if e.code == "providers_exhausted")
+        );
+    }
+
+    #[test]
+    fn a_failover_decision_does_nothing_once_the_job_is_cancelled() {
+        let mut job = job();
+        job.claim(1, at(30_000), at(1)).unwrap();
+        job.mark_unknown(1, at(2)).unwrap();
+        job.cancel(at(3)).unwrap();
+        assert_eq!(
+            job.cancel_attempt(1, NextStep::Queue(provider("b")), at(4)),
+            Err(Refusal::InvalidTransition {
+                number: 1,
+                from: AttemptState::Cancelled,
+                to: AttemptState::Cancelled
+            })
+        );
+        assert_eq!(job.attempts.len(), 1);
     }
 
     #[test]
@@ -497,7 +621,7 @@ mod tests {
             })
         );
         assert_eq!(job, before);
-        job.cancel_attempt(1, at(4)).unwrap();
+        job.cancel_attempt(1, stop(), at(4)).unwrap();
         assert_eq!(job.add_attempt(provider("b"), at(5)), Ok(2));
     }
 
@@ -506,7 +630,7 @@ mod tests {
         let mut job = job();
         job.claim(1, at(30_000), at(1)).unwrap();
         job.mark_unknown(1, at(2)).unwrap();
-        job.cancel_attempt(1, at(3)).unwrap();
+        job.cancel_attempt(1, stop(), at(3)).unwrap();
         job.add_attempt(provider("b"), at(4)).unwrap();
         job.claim(2, at(30_000), at(5)).unwrap();
         assert_eq!(
@@ -528,7 +652,7 @@ mod tests {
     fn a_cancelled_attempt_that_answers_while_the_slot_is_free_wins() {
         let mut job = job();
         job.claim(1, at(30_000), at(1)).unwrap();
-        job.cancel_attempt(1, at(2)).unwrap();
+        job.cancel_attempt(1, stop(), at(2)).unwrap();
         assert_eq!(
             job.complete(1, json!({"summary": "late"}), at(3)),
             Ok(Completion::Won)
@@ -586,7 +710,7 @@ mod tests {
     fn a_failed_job_may_be_retried_by_hand() {
         let mut job = job();
         job.claim(1, at(30_000), at(1)).unwrap();
-        job.fail(1, ErrorInfo::new("provider_error", "500"), at(2))
+        job.fail(1, ErrorInfo::new("provider_error", "500"), stop(), at(2))
             .unwrap();
         assert_eq!(job.status(), JobStatus::Failed);
         assert_eq!(job.add_attempt(provider("b"), at(3)), Ok(2));
@@ -633,8 +757,14 @@ mod tests {
                     Step::Complete(n) => job.complete(n, json!({"n": n}), now).map(|c| {
                         if c == Completion::Won { winners += 1 }
                     }),
-                    Step::Fail(n) => job.fail(n, ErrorInfo::new("x", "y"), now),
-                    Step::CancelAttempt(n) => job.cancel_attempt(n, now),
+                    Step::Fail(n) => {
+                        let next = job.failover(|p| p.as_str() != "c");
+                        job.fail(n, ErrorInfo::new("x", "y"), next, now)
+                    }
+                    Step::CancelAttempt(n) => {
+                        let next = job.failover(|_| true);
+                        job.cancel_attempt(n, next, now)
+                    }
                     Step::CancelJob => job.cancel(now).map(|_| ()),
                 };
                 if outcome.is_err() {

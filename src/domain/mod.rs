@@ -7,6 +7,6 @@ pub mod job;
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName};
 pub use job::{
-    Attempt, AttemptState, Completion, ErrorInfo, Job, JobCancel, JobStatus, NewJob, Refusal,
-    Timestamp,
+    Attempt, AttemptRef, AttemptState, Completion, ErrorInfo, Job, JobCancel, JobStatus, NewJob,
+    NextStep, Refusal, Timestamp,
 };

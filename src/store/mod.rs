@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::domain::{
-    Completion, ErrorInfo, Job, JobCancel, JobId, JobStatus, NewJob, Owner, ParseError,
-    ProviderName, Refusal, Timestamp,
+    AttemptRef, Completion, ErrorInfo, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner,
+    ParseError, ProviderName, Refusal, Timestamp,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -159,23 +159,39 @@ pub trait JobStore: Send + Sync + Debug {
         now: Timestamp,
     ) -> Result<(Completion, Job), StoreError>;
 
-    /// `started` | `unknown` → `failed`.
+    /// `started` | `unknown` → `failed`, and in the same write `next`: the failover attempt, or the job's error.
     async fn fail_attempt(
         &self,
         id: &JobId,
         number: u32,
         error: ErrorInfo,
+        next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError>;
 
-    /// A live attempt → `cancelled`.
+    /// A live attempt → `cancelled`, and in the same write `next`.
     async fn cancel_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
         number: u32,
+        next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError>;
+
+    /// `started` attempts whose lease ended before `now`, oldest lease first, at most `limit`.
+    async fn expired_leases(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError>;
+
+    /// Attempts still `queued` that were queued before `before`, oldest first, at most `limit`.
+    async fn stale_queued(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError>;
 
     /// Cancels the job and its live attempt; idempotent; refused once it succeeded.
     async fn cancel_job(

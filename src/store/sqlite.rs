@@ -21,8 +21,9 @@ use tokio::sync::Mutex;
 
 use super::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 use crate::domain::{
-    Attempt, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
-    JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Refusal, Timestamp,
+    Attempt, AttemptRef, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint,
+    IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner, ProviderName,
+    Refusal, Timestamp,
 };
 
 const SCHEMA: &str = "
@@ -60,6 +61,8 @@ CREATE TABLE IF NOT EXISTS attempts (
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
     ON attempts (job_id) WHERE state IN ('queued', 'started', 'unknown');
+CREATE INDEX IF NOT EXISTS started_by_lease ON attempts (lease_expires_at) WHERE state = 'started';
+CREATE INDEX IF NOT EXISTS queued_by_age ON attempts (created_at) WHERE state = 'queued';
 PRAGMA user_version = 1;
 ";
 
@@ -340,10 +343,11 @@ impl JobStore for SqliteStore {
         id: &JobId,
         number: u32,
         error: ErrorInfo,
+        next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (_, job) = self
-            .transition(None, id, move |job| job.fail(number, error, now))
+            .transition(None, id, move |job| job.fail(number, error, next, now))
             .await?;
         Ok(job)
     }
@@ -353,14 +357,49 @@ impl JobStore for SqliteStore {
         owner: &Owner,
         id: &JobId,
         number: u32,
+        next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (_, job) = self
             .transition(Some(owner.clone()), id, move |job| {
-                job.cancel_attempt(number, now)
+                job.cancel_attempt(number, next, now)
             })
             .await?;
         Ok(job)
+    }
+
+    async fn expired_leases(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        self.read(move |conn| {
+            attempt_refs(
+                conn,
+                "SELECT job_id, number FROM attempts WHERE state = 'started' AND lease_expires_at < ?1 \
+                 ORDER BY lease_expires_at LIMIT ?2",
+                now,
+                limit,
+            )
+        })
+        .await
+    }
+
+    async fn stale_queued(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        self.read(move |conn| {
+            attempt_refs(
+                conn,
+                "SELECT job_id, number FROM attempts WHERE state = 'queued' AND created_at < ?1 \
+                 ORDER BY created_at LIMIT ?2",
+                before,
+                limit,
+            )
+        })
+        .await
     }
 
     async fn cancel_job(
@@ -461,6 +500,28 @@ fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(
         ],
     )?;
     Ok(())
+}
+
+fn attempt_refs(
+    conn: &Connection,
+    sql: &str,
+    bound: Timestamp,
+    limit: usize,
+) -> Result<Vec<AttemptRef>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt
+        .query_map(params![bound.timestamp_millis(), limit as i64], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, u32>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|(id, number)| {
+            Ok(AttemptRef {
+                job_id: parse_job_id(&id)?,
+                number,
+            })
+        })
+        .collect()
 }
 
 fn load_job(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use onejob::domain::{
-    AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job, JobCancel,
-    JobStatus, NewJob, Owner, ProviderName, Refusal, Timestamp,
+    AttemptRef, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
+    JobCancel, JobStatus, NewJob, NextStep, Owner, ProviderName, Refusal, Timestamp,
 };
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use serde_json::{Value, json};
@@ -35,7 +35,8 @@ macro_rules! conformance_suite {
             a_result_after_the_job_was_cancelled_is_discarded,
             a_late_result_for_an_unknown_attempt_with_a_free_slot_wins,
             cancelling_a_job_is_idempotent_and_refused_once_it_succeeded,
-            a_failed_attempt_records_its_error,
+            a_failure_and_its_failover_are_one_write,
+            expired_leases_and_stale_queued_attempts_are_found,
             listing_is_newest_first_and_pages_with_a_cursor,
         );
     };
@@ -105,6 +106,11 @@ async fn claimed_job(store: &dyn JobStore) -> Job {
         .claim_attempt(&job.id, 1, lease(), at(1))
         .await
         .unwrap()
+}
+
+/// A failover decision that queues nothing.
+fn stop() -> NextStep {
+    NextStep::Stop(ErrorInfo::new("providers_exhausted", "no provider left"))
 }
 
 fn lease() -> Timestamp {
@@ -181,7 +187,9 @@ pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
-        store.cancel_attempt(&bob_owner, &alice.id, 1, at(1)).await,
+        store
+            .cancel_attempt(&bob_owner, &alice.id, 1, stop(), at(1))
+            .await,
         Err(StoreError::NotFound)
     ));
     // Bob's same key is Bob's own intent.
@@ -227,7 +235,7 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
     );
 
     store
-        .cancel_attempt(&job.owner, &job.id, 1, at(4))
+        .cancel_attempt(&job.owner, &job.id, 1, stop(), at(4))
         .await
         .unwrap();
     // Released: many concurrent requests for the next attempt, exactly one gets it.
@@ -263,14 +271,12 @@ async fn two_claimed_attempts(store: &dyn JobStore, job: &Job) {
         .await
         .unwrap();
     store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
-    store
-        .cancel_attempt(&job.owner, &job.id, 1, at(3))
+    let failover = NextStep::Queue(provider("fallback"));
+    let job = store
+        .cancel_attempt(&job.owner, &job.id, 1, failover, at(3))
         .await
         .unwrap();
-    store
-        .add_attempt(&job.owner, &job.id, provider("fallback"), at(4))
-        .await
-        .unwrap();
+    assert_eq!(job.attempt(2).unwrap().state, AttemptState::Queued);
     store
         .claim_attempt(&job.id, 2, lease(), at(5))
         .await
@@ -456,11 +462,11 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
     ));
 }
 
-pub async fn a_failed_attempt_records_its_error(store: Arc<dyn JobStore>) {
+pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     assert!(matches!(
         store
-            .fail_attempt(&job.id, 1, ErrorInfo::new("x", "queued"), at(1))
+            .fail_attempt(&job.id, 1, ErrorInfo::new("x", "queued"), stop(), at(1))
             .await,
         Err(StoreError::Refused(Refusal::InvalidTransition {
             from: AttemptState::Queued,
@@ -471,24 +477,110 @@ pub async fn a_failed_attempt_records_its_error(store: Arc<dyn JobStore>) {
         .claim_attempt(&job.id, 1, lease(), at(1))
         .await
         .unwrap();
+    let error = ErrorInfo::new("provider_error", "HTTP 500");
+    let failover = NextStep::Queue(provider("fallback"));
+    let after = store
+        .fail_attempt(&job.id, 1, error.clone(), failover, at(2))
+        .await
+        .unwrap();
+    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!(stored, after);
+    assert_eq!(stored.status(), JobStatus::Queued);
+    let first = stored.attempt(1).unwrap();
+    assert_eq!(
+        (first.state, &first.error, first.finished_at),
+        (AttemptState::Failed, &Some(error), Some(at(2)))
+    );
+    let second = stored.attempt(2).unwrap();
+    assert_eq!(
+        (second.state, second.provider.as_str()),
+        (AttemptState::Queued, "fallback")
+    );
+
+    store
+        .claim_attempt(&job.id, 2, lease(), at(3))
+        .await
+        .unwrap();
+    let exhausted = ErrorInfo::new("providers_exhausted", "all tried");
     let failed = store
         .fail_attempt(
             &job.id,
-            1,
-            ErrorInfo::new("provider_error", "HTTP 500"),
-            at(2),
+            2,
+            ErrorInfo::new("provider_error", "HTTP 503"),
+            NextStep::Stop(exhausted.clone()),
+            at(4),
         )
         .await
         .unwrap();
     assert_eq!(failed.status(), JobStatus::Failed);
-    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
-    let attempt = stored.attempt(1).unwrap();
-    assert_eq!(attempt.state, AttemptState::Failed);
+    assert_eq!(failed.error, Some(exhausted));
     assert_eq!(
-        attempt.error,
-        Some(ErrorInfo::new("provider_error", "HTTP 500"))
+        store.get_job(&job.owner, &job.id).await.unwrap(),
+        Some(failed)
     );
-    assert_eq!(attempt.finished_at, Some(at(2)));
+}
+
+/// What the sweeper asks for: `started` attempts past their lease, `queued` attempts nobody claimed.
+pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn JobStore>) {
+    let short = created(
+        store.as_ref(),
+        new_job("alice", "short", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let long = created(
+        store.as_ref(),
+        new_job("alice", "long", json!({"text": "b"})),
+        at(0),
+    )
+    .await;
+    let queued = created(
+        store.as_ref(),
+        new_job("bob", "queued", json!({"text": "c"})),
+        at(10),
+    )
+    .await;
+    created(
+        store.as_ref(),
+        new_job("bob", "fresh", json!({"text": "d"})),
+        at(5_000),
+    )
+    .await;
+    store
+        .claim_attempt(&short.id, 1, at(1_000), at(1))
+        .await
+        .unwrap();
+    store
+        .claim_attempt(&long.id, 1, at(90_000), at(1))
+        .await
+        .unwrap();
+
+    let expired = store.expired_leases(at(2_000), 10).await.unwrap();
+    assert_eq!(
+        expired,
+        vec![AttemptRef {
+            job_id: short.id.clone(),
+            number: 1
+        }]
+    );
+    assert_eq!(store.expired_leases(at(999), 10).await.unwrap(), vec![]);
+
+    let stale = store.stale_queued(at(1_000), 10).await.unwrap();
+    assert_eq!(
+        stale,
+        vec![AttemptRef {
+            job_id: queued.id.clone(),
+            number: 1
+        }]
+    );
+    assert_eq!(
+        store.stale_queued(at(9_000), 1).await.unwrap().len(),
+        1,
+        "the limit holds"
+    );
+
+    store.mark_unknown(&short.id, 1, at(2_000)).await.unwrap();
+    assert_eq!(store.expired_leases(at(2_000), 10).await.unwrap(), vec![]);
 }
 
 pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobStore>) {
