@@ -24,12 +24,46 @@ pub struct Config {
     /// The providers jobs may run on, by name.
     #[serde(default = "default_providers")]
     pub providers: BTreeMap<ProviderName, ProviderConfig>,
+    /// How many attempts the local worker runs at once.
+    #[serde(default = "default_worker_concurrency")]
+    pub worker_concurrency: usize,
+    /// How often the local server sweeps (expired leases, unclaimed attempts).
+    #[serde(default = "default_sweep_interval_ms")]
+    pub sweep_interval_ms: u64,
+    /// A `queued` attempt nobody claimed for this long is dispatched again.
+    #[serde(default = "default_redispatch_after_ms")]
+    pub redispatch_after_ms: u64,
+    /// A claim's lease is the longest provider timeout + late window, plus this.
+    #[serde(default = "default_lease_margin_ms")]
+    pub lease_margin_ms: u64,
 }
 
+/// One `[providers.NAME]` table. Which keys apply depends on `kind`; [`Config::load`] refuses the others.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
+    /// openai: the API root, e.g. `https://api.openai.com/v1`; requests go to `{base_url}/chat/completions`.
+    pub base_url: Option<String>,
+    /// openai: the model name sent with each request.
+    pub model: Option<String>,
+    /// openai: the environment variable that holds the API key (sent as a bearer token).
+    pub api_key_env: Option<String>,
+    /// Without an answer after this long, the attempt becomes `unknown`.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// After the timeout, how much longer the worker keeps listening for a late answer.
+    #[serde(default = "default_late_result_ms")]
+    pub late_result_ms: u64,
+    /// May automatic failover go to this provider? A stand-in for the qualification gate, which replaces it.
+    #[serde(default)]
+    pub qualified: bool,
+    /// demo: what the provider does.
+    #[serde(default)]
+    pub behavior: DemoBehavior,
+    /// demo: how long it takes to answer (or to fail).
+    #[serde(default)]
+    pub delay_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -37,6 +71,81 @@ pub struct ProviderConfig {
 pub enum ProviderKind {
     /// Built in, in process, deterministic: for local runs and demos.
     Demo,
+    /// Any OpenAI-compatible `POST /chat/completions` endpoint.
+    Openai,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Demo => "demo",
+            Self::Openai => "openai",
+        }
+    }
+}
+
+/// What a demo provider does with a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemoBehavior {
+    /// Answers with an output that keeps the contract's output schema.
+    #[default]
+    Answer,
+    /// Answers with an error.
+    Fail,
+    /// Never answers.
+    Hang,
+    /// Answers, adding a top-level key the contract does not have.
+    ExtraKey,
+}
+
+impl ProviderConfig {
+    pub fn timeout(&self) -> chrono::Duration {
+        chrono::Duration::milliseconds(self.timeout_ms as i64)
+    }
+
+    pub fn late_result(&self) -> chrono::Duration {
+        chrono::Duration::milliseconds(self.late_result_ms as i64)
+    }
+
+    /// A demo provider with the given behaviour and delay, and default timings.
+    pub fn demo(behavior: DemoBehavior, delay_ms: u64, qualified: bool) -> Self {
+        Self {
+            kind: ProviderKind::Demo,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            timeout_ms: default_timeout_ms(),
+            late_result_ms: default_late_result_ms(),
+            qualified,
+            behavior,
+            delay_ms,
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self.kind {
+            ProviderKind::Openai => {
+                if self.base_url.is_none() || self.model.is_none() {
+                    return Err("an openai provider needs base_url and model".into());
+                }
+                if self.behavior != DemoBehavior::default() || self.delay_ms != 0 {
+                    return Err("behavior and delay_ms are for demo providers only".into());
+                }
+            }
+            ProviderKind::Demo => {
+                if self.base_url.is_some() || self.model.is_some() || self.api_key_env.is_some() {
+                    return Err(
+                        "base_url, model and api_key_env are for openai providers only".into(),
+                    );
+                }
+            }
+        }
+        if self.timeout_ms == 0 {
+            return Err("timeout_ms must be above 0".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +164,8 @@ pub enum ConfigError {
     },
     #[error("ONEJOB_TOKENS entry {0:?} is not token=owner with a valid owner")]
     Tokens(String),
+    #[error("providers.{name}: {message}")]
+    Provider { name: String, message: String },
 }
 
 fn default_contracts_dir() -> PathBuf {
@@ -65,18 +176,64 @@ fn default_body_limit() -> usize {
     256 * 1024
 }
 
+fn default_worker_concurrency() -> usize {
+    64
+}
+
+fn default_sweep_interval_ms() -> u64 {
+    5_000
+}
+
+fn default_redispatch_after_ms() -> u64 {
+    30_000
+}
+
+fn default_lease_margin_ms() -> u64 {
+    30_000
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_late_result_ms() -> u64 {
+    60_000
+}
+
+/// The built-in providers: all demo, each showing one behaviour of the engine (see the README).
 fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
-    ["demo", "demo-backup"]
-        .into_iter()
-        .map(|name| {
-            (
-                ProviderName::parse(name).expect("a valid built-in name"),
-                ProviderConfig {
-                    kind: ProviderKind::Demo,
-                },
-            )
-        })
-        .collect()
+    let slow = ProviderConfig {
+        timeout_ms: 3_000,
+        late_result_ms: 30_000,
+        ..ProviderConfig::demo(DemoBehavior::Answer, 20_000, true)
+    };
+    [
+        (
+            "demo",
+            ProviderConfig::demo(DemoBehavior::Answer, 300, true),
+        ),
+        (
+            "demo-backup",
+            ProviderConfig::demo(DemoBehavior::Answer, 100, true),
+        ),
+        (
+            "demo-fail",
+            ProviderConfig::demo(DemoBehavior::Fail, 100, true),
+        ),
+        ("demo-slow", slow),
+        (
+            "demo-sloppy",
+            ProviderConfig::demo(DemoBehavior::ExtraKey, 100, false),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, config)| {
+        (
+            ProviderName::parse(name).expect("a valid built-in name"),
+            config,
+        )
+    })
+    .collect()
 }
 
 impl Default for Config {
@@ -86,11 +243,23 @@ impl Default for Config {
             body_limit_bytes: default_body_limit(),
             tokens: BTreeMap::new(),
             providers: default_providers(),
+            worker_concurrency: default_worker_concurrency(),
+            sweep_interval_ms: default_sweep_interval_ms(),
+            redispatch_after_ms: default_redispatch_after_ms(),
+            lease_margin_ms: default_lease_margin_ms(),
         }
     }
 }
 
 impl Config {
+    pub fn engine_settings(&self) -> crate::engine::EngineSettings {
+        crate::engine::EngineSettings {
+            lease_margin: chrono::Duration::milliseconds(self.lease_margin_ms as i64),
+            redispatch_after: chrono::Duration::milliseconds(self.redispatch_after_ms as i64),
+            ..Default::default()
+        }
+    }
+
     /// Reads the file if one is named, else the defaults; then adds the tokens of `ONEJOB_TOKENS` if given.
     pub fn load(path: Option<&Path>, env_tokens: Option<&str>) -> Result<Self, ConfigError> {
         let mut config = match path {
@@ -117,6 +286,12 @@ impl Config {
             let owner = Owner::parse(owner).map_err(|_| ConfigError::Tokens(entry.to_owned()))?;
             config.tokens.insert(token.to_owned(), owner);
         }
+        for (name, provider) in &config.providers {
+            provider.check().map_err(|message| ConfigError::Provider {
+                name: name.to_string(),
+                message,
+            })?;
+        }
         Ok(config)
     }
 }
@@ -142,6 +317,30 @@ mod tests {
         std::fs::write(&path, "contract_dir = \"x\"\n").unwrap();
         let err = Config::load(Some(&path), None).unwrap_err();
         assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+    }
+
+    #[test]
+    fn provider_keys_must_fit_their_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("onejob.toml");
+        std::fs::write(&path, "[providers.x]\nkind = \"openai\"\nmodel = \"m\"\n").unwrap();
+        let err = Config::load(Some(&path), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "providers.x: an openai provider needs base_url and model"
+        );
+        std::fs::write(&path, "[providers.x]\nkind = \"demo\"\nmodel = \"m\"\n").unwrap();
+        assert!(Config::load(Some(&path), None).is_err());
+        std::fs::write(
+            &path,
+            "[providers.x]\nkind = \"demo\"\nbehavior = \"hang\"\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), None).unwrap();
+        assert_eq!(
+            config.providers.values().next().unwrap().behavior,
+            DemoBehavior::Hang
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub struct Contract {
     /// Inputs used to check a provider against this contract.
     pub samples: Vec<Value>,
     input_validator: jsonschema::Validator,
+    output_validator: jsonschema::Validator,
 }
 
 /// One problem with a request's input, located by JSON Pointer.
@@ -39,6 +40,51 @@ pub struct InputError {
 }
 
 impl Contract {
+    /// The prompt with each `{{ field }}` replaced by that input field: strings as they are, other values as JSON.
+    /// A placeholder whose field is missing is an error, never an empty string.
+    pub fn render(&self, input: &Value) -> Result<String, String> {
+        let mut out = String::with_capacity(self.prompt.len());
+        let mut rest = self.prompt.as_str();
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..]
+                .find("}}")
+                .ok_or_else(|| "the prompt has a '{{' without '}}'".to_owned())?;
+            let name = rest[start + 2..start + end].trim();
+            let value = input
+                .get(name)
+                .ok_or_else(|| format!("the input has no field {name:?} for the prompt"))?;
+            out.push_str(&rest[..start]);
+            match value {
+                Value::String(text) => out.push_str(text),
+                other => out.push_str(&other.to_string()),
+            }
+            rest = &rest[start + end + 2..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// Every way a provider's output breaks the contract: its schema, and any top-level key the schema does not
+    /// name (even where the schema forgot `additionalProperties: false`). Empty when it keeps it.
+    pub fn output_problems(&self, output: &Value) -> Vec<String> {
+        let mut problems: Vec<String> = self
+            .output_validator
+            .iter_errors(output)
+            .map(|e| format!("{} (at {:?})", e, e.instance_path().to_string()))
+            .collect();
+        if let (Some(fields), Some(known)) = (
+            output.as_object(),
+            self.output_schema
+                .get("properties")
+                .and_then(Value::as_object),
+        ) {
+            problems.extend(fields.keys().filter(|k| !known.contains_key(*k)).map(|k| {
+                format!("the output has a top-level key the contract does not name: {k:?}")
+            }));
+        }
+        problems
+    }
+
     /// Every way `input` breaks the input schema; empty when it keeps it.
     pub fn input_errors(&self, input: &Value) -> Vec<InputError> {
         self.input_validator
@@ -138,7 +184,7 @@ fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Con
     let reference = ContractRef::new(&file.name, file.version).map_err(|e| e.to_string())?;
     let input_validator = jsonschema::validator_for(&file.input_schema)
         .map_err(|e| format!("input_schema does not compile: {e}"))?;
-    jsonschema::validator_for(&file.output_schema)
+    let output_validator = jsonschema::validator_for(&file.output_schema)
         .map_err(|e| format!("output_schema does not compile: {e}"))?;
     if file.providers.is_empty() {
         return Err("providers: the default chain needs at least one provider".into());
@@ -160,6 +206,7 @@ fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Con
         providers: file.providers,
         samples: file.samples,
         input_validator,
+        output_validator,
     };
     for (i, sample) in contract.samples.iter().enumerate() {
         if let Some(e) = contract.input_errors(sample).first() {
@@ -195,6 +242,58 @@ mod tests {
         let errors = summarize.input_errors(&json!({"text": 3, "extra": true}));
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(errors.iter().any(|e| e.pointer == "/text"));
+    }
+
+    #[test]
+    fn prompts_render_strictly() {
+        let contracts = shipped();
+        let classify = contracts
+            .get(&ContractRef::parse("classify@1").unwrap())
+            .unwrap();
+        let input =
+            json!({"text": "charged twice", "labels": ["billing", "praise"], "max_labels": 1});
+        let prompt = classify.render(&input).unwrap();
+        assert!(
+            prompt.contains(r#"From these labels: ["billing","praise"], pick at most 1"#),
+            "{prompt}"
+        );
+        assert!(prompt.contains("Text:\ncharged twice"), "{prompt}");
+        let err = classify
+            .render(&json!({"text": "x", "labels": ["a"]}))
+            .unwrap_err();
+        assert!(err.contains("max_labels"), "{err}");
+    }
+
+    #[test]
+    fn outputs_must_keep_the_schema_and_add_no_top_level_key() {
+        let contracts = shipped();
+        let summarize = contracts
+            .get(&ContractRef::parse("summarize@1").unwrap())
+            .unwrap();
+        assert!(
+            summarize
+                .output_problems(&json!({"summary": "short"}))
+                .is_empty()
+        );
+        assert_eq!(summarize.output_problems(&json!({"summary": ""})).len(), 1);
+        assert_eq!(summarize.output_problems(&json!("prose")).len(), 1);
+        let lenient = parse(
+            r#"
+            name = "x"
+            version = 1
+            prompt = "{{ text }}"
+            temperature = 0.0
+            max_output_tokens = 10
+            providers = ["demo"]
+            input_schema = { type = "object" }
+            output_schema = { type = "object", properties = { a = { type = "string" } } }
+        "#,
+            &|_: &ProviderName| true,
+        )
+        .unwrap();
+        let problems = lenient.output_problems(&json!({"a": "x", "b": 1}));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("\"b\""));
     }
 
     #[test]

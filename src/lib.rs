@@ -6,9 +6,16 @@
 //!   every state transition. No I/O, no async. Start here to learn what the service promises.
 //! - [`store`]: the `JobStore` port (each method one atomic operation) and its adapters; [`store::sqlite`] is the
 //!   embedded default.
-//! - [`contracts`]: job contracts loaded from `contracts/*.toml`, and input checks against their schemas.
+//! - [`contracts`]: job contracts loaded from `contracts/*.toml`: input checks, prompt rendering, output checks.
+//! - [`engine`]: the parts an attempt's life touches, and the mutations the API and the worker share (each write
+//!   followed by its dispatch, count and change notice).
+//! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`).
+//! - [`queue`]: the dispatch port (a message names one attempt) and its in-process adapter.
+//! - [`worker`]: one step, `process_attempt` (claim, call, complete by compare-and-swap, fail with failover,
+//!   time out into `unknown`), the sweeper step, and the local loops around both.
+//! - [`metrics`]: counters served as Prometheus text.
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
-//! - [`server`]: wiring for the local server: config, contracts, store and tokens into the router.
+//! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
 //! - [`config`]: `onejob.toml`, every key documented.
 //! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
 //! - [`telemetry`]: `tracing` set-up.
@@ -19,7 +26,12 @@ pub mod clock;
 pub mod config;
 pub mod contracts;
 pub mod domain;
+pub mod engine;
 pub mod http;
+pub mod metrics;
+pub mod providers;
+pub mod queue;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod worker;

@@ -9,9 +9,9 @@ use clap::{Parser, Subcommand};
 use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::http::auth::Tokens;
-use onejob::http::error::error_chain;
 use onejob::server::{self, StartError};
 use onejob::store::sqlite::SqliteStore;
+use onejob::telemetry::error_chain;
 
 #[derive(Debug, Parser)]
 #[command(name = "onejob", version, about = "One job per user intent.")]
@@ -57,11 +57,9 @@ async fn serve(addr: SocketAddr, db: PathBuf, config: Option<PathBuf>) -> Result
     let config = Config::load(config.as_deref(), env_tokens.as_deref())?;
     let tokens = server::tokens(&config, addr)?;
     let store = Arc::new(SqliteStore::open(&db)?);
-    let state = server::app_state(&config, store, Arc::new(SystemClock), tokens)?;
     let listener = server::bind(addr).await?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr, source })?;
+    let running = server::start(listener, &config, store, Arc::new(SystemClock), tokens)?;
+    let addr = running.addr;
     tracing::info!(%addr, db = %db.display(), "onejob is listening");
     if config.tokens.is_empty() {
         println!("No tokens configured: accepting these dev tokens on {addr}:");
@@ -69,9 +67,7 @@ async fn serve(addr: SocketAddr, db: PathBuf, config: Option<PathBuf>) -> Result
             println!("  Authorization: Bearer {token}   (owner {owner})");
         }
     }
-    server::serve(listener, state, shutdown_signal())
-        .await
-        .map_err(StartError::Serve)?;
+    running.serve_until(shutdown_signal()).await?;
     tracing::info!("onejob stopped");
     Ok(())
 }

@@ -1,17 +1,24 @@
-//! The local server: config, contracts, store and tokens wired into the router, served until shutdown.
+//! The local server: config, contracts, providers, store and tokens wired into the engine and the router; the
+//! in-process queue with its worker loop; the sweeper; all served until shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::contracts::{ContractError, Contracts};
+use crate::engine::Engine;
 use crate::http::auth::Tokens;
 use crate::http::{AppState, router};
+use crate::providers::Providers;
+use crate::queue::local::LocalQueue;
 use crate::store::{JobStore, StoreError};
+use crate::worker;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -47,39 +54,102 @@ pub fn tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, StartError> {
     }
 }
 
-/// Everything the handlers need, from the config and the parts chosen by the caller.
-pub fn app_state(
-    config: &Config,
-    store: Arc<dyn JobStore>,
-    clock: Arc<dyn Clock>,
-    tokens: Tokens,
-) -> Result<AppState, StartError> {
-    let contracts = Contracts::load(&config.contracts_dir, |p| config.providers.contains_key(p))?;
-    Ok(AppState {
-        store,
-        clock,
-        contracts: Arc::new(contracts),
-        providers: Arc::new(config.providers.clone()),
-        tokens: Arc::new(tokens),
-        body_limit: config.body_limit_bytes,
-    })
-}
-
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })
 }
 
-/// Serves the API on `listener` until `shutdown` resolves, then lets requests in flight finish.
-pub async fn serve(
+/// A running local server: the API, the worker loop and the sweeper.
+#[derive(Debug)]
+pub struct Running {
+    pub engine: Arc<Engine>,
+    pub addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    http: JoinHandle<std::io::Result<()>>,
+    worker: JoinHandle<()>,
+    sweeper: JoinHandle<()>,
+}
+
+/// Starts everything on `listener`. Attempts run on the in-process queue; the sweeper runs on `clock`.
+pub fn start(
     listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    config: &Config,
+    store: Arc<dyn JobStore>,
+    clock: Arc<dyn Clock>,
+    tokens: Tokens,
+) -> Result<Running, StartError> {
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
+    let contracts = Contracts::load(&config.contracts_dir, |p| config.providers.contains_key(p))?;
+    let providers = Providers::from_config(&config.providers, clock.clone());
+    let (queue, messages) = LocalQueue::new();
+    let engine = Arc::new(Engine::new(
+        store,
+        clock,
+        Arc::new(contracts),
+        Arc::new(providers),
+        Arc::new(queue),
+        config.engine_settings(),
+    ));
+    let state = AppState {
+        engine: engine.clone(),
+        tokens: Arc::new(tokens),
+        body_limit: config.body_limit_bytes,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let http = tokio::spawn(async move {
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(async {
+                stopped.await.ok();
+            })
+            .await
+    });
+    let worker = tokio::spawn(worker::run_local(
+        engine.clone(),
+        messages,
+        config.worker_concurrency,
+    ));
+    let interval = chrono::Duration::milliseconds(config.sweep_interval_ms as i64);
+    let sweeper = tokio::spawn(worker::sweeper::run_local(engine.clone(), interval));
+    Ok(Running {
+        engine,
+        addr,
+        stop,
+        http,
+        worker,
+        sweeper,
+    })
+}
+
+impl Running {
+    /// Serves until `shutdown` resolves, then stops.
+    pub async fn serve_until(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+        shutdown.await;
+        self.stop().await
+    }
+
+    /// Lets requests in flight finish, then stops the worker and the sweeper. Attempts still running stay
+    /// `started`; after their lease the next sweeper makes them `unknown`.
+    pub async fn stop(self) -> Result<(), StartError> {
+        let _ = self.stop.send(());
+        let served = self.http.await;
+        self.worker.abort();
+        self.sweeper.abort();
+        match served {
+            Ok(result) => result.map_err(StartError::Serve),
+            Err(e) => Err(StartError::Serve(std::io::Error::other(e))),
+        }
+    }
+
+    /// Stops everything at once, mid-request and mid-attempt, as a crash would.
+    pub fn crash(self) {
+        self.http.abort();
+        self.worker.abort();
+        self.sweeper.abort();
+    }
 }
 
 #[cfg(test)]

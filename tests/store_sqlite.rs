@@ -1,6 +1,7 @@
 //! The store conformance suite on the embedded SQLite store, plus what only a file-backed store can show.
 
 mod conformance;
+mod stand_in;
 
 use std::sync::Arc;
 

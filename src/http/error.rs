@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::contracts::InputError;
-use crate::domain::{JobId, JobStatus, Refusal};
+use crate::domain::{AttemptState, JobId, JobStatus, Refusal};
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,15 @@ pub enum ApiError {
         "this Idempotency-Key was already used with a different request; send a new key for a new intent"
     )]
     IdempotencyKeyReused { job_id: JobId },
+    /// 409 `attempt_in_progress`: an attempt is still `queued`, `started` or `unknown`.
+    #[error("attempt {number} is still {}; resolve or cancel it first", .state.as_str())]
+    AttemptInProgress { number: u32, state: AttemptState },
+    /// 409 `attempt_not_cancellable`: the attempt already ended.
+    #[error("attempt {number} is already {}", .state.as_str())]
+    AttemptNotCancellable { number: u32, state: AttemptState },
+    /// 404 `attempt_not_found`.
+    #[error("the job has no attempt {0}")]
+    AttemptNotFound(u32),
     /// 404 `job_not_found`: no such job for this owner (another owner's job answers the same).
     #[error("no job with this id")]
     JobNotFound,
@@ -89,6 +98,9 @@ impl ApiError {
             Self::IdempotencyKeyReused { .. } => (StatusCode::CONFLICT, "idempotency_key_reused"),
             Self::JobNotFound => (StatusCode::NOT_FOUND, "job_not_found"),
             Self::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
+            Self::AttemptInProgress { .. } => (StatusCode::CONFLICT, "attempt_in_progress"),
+            Self::AttemptNotCancellable { .. } => (StatusCode::CONFLICT, "attempt_not_cancellable"),
+            Self::AttemptNotFound(_) => (StatusCode::NOT_FOUND, "attempt_not_found"),
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -125,7 +137,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         let detail = if let Self::Internal(source) = &self {
-            tracing::error!(error = %error_chain(source.as_ref()), "internal error");
+            tracing::error!(error = %crate::telemetry::error_chain(source.as_ref()), "internal error");
             "internal error".to_owned()
         } else {
             self.to_string()
@@ -166,23 +178,22 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// An error and its sources, outermost first, joined by ": ".
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound => Self::JobNotFound,
             StoreError::Refused(Refusal::JobFinished { status }) => Self::JobFinished { status },
+            StoreError::Refused(Refusal::AttemptInProgress { number, state }) => {
+                Self::AttemptInProgress { number, state }
+            }
+            StoreError::Refused(Refusal::NoSuchAttempt { number }) => Self::AttemptNotFound(number),
+            // The API's only attempt transition is the out-of-band cancel.
+            StoreError::Refused(Refusal::InvalidTransition { number, from, .. }) => {
+                Self::AttemptNotCancellable {
+                    number,
+                    state: from,
+                }
+            }
             other => Self::Internal(Box::new(other)),
         }
     }

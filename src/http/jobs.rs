@@ -6,9 +6,10 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::SecondsFormat;
+use chrono::{Duration, SecondsFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
@@ -115,7 +116,7 @@ impl From<&Attempt> for AttemptView {
     }
 }
 
-fn job_response(status: StatusCode, job: &Job) -> Response {
+pub(super) fn job_response(status: StatusCode, job: &Job) -> Response {
     (status, Json(JobView::from(job))).into_response()
 }
 
@@ -149,7 +150,7 @@ pub async fn create_job(
         body::shaped(body::json_value(&headers, body, app.body_limit).await?)?;
     let contract = ContractRef::parse(&request.contract)
         .ok()
-        .and_then(|r| app.contracts.get(&r))
+        .and_then(|r| app.engine.contracts.get(&r))
         .ok_or_else(|| ApiError::UnknownContract(request.contract.clone()))?;
     let providers = match &request.providers {
         None => contract.providers.clone(),
@@ -172,7 +173,7 @@ pub async fn create_job(
         input: request.input,
         providers,
     };
-    match app.store.create_job(new, app.clock.now()).await? {
+    match app.engine.create_job(new).await? {
         CreateOutcome::Created(job) => {
             tracing::info!(job_id = %job.id, contract = %job.contract, "job created");
             let mut response = job_response(StatusCode::CREATED, &job);
@@ -209,7 +210,7 @@ impl AppState {
         for name in names {
             let provider = ProviderName::parse(name)
                 .ok()
-                .filter(|p| self.providers.contains_key(p))
+                .filter(|p| self.engine.providers.contains(p))
                 .ok_or_else(|| ApiError::UnknownProvider(name.clone()))?;
             if chain.contains(&provider) {
                 return Err(ApiError::InvalidRequest(format!(
@@ -222,16 +223,31 @@ impl AppState {
     }
 }
 
-fn job_id(raw: &str) -> Result<JobId, ApiError> {
+pub(super) fn job_id(raw: &str) -> Result<JobId, ApiError> {
     JobId::parse(raw).map_err(|_| ApiError::JobNotFound)
 }
 
-/// One of the caller's jobs, with its attempts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct GetParams {
+    /// Hold the answer up to this many seconds (at most 25) until the job changes or is settled.
+    wait: Option<u64>,
+}
+
+/// The longest `?wait=` accepted, in seconds.
+const MAX_WAIT_SECONDS: u64 = 25;
+
+/// While a long poll waits, how often it reads the job again in case another process changed it.
+const POLL_EVERY: Duration = Duration::seconds(1);
+
+/// One of the caller's jobs, with its attempts; with `?wait=N`, as soon as it changes (or after N seconds).
 #[utoipa::path(
     get, path = "/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job's id"), GetParams),
     responses(
         (status = 200, body = JobView),
+        (status = 400, description = "invalid_parameter", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "job_not_found (also for another owner's job)", body = Problem, content_type = "application/problem+json"),
     ),
@@ -241,13 +257,46 @@ pub async fn get_job(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path(id): Path<String>,
+    params: Result<Query<GetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let job = app
-        .store
-        .get_job(&owner, &job_id(&id)?)
-        .await?
-        .ok_or(ApiError::JobNotFound)?;
-    Ok(job_response(StatusCode::OK, &job))
+    let Query(params) = params.map_err(|e| ApiError::InvalidParameter(e.body_text()))?;
+    let wait = params.wait.unwrap_or(0);
+    if wait > MAX_WAIT_SECONDS {
+        return Err(ApiError::InvalidParameter(format!(
+            "wait must be 0 to {MAX_WAIT_SECONDS} seconds"
+        )));
+    }
+    let id = job_id(&id)?;
+    let engine = &app.engine;
+    // Subscribe before the first read, so that no change between the two is missed.
+    let mut changes = engine.subscribe();
+    let read = || async {
+        engine
+            .store
+            .get_job(&owner, &id)
+            .await?
+            .ok_or(ApiError::JobNotFound)
+    };
+    let first = read().await?;
+    if wait == 0 || first.status().is_settled() {
+        return Ok(job_response(StatusCode::OK, &first));
+    }
+    let mut deadline = engine.clock.sleep(Duration::seconds(wait as i64));
+    loop {
+        tokio::select! {
+            () = &mut deadline => return Ok(job_response(StatusCode::OK, &read().await?)),
+            change = changes.recv() => match change {
+                Ok(changed) if changed != id => continue,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return Ok(job_response(StatusCode::OK, &read().await?)),
+            },
+            () = engine.clock.sleep(POLL_EVERY) => {}
+        }
+        let now = read().await?;
+        if now != first {
+            return Ok(job_response(StatusCode::OK, &now));
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -303,7 +352,7 @@ pub async fn list_jobs(
         limit,
         cursor,
     };
-    let page = app.store.list_jobs(&owner, &query).await?;
+    let page = app.engine.store.list_jobs(&owner, &query).await?;
     Ok(Json(JobList {
         jobs: page.jobs.iter().map(JobView::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
@@ -327,10 +376,6 @@ pub async fn cancel_job(
     Caller(owner): Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (_, job) = app
-        .store
-        .cancel_job(&owner, &job_id(&id)?, app.clock.now())
-        .await?;
-    tracing::info!(job_id = %job.id, "job cancelled");
+    let job = app.engine.cancel_job(&owner, &job_id(&id)?).await?;
     Ok(job_response(StatusCode::OK, &job))
 }

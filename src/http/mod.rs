@@ -1,11 +1,11 @@
 //! One axum [`router`] for every runtime: the local server serves it with `axum::serve`, tests bind it to port 0.
 
+pub mod attempts;
 pub mod auth;
 pub mod body;
 pub mod error;
 pub mod jobs;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -16,21 +16,14 @@ use serde_json::Value;
 use tower_http::trace::TraceLayer;
 use utoipa::{OpenApi, ToSchema};
 
-use crate::clock::Clock;
-use crate::config::ProviderConfig;
-use crate::contracts::Contracts;
-use crate::domain::ProviderName;
-use crate::store::JobStore;
+use crate::engine::Engine;
 use auth::{Caller, Tokens};
 use error::{ApiError, Problem};
 
 /// What every handler may use; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub store: Arc<dyn JobStore>,
-    pub clock: Arc<dyn Clock>,
-    pub contracts: Arc<Contracts>,
-    pub providers: Arc<BTreeMap<ProviderName, ProviderConfig>>,
+    pub engine: Arc<Engine>,
     pub tokens: Arc<Tokens>,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
@@ -40,10 +33,14 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
         .route("/v1/contracts", get(list_contracts))
+        .route("/v1/providers", get(list_providers))
         .route("/v1/jobs", post(jobs::create_job).get(jobs::list_jobs))
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel_job))
+        .route("/v1/jobs/{id}/attempts", post(attempts::add_attempt))
+        .route("/v1/jobs/{id}/attempts/{number}/cancel", post(attempts::cancel_attempt))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
@@ -55,8 +52,10 @@ pub fn router(state: AppState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
-    paths(healthz, list_contracts, jobs::create_job, jobs::get_job, jobs::list_jobs, jobs::cancel_job),
-    components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList)),
+    paths(healthz, metrics, list_contracts, list_providers, jobs::create_job, jobs::get_job, jobs::list_jobs, jobs::cancel_job,
+          attempts::add_attempt, attempts::cancel_attempt),
+    components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
+                       ProviderList, attempts::AddAttemptRequest)),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -127,6 +126,7 @@ struct ContractList {
 )]
 async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<ContractList> {
     let contracts = app
+        .engine
         .contracts
         .iter()
         .map(|c| ContractView {
@@ -141,4 +141,57 @@ async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<Contract
         })
         .collect();
     Json(ContractList { contracts })
+}
+
+/// Counters in the Prometheus text format: creates by outcome, attempts by state, races lost.
+#[utoipa::path(get, path = "/metrics", tag = "meta",
+    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
+async fn metrics(State(app): State<AppState>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        app.engine.metrics.render(),
+    )
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+struct ProviderView {
+    name: String,
+    kind: String,
+    timeout_ms: u64,
+    late_result_ms: u64,
+    /// May automatic failover go to this provider?
+    qualified: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+struct ProviderList {
+    providers: Vec<ProviderView>,
+}
+
+/// The configured providers.
+#[utoipa::path(
+    get, path = "/v1/providers", tag = "contracts",
+    responses(
+        (status = 200, body = ProviderList),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+async fn list_providers(State(app): State<AppState>, _: Caller) -> Json<ProviderList> {
+    let providers = app
+        .engine
+        .providers
+        .iter()
+        .map(|(name, p)| ProviderView {
+            name: name.to_string(),
+            kind: p.config.kind.as_str().to_owned(),
+            timeout_ms: p.config.timeout_ms,
+            late_result_ms: p.config.late_result_ms,
+            qualified: p.config.qualified,
+        })
+        .collect();
+    Json(ProviderList { providers })
 }

@@ -9,13 +9,12 @@ use chrono::{TimeZone, Utc};
 use onejob::clock::ManualClock;
 use onejob::config::Config;
 use onejob::domain::Owner;
+use onejob::engine::Engine;
 use onejob::http::auth::Tokens;
-use onejob::server;
+use onejob::server::{self, Running};
 use onejob::store::sqlite::SqliteStore;
 use reqwest::{Client, Response, header};
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub const ALICE: &str = "token-alice";
 pub const BOB: &str = "token-bob";
@@ -26,12 +25,13 @@ pub struct TestApp {
     pub db: PathBuf,
     /// The server's clock: it stands still until a test moves it.
     pub clock: Arc<ManualClock>,
-    /// Folder of the database; removed when the app is dropped.
-    _dir: Arc<tempfile::TempDir>,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    pub config: Config,
+    /// Folder of the database; removed when the last app on it is dropped.
+    dir: Arc<tempfile::TempDir>,
+    running: Option<Running>,
 }
 
+/// The test config: the shipped contracts, the built-in demo providers, two owners.
 pub fn config() -> Config {
     Config {
         contracts_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts"),
@@ -40,6 +40,14 @@ pub fn config() -> Config {
             (BOB.to_owned(), Owner::parse("bob").unwrap()),
         ]),
         ..Config::default()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.crash();
+        }
     }
 }
 
@@ -63,29 +71,33 @@ impl TestApp {
         let db = dir.path().join("onejob.db");
         let store = Arc::new(SqliteStore::open(&db).unwrap());
         let tokens = Tokens::new(config.tokens.clone());
-        let state = server::app_state(&config, store, clock.clone(), tokens).unwrap();
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let server = tokio::spawn(server::serve(listener, state, async {
-            stop.await.ok();
-        }));
+        let running = server::start(listener, &config, store, clock.clone(), tokens).unwrap();
         Self {
-            addr,
+            addr: running.addr,
             client: Client::new(),
             db,
             clock,
-            _dir: dir,
-            shutdown: Some(shutdown),
-            server: Some(server),
+            config,
+            dir,
+            running: Some(running),
         }
     }
 
-    /// Stops the server gracefully and starts a new one on the same database file.
+    pub fn engine(&self) -> &Engine {
+        &self.running.as_ref().unwrap().engine
+    }
+
+    /// Stops the server gracefully and starts a new one on the same database file and clock.
     pub async fn restart(mut self) -> Self {
-        self.shutdown.take().unwrap().send(()).unwrap();
-        self.server.take().unwrap().await.unwrap().unwrap();
-        Self::spawn_on(self._dir.clone(), config(), self.clock.clone()).await
+        self.running.take().unwrap().stop().await.unwrap();
+        Self::spawn_on(self.dir.clone(), self.config.clone(), self.clock.clone()).await
+    }
+
+    /// Kills the server mid-flight (no graceful anything), then starts a new one on the same file and clock.
+    pub async fn crash_and_restart(mut self) -> Self {
+        self.running.take().unwrap().crash();
+        Self::spawn_on(self.dir.clone(), self.config.clone(), self.clock.clone()).await
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -178,4 +190,21 @@ pub async fn assert_problem(response: Response, status: u16, code: &str) -> Valu
     assert_eq!(body["status"], status);
     assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
     body
+}
+
+/// The parts of a job that no worker changes: what the intent was and when it was made.
+pub fn intent(job: &Value) -> Value {
+    let keep = [
+        "id",
+        "idempotency_key",
+        "fingerprint",
+        "contract",
+        "input",
+        "providers",
+        "created_at",
+    ];
+    keep.iter()
+        .map(|k| (k.to_string(), job[*k].clone()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }

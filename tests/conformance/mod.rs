@@ -1,6 +1,10 @@
-//! The store conformance suite: every case takes an `Arc<dyn JobStore>` and asserts what SPEC §3 promises, so
+//! The store conformance suite (and, in [`engine`], the engine's suite on that store): every case takes an `Arc<dyn JobStore>` and asserts what SPEC §3 promises, so
 //! every backend runs the very same cases. A backend's test file calls [`conformance_suite!`] with an async
 //! expression that yields a fresh [`Fixture`].
+
+pub mod engine;
+
+pub use engine::*;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -38,6 +42,16 @@ macro_rules! conformance_suite {
             a_failure_and_its_failover_are_one_write,
             expired_leases_and_stale_queued_attempts_are_found,
             listing_is_newest_first_and_pages_with_a_cursor,
+            a_timeout_is_unknown_and_blocks_new_attempts,
+            the_attempt_that_answers_first_wins_the_race,
+            a_duplicate_delivery_makes_one_provider_call,
+            a_late_result_after_a_job_cancel_is_discarded,
+            a_late_answer_after_the_timeout_wins_a_free_slot,
+            a_provider_error_fails_over_to_the_fallback,
+            an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing,
+            a_lost_connection_is_unknown_and_a_refused_one_is_failed,
+            the_provider_call_carries_the_attempt_key_and_the_contract,
+            the_sweeper_resolves_expired_leases_and_lost_messages,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -1,0 +1,96 @@
+//! The attempt endpoints: a manual retry, and the out-of-band cancel that unblocks an `unknown` attempt.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::Caller;
+use super::body;
+use super::error::{ApiError, Problem};
+use super::jobs::{AttemptView, JobView, job_id, job_response};
+use crate::domain::ProviderName;
+
+/// The optional body of `POST /v1/jobs/{id}/attempts`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddAttemptRequest {
+    /// The provider to try; by default the next untried provider of the job's chain, else its primary.
+    pub provider: Option<String>,
+}
+
+/// Queues a new attempt, when none is live and the job has no result.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/attempts", tag = "attempts",
+    params(("id" = String, Path, description = "The job's id")),
+    request_body(content = Option<AddAttemptRequest>, description = "Optional; an empty body picks the provider"),
+    responses(
+        (status = 201, description = "The new attempt, queued", body = AttemptView),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "job_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_request, unknown_provider", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn add_attempt(
+    State(app): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let id = job_id(&id)?;
+    let empty = headers
+        .get(header::CONTENT_LENGTH)
+        .is_none_or(|len| len.as_bytes() == b"0");
+    let request: AddAttemptRequest = if empty && !headers.contains_key(header::CONTENT_TYPE) {
+        AddAttemptRequest::default()
+    } else {
+        body::shaped(body::json_value(&headers, body, app.body_limit).await?)?
+    };
+    let provider = request
+        .provider
+        .map(|name| {
+            ProviderName::parse(&name)
+                .ok()
+                .filter(|p| app.engine.providers.contains(p))
+                .ok_or(ApiError::UnknownProvider(name))
+        })
+        .transpose()?;
+    let (number, job) = app.engine.add_attempt(&owner, &id, provider).await?;
+    let attempt = job.attempt(number).expect("the new attempt is in the job");
+    tracing::info!(job_id = %job.id, attempt = number, provider = %attempt.provider, "attempt added by hand");
+    Ok((StatusCode::CREATED, Json(AttemptView::from(attempt))).into_response())
+}
+
+/// Resolves a live attempt out of band ("stop waiting"): it becomes `cancelled` and failover goes on. If its
+/// provider still delivers while the result slot is free, that result wins; later it would be discarded.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/attempts/{number}/cancel", tag = "attempts",
+    params(("id" = String, Path, description = "The job's id"), ("number" = u32, Path, description = "The attempt's number")),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = 400, description = "invalid_parameter: not an attempt number", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "job_not_found, attempt_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "attempt_not_cancellable: it already ended", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel_attempt(
+    State(app): State<AppState>,
+    Caller(owner): Caller,
+    Path((id, number)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let id = job_id(&id)?;
+    let number: u32 = number
+        .parse()
+        .map_err(|_| ApiError::InvalidParameter(format!("not an attempt number: {number:?}")))?;
+    let job = app.engine.cancel_attempt(&owner, &id, number).await?;
+    Ok(job_response(StatusCode::OK, &job))
+}

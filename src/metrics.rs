@@ -1,0 +1,96 @@
+//! Counters of what matters for "one job per intent", served as Prometheus text at `GET /metrics`.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::domain::AttemptState;
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    created: AtomicU64,
+    replayed: AtomicU64,
+    conflicts: AtomicU64,
+    /// Attempts that entered each state, indexed like [`AttemptState::ALL`].
+    attempts: [AtomicU64; AttemptState::ALL.len()],
+    races_lost: AtomicU64,
+}
+
+/// What a create did, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateKind {
+    Created,
+    Replayed,
+    Conflict,
+}
+
+impl Metrics {
+    pub fn create(&self, kind: CreateKind) {
+        let counter = match kind {
+            CreateKind::Created => &self.created,
+            CreateKind::Replayed => &self.replayed,
+            CreateKind::Conflict => &self.conflicts,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn attempt(&self, state: AttemptState) {
+        let index = AttemptState::ALL
+            .iter()
+            .position(|s| *s == state)
+            .expect("every state is in ALL");
+        self.attempts[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A completion lost the compare-and-swap on the result slot.
+    pub fn race_lost(&self) {
+        self.races_lost.fetch_add(1, Ordering::Relaxed);
+        self.attempt(AttemptState::Discarded);
+    }
+
+    pub fn attempts_in(&self, state: AttemptState) -> u64 {
+        let index = AttemptState::ALL
+            .iter()
+            .position(|s| *s == state)
+            .unwrap_or(0);
+        self.attempts[index].load(Ordering::Relaxed)
+    }
+
+    pub fn races_lost(&self) -> u64 {
+        self.races_lost.load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        out.push_str("# HELP onejob_creates_total Job creates by outcome.\n# TYPE onejob_creates_total counter\n");
+        for (outcome, counter) in [
+            ("created", &self.created),
+            ("replayed", &self.replayed),
+            ("conflict", &self.conflicts),
+        ] {
+            let _ = writeln!(
+                out,
+                "onejob_creates_total{{outcome=\"{outcome}\"}} {}",
+                load(counter)
+            );
+        }
+        out.push_str(
+            "# HELP onejob_attempts_total Attempts that entered each state.\n# TYPE onejob_attempts_total counter\n",
+        );
+        for (state, counter) in AttemptState::ALL.iter().zip(&self.attempts) {
+            let _ = writeln!(
+                out,
+                "onejob_attempts_total{{state=\"{}\"}} {}",
+                state.as_str(),
+                load(counter)
+            );
+        }
+        out.push_str(
+            "# HELP onejob_races_lost_total Completions that lost the result slot and were discarded.\n\
+             # TYPE onejob_races_lost_total counter\n",
+        );
+        let _ = writeln!(out, "onejob_races_lost_total {}", load(&self.races_lost));
+        out
+    }
+}

@@ -1,0 +1,113 @@
+//! The built-in `demo` kind: in process, deterministic, its behaviour set in the config. It answers with an output
+//! made from the contract's output schema and the input, so it keeps any contract.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+
+use super::{Provider, ProviderOutcome, ProviderRequest};
+use crate::clock::Clock;
+use crate::config::{DemoBehavior, ProviderConfig};
+use crate::domain::ErrorInfo;
+
+#[derive(Debug)]
+pub struct DemoProvider {
+    behavior: DemoBehavior,
+    delay: chrono::Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl DemoProvider {
+    pub fn new(config: &ProviderConfig, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            behavior: config.behavior,
+            delay: chrono::Duration::milliseconds(config.delay_ms as i64),
+            clock,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for DemoProvider {
+    async fn call(&self, request: &ProviderRequest) -> ProviderOutcome {
+        self.clock.sleep(self.delay).await;
+        let output = answer(&request.output_schema, &request.input);
+        match self.behavior {
+            DemoBehavior::Answer => ProviderOutcome::Answered(output),
+            DemoBehavior::Fail => ProviderOutcome::Failed(ErrorInfo::new(
+                "provider_error",
+                "the demo provider is configured to fail",
+            )),
+            DemoBehavior::Hang => std::future::pending().await,
+            DemoBehavior::ExtraKey => {
+                let mut output = output;
+                if let Some(fields) = output.as_object_mut() {
+                    fields.insert(
+                        "note".into(),
+                        json!("an extra key the contract does not have"),
+                    );
+                }
+                ProviderOutcome::Answered(output)
+            }
+        }
+    }
+}
+
+/// An output that keeps `schema`: strings are the first sentence of the input's text, arrays take the first item
+/// of the input field of the same name, numbers are their minimum (or 0).
+fn answer(schema: &Value, input: &Value) -> Value {
+    answer_field(schema, input, None)
+}
+
+fn answer_field(schema: &Value, input: &Value, name: Option<&str>) -> Value {
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let fields: Map<String, Value> = properties
+                .into_iter()
+                .flatten()
+                .map(|(key, sub)| (key.clone(), answer_field(sub, input, Some(key))))
+                .collect();
+            Value::Object(fields)
+        }
+        Some("array") => {
+            let same = name.and_then(|n| input.get(n)).and_then(Value::as_array);
+            Value::Array(same.into_iter().flatten().take(1).cloned().collect())
+        }
+        Some("integer" | "number") => schema.get("minimum").cloned().unwrap_or(json!(0)),
+        Some("boolean") => json!(false),
+        _ => json!(first_sentence(input)),
+    }
+}
+
+fn first_sentence(input: &Value) -> String {
+    let text = input
+        .get("text")
+        .and_then(Value::as_str)
+        .unwrap_or("demo answer");
+    let end = text.find(". ").map_or(text.len(), |i| i + 1);
+    text[..end].chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_answers_keep_the_shipped_output_schemas() {
+        let summary_schema =
+            json!({"type": "object", "properties": {"summary": {"type": "string"}}});
+        let input = json!({"text": "First things first. Then the rest."});
+        assert_eq!(
+            answer(&summary_schema, &input),
+            json!({"summary": "First things first."})
+        );
+        let labels_schema = json!({"type": "object", "properties": {"labels": {"type": "array"}}});
+        let input = json!({"text": "x", "labels": ["billing", "praise"]});
+        assert_eq!(
+            answer(&labels_schema, &input),
+            json!({"labels": ["billing"]})
+        );
+    }
+}

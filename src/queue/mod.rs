@@ -1,0 +1,22 @@
+//! The dispatch port: how an attempt reaches a worker. A message names (job id, attempt number) and nothing else;
+//! the worker reads everything else from the store. Adapters: [`local`] (in-process channel).
+//!
+//! Delivery is at least once. A message that is lost is found again by the sweeper (a `queued` attempt nobody
+//! claimed); one delivered twice is dropped by the claim.
+
+pub mod local;
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::domain::AttemptRef;
+
+#[derive(Debug, thiserror::Error)]
+#[error("the attempt could not be dispatched")]
+pub struct DispatchError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+#[async_trait]
+pub trait Dispatcher: Send + Sync + Debug {
+    async fn dispatch(&self, attempt: &AttemptRef) -> Result<(), DispatchError>;
+}

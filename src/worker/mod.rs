@@ -1,0 +1,267 @@
+//! The worker is one step, [`process_attempt`], and thin loops around it: [`run_local`] for the local server
+//! (a Lambda SQS handler wraps the same step). [`sweeper`] is the other step: expired leases and lost messages.
+
+pub mod sweeper;
+
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc};
+use tracing::Instrument;
+
+use crate::contracts::Contract;
+use crate::domain::{AttemptRef, AttemptState, Completion, ErrorInfo, Job};
+use crate::engine::Engine;
+use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest};
+use crate::store::StoreError;
+
+/// What one step did with one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Processed {
+    /// The attempt was not `queued` (a duplicate or late message, or a cancelled attempt): nothing was called.
+    Dropped,
+    /// The provider's result won the result slot.
+    Succeeded,
+    /// A valid result came after another attempt had won (or the job was cancelled); it was discarded.
+    Discarded { winner: Option<u32> },
+    /// A definite failure; failover queued the next attempt or gave the job its error.
+    Failed,
+    /// No answer in time (or the connection was lost after sending): the attempt is `unknown`.
+    Unknown,
+}
+
+/// Claims the attempt, calls its provider once, and records what happened:
+/// - an answer that keeps the contract completes by compare-and-swap (the loser is discarded and logged);
+/// - a definite failure fails the attempt, and failover queues the next qualified provider in the same write;
+/// - no answer within `timeout_ms` makes the attempt `unknown`; the step keeps listening `late_result_ms` more and
+///   completes by compare-and-swap if the answer comes.
+///
+/// An `Err` is a store failure: the message should be delivered again (the claim makes that safe).
+pub async fn process_attempt(
+    engine: &Engine,
+    message: &AttemptRef,
+) -> Result<Processed, StoreError> {
+    let now = engine.clock.now();
+    let job = match engine
+        .store
+        .claim_attempt(&message.job_id, message.number, now + engine.lease(), now)
+        .await
+    {
+        Ok(job) => job,
+        Err(StoreError::Refused(refusal)) => {
+            tracing::info!(job_id = %message.job_id, attempt = message.number, %refusal, "message dropped: attempt not queued");
+            return Ok(Processed::Dropped);
+        }
+        Err(StoreError::NotFound) => {
+            tracing::warn!(job_id = %message.job_id, attempt = message.number, "message dropped: no such job");
+            return Ok(Processed::Dropped);
+        }
+        Err(e) => return Err(e),
+    };
+    engine.metrics.attempt(AttemptState::Started);
+    engine.changed(&job);
+    let attempt = job
+        .attempt(message.number)
+        .expect("the claimed attempt exists");
+    let span = tracing::info_span!("attempt", job_id = %job.id, attempt = attempt.number, provider = %attempt.provider);
+    Step {
+        engine,
+        job: &job,
+        number: message.number,
+    }
+    .run()
+    .instrument(span)
+    .await
+}
+
+/// One claimed attempt on its way to an outcome.
+struct Step<'a> {
+    engine: &'a Engine,
+    /// The job as the claim left it.
+    job: &'a Job,
+    number: u32,
+}
+
+impl Step<'_> {
+    async fn run(&self) -> Result<Processed, StoreError> {
+        let attempt = self
+            .job
+            .attempt(self.number)
+            .expect("the claimed attempt exists");
+        let Some(contract) = self.engine.contracts.get(&self.job.contract) else {
+            return self
+                .fail(ErrorInfo::new(
+                    "unknown_contract",
+                    format!("{} is no longer configured", self.job.contract),
+                ))
+                .await;
+        };
+        let Some(provider) = self.engine.providers.get(&attempt.provider) else {
+            return self
+                .fail(ErrorInfo::new(
+                    "unknown_provider",
+                    format!("{} is no longer configured", attempt.provider),
+                ))
+                .await;
+        };
+        let prompt = match contract.render(&self.job.input) {
+            Ok(prompt) => prompt,
+            Err(e) => return self.fail(ErrorInfo::new("prompt_render_failed", e)).await,
+        };
+        let request = ProviderRequest {
+            idempotency_key: format!("{}:{}", self.job.id, self.number),
+            contract: contract.reference.clone(),
+            prompt,
+            input: self.job.input.clone(),
+            output_schema: contract.output_schema.clone(),
+            temperature: contract.temperature,
+            max_output_tokens: contract.max_output_tokens,
+        };
+        match self.call(provider, &request).await? {
+            Some(outcome) => self.settle(contract, outcome).await,
+            None => Ok(Processed::Unknown),
+        }
+    }
+
+    /// The provider's outcome, or `None` if none came within the timeout and the late window.
+    async fn call(
+        &self,
+        provider: &ConfiguredProvider,
+        request: &ProviderRequest,
+    ) -> Result<Option<ProviderOutcome>, StoreError> {
+        let clock = &self.engine.clock;
+        let mut call = provider.client.call(request);
+        tokio::select! {
+            outcome = &mut call => return Ok(Some(outcome)),
+            () = clock.sleep(provider.config.timeout()) => {}
+        }
+        tracing::warn!(
+            timeout_ms = provider.config.timeout_ms,
+            "no answer in time: attempt unknown"
+        );
+        self.mark_unknown().await?;
+        tokio::select! {
+            outcome = &mut call => Ok(Some(outcome)),
+            () = clock.sleep(provider.config.late_result()) => {
+                tracing::warn!(late_result_ms = provider.config.late_result_ms, "no late answer either: attempt stays unknown");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn settle(
+        &self,
+        contract: &Contract,
+        outcome: ProviderOutcome,
+    ) -> Result<Processed, StoreError> {
+        match outcome {
+            ProviderOutcome::Answered(output) => {
+                let problems = contract.output_problems(&output);
+                if problems.is_empty() {
+                    self.complete(output).await
+                } else {
+                    self.fail(ErrorInfo::new("output_invalid", problems.join("; ")))
+                        .await
+                }
+            }
+            ProviderOutcome::Failed(error) => self.fail(error).await,
+            ProviderOutcome::Lost(error) => {
+                tracing::warn!(error = %error.message, "connection lost after sending: attempt unknown");
+                self.mark_unknown().await?;
+                Ok(Processed::Unknown)
+            }
+        }
+    }
+
+    async fn complete(&self, output: serde_json::Value) -> Result<Processed, StoreError> {
+        let engine = self.engine;
+        let now = engine.clock.now();
+        match engine
+            .store
+            .complete_attempt(&self.job.id, self.number, output, now)
+            .await
+        {
+            Ok((Completion::Won, job)) => {
+                tracing::info!("result claimed");
+                engine.metrics.attempt(AttemptState::Succeeded);
+                engine.changed(&job);
+                Ok(Processed::Succeeded)
+            }
+            Ok((Completion::Lost { winner }, job)) => {
+                tracing::warn!(job_id = %job.id, loser = self.number, winner = ?winner, "race lost: result discarded");
+                engine.metrics.race_lost();
+                engine.changed(&job);
+                Ok(Processed::Discarded { winner })
+            }
+            Err(StoreError::Refused(refusal)) => {
+                tracing::warn!(%refusal, "result for an attempt that already ended: dropped");
+                Ok(Processed::Dropped)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn fail(&self, error: ErrorInfo) -> Result<Processed, StoreError> {
+        let engine = self.engine;
+        tracing::warn!(code = %error.code, message = %error.message, "attempt failed");
+        // The claimed copy is current enough: while this attempt is live, no other can be added.
+        let next = self.job.failover(|p| engine.providers.is_qualified(p));
+        match engine
+            .store
+            .fail_attempt(&self.job.id, self.number, error, next, engine.clock.now())
+            .await
+        {
+            Ok(job) => {
+                engine.metrics.attempt(AttemptState::Failed);
+                if let Some(error) = &job.error {
+                    tracing::warn!(code = %error.code, "no failover: {}", error.message);
+                }
+                engine.changed(&job);
+                engine.dispatch_queued(&job).await;
+                Ok(Processed::Failed)
+            }
+            Err(StoreError::Refused(refusal)) => {
+                tracing::info!(%refusal, "failure for an attempt that already ended: dropped");
+                Ok(Processed::Dropped)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `started` → `unknown`. Refused if someone resolved the attempt meanwhile, which is fine: keep listening.
+    async fn mark_unknown(&self) -> Result<(), StoreError> {
+        let engine = self.engine;
+        match engine
+            .store
+            .mark_unknown(&self.job.id, self.number, engine.clock.now())
+            .await
+        {
+            Ok(job) => {
+                engine.metrics.attempt(AttemptState::Unknown);
+                engine.changed(&job);
+                Ok(())
+            }
+            Err(StoreError::Refused(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The local server's worker: runs each message from the in-process queue, up to `concurrency` at once, until the
+/// queue closes. A store failure is logged; the sweeper dispatches the attempt again if it is still queued.
+pub async fn run_local(
+    engine: Arc<Engine>,
+    mut queue: mpsc::UnboundedReceiver<AttemptRef>,
+    concurrency: usize,
+) {
+    let slots = Arc::new(Semaphore::new(concurrency));
+    while let Some(message) = queue.recv().await {
+        let slot = slots.clone().acquire_owned().await.expect("never closed");
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            if let Err(e) = process_attempt(&engine, &message).await {
+                tracing::error!(job_id = %message.job_id, attempt = message.number, error = %crate::telemetry::error_chain(&e), "attempt step failed");
+            }
+            drop(slot);
+        });
+    }
+}

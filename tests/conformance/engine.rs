@@ -1,0 +1,509 @@
+//! The engine on a store: the worker step, the sweeper and failover, driven by hand against provider stand-ins
+//! (real HTTP servers on loopback) with a manual clock. Every backend runs these cases too.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::{Duration, TimeZone, Utc};
+use onejob::clock::{Clock, ManualClock};
+use onejob::config::{Config, ProviderConfig, ProviderKind};
+use onejob::contracts::Contracts;
+use onejob::domain::{
+    AttemptRef, AttemptState, ContractRef, Fingerprint, IdempotencyKey, Job, JobStatus, NewJob,
+    Owner, ProviderName, Refusal,
+};
+use onejob::engine::{Engine, EngineSettings};
+use onejob::providers::Providers;
+use onejob::queue::local::LocalQueue;
+use onejob::store::{JobStore, StoreError};
+use onejob::worker::sweeper::sweep;
+use onejob::worker::{Processed, process_attempt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
+
+use crate::stand_in::{Gate, Reply, StandIn, hanging_up, refusing};
+
+pub const TIMEOUT_MS: u64 = 1_000;
+pub const LATE_MS: u64 = 10_000;
+
+/// An openai provider at `base_url` with short, known timings.
+pub fn openai(base_url: String, qualified: bool) -> ProviderConfig {
+    ProviderConfig {
+        kind: ProviderKind::Openai,
+        base_url: Some(base_url),
+        model: Some("test-model".into()),
+        api_key_env: Some("CARGO_PKG_NAME".into()),
+        timeout_ms: TIMEOUT_MS,
+        late_result_ms: LATE_MS,
+        qualified,
+        ..ProviderConfig::demo(Default::default(), 0, qualified)
+    }
+}
+
+/// An engine on `store`, with providers `primary` and `fallback`, its queue left for the test to drive.
+pub struct Rig {
+    pub engine: Arc<Engine>,
+    pub clock: Arc<ManualClock>,
+    queue: UnboundedReceiver<AttemptRef>,
+    owner: Owner,
+}
+
+impl Rig {
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        primary: ProviderConfig,
+        fallback: ProviderConfig,
+    ) -> Self {
+        let mut config = Config::default();
+        config
+            .providers
+            .insert(ProviderName::parse("primary").unwrap(), primary);
+        config
+            .providers
+            .insert(ProviderName::parse("fallback").unwrap(), fallback);
+        let clock = Arc::new(ManualClock::new(
+            Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
+        ));
+        let contracts_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+        let contracts =
+            Contracts::load(&contracts_dir, |p| config.providers.contains_key(p)).unwrap();
+        let (queue, messages) = LocalQueue::new();
+        let engine = Engine::new(
+            store,
+            clock.clone(),
+            Arc::new(contracts),
+            Arc::new(Providers::from_config(&config.providers, clock.clone())),
+            Arc::new(queue),
+            EngineSettings::default(),
+        );
+        Self {
+            engine: Arc::new(engine),
+            clock,
+            queue: messages,
+            owner: Owner::parse("alice").unwrap(),
+        }
+    }
+
+    /// Creates a summarize job on the chain primary → fallback; returns it and its dispatched message.
+    pub async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
+        let input = json!({"text": "The projector broke. The meeting moved."});
+        let chain = json!(["primary", "fallback"]);
+        let new = NewJob {
+            owner: self.owner.clone(),
+            idempotency_key: IdempotencyKey::parse(key).unwrap(),
+            fingerprint: Fingerprint::of_intent("summarize@1", &input, Some(&chain)),
+            contract: ContractRef::parse("summarize@1").unwrap(),
+            input,
+            providers: vec![
+                ProviderName::parse("primary").unwrap(),
+                ProviderName::parse("fallback").unwrap(),
+            ],
+        };
+        let job = self.engine.create_job(new).await.unwrap().job().clone();
+        (job, self.next_message())
+    }
+
+    /// The next message the engine dispatched; there must be one.
+    pub fn next_message(&mut self) -> AttemptRef {
+        self.queue.try_recv().expect("a dispatched message")
+    }
+
+    pub fn no_message(&mut self) -> bool {
+        self.queue.try_recv().is_err()
+    }
+
+    pub async fn process(&self, message: &AttemptRef) -> Processed {
+        process_attempt(&self.engine, message).await.unwrap()
+    }
+
+    /// Runs the step in the background, for attempts that wait on the clock or on a gate.
+    pub fn process_in_background(&self, message: &AttemptRef) -> JoinHandle<Processed> {
+        let (engine, message) = (self.engine.clone(), message.clone());
+        tokio::spawn(async move { process_attempt(&engine, &message).await.unwrap() })
+    }
+
+    pub async fn job(&self, job: &Job) -> Job {
+        self.engine
+            .store
+            .get_job(&self.owner, &job.id)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Waits on the engine's change feed (not on time) until the job satisfies `ready`.
+    pub async fn until(&self, job: &Job, ready: impl Fn(&Job) -> bool) -> Job {
+        let mut changes = self.engine.subscribe();
+        let wait = async {
+            loop {
+                let now = self.job(job).await;
+                if ready(&now) {
+                    return now;
+                }
+                changes.recv().await.unwrap();
+            }
+        };
+        tokio::time::timeout(StdDuration::from_secs(20), wait)
+            .await
+            .expect("the job never got there")
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.clock.advance(Duration::milliseconds(ms as i64));
+    }
+
+    pub async fn cancel_attempt(&self, job: &Job, number: u32) -> Job {
+        self.engine
+            .cancel_attempt(&self.owner, &job.id, number)
+            .await
+            .unwrap()
+    }
+}
+
+fn summary(text: &str) -> Value {
+    json!({"summary": text})
+}
+
+fn state(job: &Job, number: u32) -> AttemptState {
+    job.attempt(number).unwrap().state
+}
+
+async fn answering(text: &str) -> StandIn {
+    StandIn::answering(summary(text)).await
+}
+
+/// SPEC §8 breakpoint 3: a timeout is `unknown`, not `failed`, and blocks new attempts until resolved.
+pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStore>) {
+    let gate = Gate::new();
+    let primary =
+        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("k").await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    rig.advance(TIMEOUT_MS);
+    let unknown = rig
+        .until(&job, |j| state(j, 1) == AttemptState::Unknown)
+        .await;
+    assert_eq!(unknown.status(), JobStatus::Unknown);
+    let refused = rig
+        .engine
+        .add_attempt(
+            &job.owner,
+            &job.id,
+            Some(ProviderName::parse("fallback").unwrap()),
+        )
+        .await;
+    assert!(matches!(
+        refused,
+        Err(StoreError::Refused(Refusal::AttemptInProgress {
+            number: 1,
+            state: AttemptState::Unknown
+        }))
+    ));
+    // The late window passes without an answer: still unknown, never failed, and nothing failed over.
+    rig.advance(LATE_MS);
+    assert_eq!(step.await.unwrap(), Processed::Unknown);
+    let after = rig.job(&job).await;
+    assert_eq!(state(&after, 1), AttemptState::Unknown);
+    assert_eq!(after.attempts.len(), 1);
+    assert!(rig.no_message());
+    assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
+}
+
+/// SPEC §8 breakpoint 4: A leaves first and returns last, B leaves second and returns first → B wins, A's result
+/// is discarded and counted, although A was the primary.
+pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStore>) {
+    let gate = Gate::new();
+    let primary =
+        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, first) = rig.create("k").await;
+    let a = rig.process_in_background(&first);
+    primary.received(1).await;
+    rig.advance(TIMEOUT_MS);
+    rig.until(&job, |j| state(j, 1) == AttemptState::Unknown)
+        .await;
+    let cancelled = rig.cancel_attempt(&job, 1).await;
+    assert_eq!(state(&cancelled, 2), AttemptState::Queued);
+    let second = rig.next_message();
+    assert_eq!(
+        second,
+        AttemptRef {
+            job_id: job.id.clone(),
+            number: 2
+        }
+    );
+    assert_eq!(rig.process(&second).await, Processed::Succeeded);
+    gate.open(summary("A"));
+    assert_eq!(a.await.unwrap(), Processed::Discarded { winner: Some(2) });
+    let done = rig.job(&job).await;
+    assert_eq!(done.result, Some(summary("B")));
+    assert_eq!((done.completed_by, done.version), (Some(2), 1));
+    assert_eq!(state(&done, 1), AttemptState::Discarded);
+    assert_eq!(rig.engine.metrics.races_lost(), 1);
+    assert_eq!((primary.call_count(), fallback.call_count()), (1, 1));
+}
+
+/// Invariant 8: one attempt delivered many times at once makes one provider call.
+pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStore>) {
+    let primary = answering("A").await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("k").await;
+    let steps: Vec<_> = (0..10)
+        .map(|_| rig.process_in_background(&message))
+        .collect();
+    let mut outcomes = Vec::new();
+    for step in steps {
+        outcomes.push(step.await.unwrap());
+    }
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == Processed::Succeeded)
+            .count(),
+        1
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == Processed::Dropped)
+            .count(),
+        9
+    );
+    assert_eq!(
+        rig.process(&message).await,
+        Processed::Dropped,
+        "a late redelivery"
+    );
+    assert_eq!(primary.call_count(), 1);
+    assert_eq!(rig.job(&job).await.result, Some(summary("A")));
+}
+
+pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobStore>) {
+    let gate = Gate::new();
+    let primary =
+        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("k").await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    rig.engine.cancel_job(&job.owner, &job.id).await.unwrap();
+    gate.open(summary("late"));
+    assert_eq!(step.await.unwrap(), Processed::Discarded { winner: None });
+    let after = rig.job(&job).await;
+    assert_eq!(
+        (after.status(), &after.result, after.version),
+        (JobStatus::Cancelled, &None, 1)
+    );
+    assert_eq!(state(&after, 1), AttemptState::Discarded);
+    assert!(rig.no_message(), "a cancelled job fails over nowhere");
+}
+
+pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn JobStore>) {
+    let gate = Gate::new();
+    let primary =
+        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("k").await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    rig.advance(TIMEOUT_MS);
+    rig.until(&job, |j| j.status() == JobStatus::Unknown).await;
+    gate.open(summary("late but first"));
+    assert_eq!(step.await.unwrap(), Processed::Succeeded);
+    let after = rig.job(&job).await;
+    assert_eq!(
+        (after.completed_by, &after.result),
+        (Some(1), &Some(summary("late but first")))
+    );
+    assert_eq!(fallback.call_count(), 0);
+}
+
+pub async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, first) = rig.create("k").await;
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let failed = rig.job(&job).await;
+    let error = failed.attempt(1).unwrap().error.clone().unwrap();
+    assert_eq!(error.code, "provider_error");
+    assert!(error.message.contains("500"), "{}", error.message);
+    let second = rig.next_message();
+    assert_eq!(rig.process(&second).await, Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(
+        (done.status(), done.completed_by),
+        (JobStatus::Succeeded, Some(2))
+    );
+}
+
+/// Failover goes only to a qualified provider; the unqualified fallback gets no call.
+pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(json!({"summary": "fine", "confidence": 0.9})).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), false),
+    );
+    let (job, first) = rig.create("k").await;
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let after = rig.job(&job).await;
+    assert_eq!(
+        after.attempt(1).unwrap().error.as_ref().unwrap().code,
+        "output_invalid"
+    );
+    assert_eq!(after.status(), JobStatus::Failed);
+    assert_eq!(after.error.as_ref().unwrap().code, "fallback_not_qualified");
+    assert!(rig.no_message());
+    assert_eq!(fallback.call_count(), 0);
+}
+
+/// Invariant 5: a connection lost after the request was sent is `unknown`; one refused before is `failed`.
+pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc<dyn JobStore>) {
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store.clone(),
+        openai(hanging_up().await, true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("lost").await;
+    assert_eq!(rig.process(&message).await, Processed::Unknown);
+    let after = rig.job(&job).await;
+    assert_eq!(
+        (after.status(), state(&after, 1)),
+        (JobStatus::Unknown, AttemptState::Unknown)
+    );
+    assert!(rig.no_message());
+
+    let mut rig = Rig::new(
+        store,
+        openai(refusing().await, true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("refused").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let after = rig.job(&job).await;
+    assert_eq!(
+        after.attempt(1).unwrap().error.as_ref().unwrap().code,
+        "connection_failed"
+    );
+    assert_eq!(state(&after, 2), AttemptState::Queued);
+}
+
+/// The call carries the attempt's idempotency key, the key from `api_key_env` and the contract's settings.
+pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: Arc<dyn JobStore>) {
+    let primary = answering("A").await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, message) = rig.create("k").await;
+    rig.process(&message).await;
+    let call = &primary.calls()[0];
+    assert_eq!(
+        call.headers["idempotency-key"],
+        format!("{}:1", job.id).as_str()
+    );
+    let key = std::env::var("CARGO_PKG_NAME").unwrap();
+    assert_eq!(
+        call.headers["authorization"],
+        format!("Bearer {key}").as_str()
+    );
+    assert_eq!(call.body["model"], "test-model");
+    assert_eq!(call.body["temperature"], 0.0);
+    assert_eq!(call.body["max_tokens"], 256);
+    assert_eq!(call.body["response_format"]["type"], "json_schema");
+    assert_eq!(
+        call.body["response_format"]["json_schema"]["schema"]["required"],
+        json!(["summary"])
+    );
+    let prompt = call.body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        prompt.contains("The projector broke. The meeting moved."),
+        "{prompt}"
+    );
+}
+
+/// The sweeper makes expired leases `unknown` (never `failed`) and dispatches unclaimed attempts again.
+pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dyn JobStore>) {
+    let primary = answering("A").await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    // A worker claimed this one and died.
+    let (crashed, message) = rig.create("crashed").await;
+    let now = rig.clock.now();
+    rig.engine
+        .store
+        .claim_attempt(&crashed.id, message.number, now + rig.engine.lease(), now)
+        .await
+        .unwrap();
+    // This one's message was lost.
+    let (lost, _) = rig.create("lost").await;
+
+    let swept = sweep(&rig.engine).await.unwrap();
+    assert_eq!(
+        (swept.expired, swept.redispatched),
+        (0, 0),
+        "nothing is due yet"
+    );
+    rig.advance(rig.engine.lease().num_milliseconds() as u64 + 1);
+    let swept = sweep(&rig.engine).await.unwrap();
+    assert_eq!((swept.expired, swept.redispatched), (1, 1));
+    assert_eq!(state(&rig.job(&crashed).await, 1), AttemptState::Unknown);
+    let again = rig.next_message();
+    assert_eq!(
+        again,
+        AttemptRef {
+            job_id: lost.id.clone(),
+            number: 1
+        }
+    );
+    assert_eq!(rig.process(&again).await, Processed::Succeeded);
+    assert_eq!(
+        primary.call_count(),
+        1,
+        "the crashed attempt was not called again"
+    );
+}

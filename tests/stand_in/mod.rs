@@ -1,0 +1,175 @@
+//! OpenAI-compatible provider stand-ins: real HTTP servers on loopback, scripted per call, counting what they get.
+
+#![allow(dead_code)] // Each test binary uses its own part of this module.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+/// How the stand-in answers one call.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with a chat completion whose content is this JSON.
+    Answer(Value),
+    /// This status, with this body.
+    Status(u16, &'static str),
+    /// Nothing until the gate opens, then the gate's answer.
+    Held(Gate),
+}
+
+/// Holds a [`Reply::Held`] answer back until the test opens it.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<watch::Sender<Option<Value>>>);
+
+impl Gate {
+    pub fn new() -> Self {
+        Self(Arc::new(watch::Sender::new(None)))
+    }
+
+    /// Lets the held call answer with `output`.
+    pub fn open(&self, output: Value) {
+        self.0.send_replace(Some(output));
+    }
+}
+
+/// A call as the stand-in received it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Debug)]
+struct Script {
+    replies: Mutex<VecDeque<Reply>>,
+    /// Used once the script is spent.
+    otherwise: Reply,
+    calls: watch::Sender<Vec<Call>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StandIn {
+    pub addr: SocketAddr,
+    script: Arc<Script>,
+}
+
+/// A chat completion whose message content is `output` as JSON text.
+pub fn completion(output: &Value) -> Value {
+    json!({
+        "id": "chatcmpl-stand-in",
+        "object": "chat.completion",
+        "model": "stand-in-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": output.to_string()}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+    })
+}
+
+impl StandIn {
+    /// Answers the calls with `replies` in order, then with `otherwise`.
+    pub async fn spawn(replies: Vec<Reply>, otherwise: Reply) -> Self {
+        let script = Arc::new(Script {
+            replies: Mutex::new(replies.into()),
+            otherwise,
+            calls: watch::Sender::new(Vec::new()),
+        });
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .with_state(script.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { addr, script }
+    }
+
+    /// Always answers with `output`.
+    pub async fn answering(output: Value) -> Self {
+        Self::spawn(vec![], Reply::Answer(output)).await
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.script.calls.borrow().clone()
+    }
+
+    pub fn call_count(&self) -> usize {
+        self.script.calls.borrow().len()
+    }
+
+    /// Waits (on the stand-in's own notice, not on time) until it has received `n` calls.
+    pub async fn received(&self, n: usize) {
+        let mut calls = self.script.calls.subscribe();
+        tokio::time::timeout(Duration::from_secs(20), calls.wait_for(|c| c.len() >= n))
+            .await
+            .unwrap_or_else(|_| panic!("the stand-in never received {n} calls"))
+            .unwrap();
+    }
+}
+
+async fn chat(
+    State(script): State<Arc<Script>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    script
+        .calls
+        .send_modify(|calls| calls.push(Call { headers, body }));
+    let reply = script
+        .replies
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or_else(|| script.otherwise.clone());
+    match reply {
+        Reply::Answer(output) => Json(completion(&output)).into_response(),
+        Reply::Status(status, body) => {
+            (StatusCode::from_u16(status).unwrap(), body).into_response()
+        }
+        Reply::Held(gate) => {
+            let mut open = gate.0.subscribe();
+            let output = open
+                .wait_for(Option::is_some)
+                .await
+                .unwrap()
+                .clone()
+                .unwrap();
+            Json(completion(&output)).into_response()
+        }
+    }
+}
+
+/// A server that reads each request and closes the connection without a word: the request was sent, no answer
+/// will come. Returns its base URL.
+pub async fn hanging_up() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = socket.read(&mut buf).await;
+            drop(socket);
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// A base URL on which nothing listens: connections are refused before anything is sent.
+pub async fn refusing() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}/v1")
+}
