@@ -134,6 +134,8 @@ impl Step<'_> {
             outcome = &mut call => return Ok(Some(outcome)),
             () = clock.sleep(provider.config.timeout()) => {}
         }
+        // The late window starts at the timeout, not when the store has answered.
+        let late_window = clock.sleep(provider.config.late_result());
         tracing::warn!(
             timeout_ms = provider.config.timeout_ms,
             "no answer in time: attempt unknown"
@@ -141,7 +143,7 @@ impl Step<'_> {
         self.mark_unknown().await?;
         tokio::select! {
             outcome = &mut call => Ok(Some(outcome)),
-            () = clock.sleep(provider.config.late_result()) => {
+            () = late_window => {
                 tracing::warn!(late_result_ms = provider.config.late_result_ms, "no late answer either: attempt stays unknown");
                 Ok(None)
             }
