@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{Duration, SecondsFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::{IntoParams, ToSchema};
 
@@ -241,12 +242,18 @@ const MAX_WAIT_SECONDS: u64 = 25;
 /// While a long poll waits, how often it reads the job again in case another process changed it.
 const POLL_EVERY: Duration = Duration::seconds(1);
 
-/// One of the caller's jobs, with its attempts; with `?wait=N`, as soon as it changes (or after N seconds).
+/// One of the caller's jobs, with its attempts, and its `ETag`.
+///
+/// With `?wait=N` the answer waits (up to N seconds) until the job differs from what the client has seen: the
+/// version named by `If-None-Match`, else the job as it is when the request arrives (a settled job then answers at
+/// once). If nothing changed in time, the answer is 304 when the client named a version, else the job as it is.
 #[utoipa::path(
     get, path = "/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path, description = "The job's id"), GetParams),
+    params(("id" = String, Path, description = "The job's id"), GetParams,
+           ("If-None-Match" = Option<String>, Header, description = "The ETag of the version the client has")),
     responses(
-        (status = 200, body = JobView),
+        (status = 200, body = JobView, headers(("ETag" = String, description = "The version of this job view"))),
+        (status = 304, description = "Not modified: the job is still the version named by If-None-Match"),
         (status = 400, description = "invalid_parameter", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "job_not_found (also for another owner's job)", body = Problem, content_type = "application/problem+json"),
@@ -257,6 +264,7 @@ pub async fn get_job(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path(id): Path<String>,
+    headers: HeaderMap,
     params: Result<Query<GetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(|e| ApiError::InvalidParameter(e.body_text()))?;
@@ -271,31 +279,68 @@ pub async fn get_job(
     // Subscribe before the first read, so that no change between the two is missed.
     let mut changes = engine.subscribe();
     let read = || async {
-        engine
+        let job = engine
             .store
             .get_job(&owner, &id)
             .await?
-            .ok_or(ApiError::JobNotFound)
+            .ok_or(ApiError::JobNotFound)?;
+        Ok::<_, ApiError>(Tagged::new(&job))
     };
     let first = read().await?;
-    if wait == 0 || first.status().is_settled() {
-        return Ok(job_response(StatusCode::OK, &first));
+    // What the client has seen: the version it names, else the job as it is now (unless that is settled).
+    let seen = match headers.get(header::IF_NONE_MATCH) {
+        Some(tag) => tag.as_bytes().to_vec(),
+        None if wait == 0 || first.view.status.is_settled() => return Ok(first.into_response()),
+        None => first.etag.as_bytes().to_vec(),
+    };
+    if first.etag.as_bytes() != seen || wait == 0 {
+        return Ok(first.or_not_modified(&seen));
     }
     let mut deadline = engine.clock.sleep(Duration::seconds(wait as i64));
     loop {
         tokio::select! {
-            () = &mut deadline => return Ok(job_response(StatusCode::OK, &read().await?)),
+            () = &mut deadline => return Ok(read().await?.or_not_modified(&seen)),
             change = changes.recv() => match change {
                 Ok(changed) if changed != id => continue,
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return Ok(job_response(StatusCode::OK, &read().await?)),
+                Err(RecvError::Closed) => return Ok(read().await?.or_not_modified(&seen)),
             },
             () = engine.clock.sleep(POLL_EVERY) => {}
         }
         let now = read().await?;
-        if now != first {
-            return Ok(job_response(StatusCode::OK, &now));
+        if now.etag.as_bytes() != seen {
+            return Ok(now.into_response());
         }
+    }
+}
+
+/// A job's view with its entity tag: a hash of exactly what the client would see.
+struct Tagged {
+    view: JobView,
+    etag: String,
+}
+
+impl Tagged {
+    fn new(job: &Job) -> Self {
+        let view = JobView::from(job);
+        let bytes = serde_json::to_vec(&view).expect("a job view always serialises");
+        let etag = format!("\"{}\"", &hex::encode(Sha256::digest(bytes))[..32]);
+        Self { view, etag }
+    }
+
+    /// 304 if the client already has this version, else the job.
+    fn or_not_modified(self, seen: &[u8]) -> Response {
+        if self.etag.as_bytes() == seen {
+            (StatusCode::NOT_MODIFIED, [(header::ETAG, self.etag)]).into_response()
+        } else {
+            self.into_response()
+        }
+    }
+}
+
+impl IntoResponse for Tagged {
+    fn into_response(self) -> Response {
+        (StatusCode::OK, [(header::ETAG, self.etag)], Json(self.view)).into_response()
     }
 }
 

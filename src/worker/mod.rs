@@ -6,6 +6,7 @@ pub mod sweeper;
 use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::contracts::Contract;
@@ -250,20 +251,24 @@ impl Step<'_> {
 
 /// The local server's worker: runs each message from the in-process queue, up to `concurrency` at once, until the
 /// queue closes. A store failure is logged; the sweeper dispatches the attempt again if it is still queued.
+/// Aborting this task aborts the attempts it runs, as a crash would.
 pub async fn run_local(
     engine: Arc<Engine>,
     mut queue: mpsc::UnboundedReceiver<AttemptRef>,
     concurrency: usize,
 ) {
     let slots = Arc::new(Semaphore::new(concurrency));
+    let mut running = JoinSet::new();
     while let Some(message) = queue.recv().await {
+        while running.try_join_next().is_some() {}
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let engine = engine.clone();
-        tokio::spawn(async move {
+        running.spawn(async move {
             if let Err(e) = process_attempt(&engine, &message).await {
                 tracing::error!(job_id = %message.job_id, attempt = message.number, error = %crate::telemetry::error_chain(&e), "attempt step failed");
             }
             drop(slot);
         });
     }
+    running.join_all().await;
 }

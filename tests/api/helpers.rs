@@ -94,10 +94,66 @@ impl TestApp {
         Self::spawn_on(self.dir.clone(), self.config.clone(), self.clock.clone()).await
     }
 
-    /// Kills the server mid-flight (no graceful anything), then starts a new one on the same file and clock.
-    pub async fn crash_and_restart(mut self) -> Self {
+    /// Kills the server mid-flight (no graceful anything); `downtime` passes; a new one starts on the same file.
+    pub async fn crash_and_restart(mut self, downtime: chrono::Duration) -> Self {
         self.running.take().unwrap().crash();
+        self.clock.advance(downtime);
         Self::spawn_on(self.dir.clone(), self.config.clone(), self.clock.clone()).await
+    }
+
+    /// Long-polls the job until `ready` holds: each poll names the version last seen (`If-None-Match`) and the
+    /// server's clock stands still, so a poll returns only when the job changed. The real-time bound only turns a
+    /// hang into a failure.
+    pub async fn wait_until(&self, token: &str, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let last = std::sync::Mutex::new(Value::Null);
+        let poll = async {
+            let mut etag = String::new();
+            loop {
+                let response = self
+                    .client
+                    .get(self.url(&format!("/v1/jobs/{id}?wait=25")))
+                    .bearer_auth(token)
+                    .header("if-none-match", &etag)
+                    .send()
+                    .await
+                    .unwrap();
+                if response.status() == 304 {
+                    continue;
+                }
+                etag = response.headers()["etag"].to_str().unwrap().to_owned();
+                let job = json_with_status(response, 200).await;
+                if ready(&job) {
+                    return job;
+                }
+                *last.lock().unwrap() = job;
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(20), poll).await {
+            Ok(job) => job,
+            Err(_) => panic!(
+                "job {id} never got there; last seen: {}",
+                last.lock().unwrap()
+            ),
+        }
+    }
+
+    pub async fn post(&self, token: &str, path: &str) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post_json(&self, token: &str, path: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -138,12 +194,7 @@ impl TestApp {
     }
 
     pub async fn cancel_job(&self, token: &str, id: &str) -> Response {
-        self.client
-            .post(self.url(&format!("/v1/jobs/{id}/cancel")))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
+        self.post(token, &format!("/v1/jobs/{id}/cancel")).await
     }
 
     pub async fn get(&self, token: &str, path: &str) -> Response {

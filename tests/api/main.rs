@@ -2,5 +2,8 @@
 
 mod bad_input;
 mod create;
+mod engine;
 mod helpers;
 mod read;
+#[path = "../stand_in/mod.rs"]
+mod stand_in;

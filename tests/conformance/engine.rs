@@ -7,7 +7,7 @@ use std::time::Duration as StdDuration;
 
 use chrono::{Duration, TimeZone, Utc};
 use onejob::clock::{Clock, ManualClock};
-use onejob::config::{Config, ProviderConfig, ProviderKind};
+use onejob::config::{Config, ProviderConfig};
 use onejob::contracts::Contracts;
 use onejob::domain::{
     AttemptRef, AttemptState, ContractRef, Fingerprint, IdempotencyKey, Job, JobStatus, NewJob,
@@ -23,24 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
-use crate::stand_in::{Gate, Reply, StandIn, hanging_up, refusing};
-
-pub const TIMEOUT_MS: u64 = 1_000;
-pub const LATE_MS: u64 = 10_000;
-
-/// An openai provider at `base_url` with short, known timings.
-pub fn openai(base_url: String, qualified: bool) -> ProviderConfig {
-    ProviderConfig {
-        kind: ProviderKind::Openai,
-        base_url: Some(base_url),
-        model: Some("test-model".into()),
-        api_key_env: Some("CARGO_PKG_NAME".into()),
-        timeout_ms: TIMEOUT_MS,
-        late_result_ms: LATE_MS,
-        qualified,
-        ..ProviderConfig::demo(Default::default(), 0, qualified)
-    }
-}
+use crate::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing};
 
 /// An engine on `store`, with providers `primary` and `fallback`, its queue left for the test to drive.
 pub struct Rig {

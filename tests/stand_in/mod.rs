@@ -12,9 +12,27 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use onejob::config::{ProviderConfig, ProviderKind};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
+
+/// The timings of every [`openai`] stand-in provider.
+pub const TIMEOUT_MS: u64 = 1_000;
+pub const LATE_MS: u64 = 10_000;
+
+/// An openai provider at `base_url` with short, known timings; its key is read from `CARGO_PKG_NAME`.
+pub fn openai(base_url: String, qualified: bool) -> ProviderConfig {
+    ProviderConfig {
+        kind: ProviderKind::Openai,
+        base_url: Some(base_url),
+        model: Some("test-model".into()),
+        api_key_env: Some("CARGO_PKG_NAME".into()),
+        timeout_ms: TIMEOUT_MS,
+        late_result_ms: LATE_MS,
+        ..ProviderConfig::demo(Default::default(), 0, qualified)
+    }
+}
 
 /// How the stand-in answers one call.
 #[derive(Debug, Clone)]

@@ -1,0 +1,291 @@
+//! The README's scenarios end to end: a job created over HTTP runs on the local worker against provider
+//! stand-ins (real HTTP servers on loopback), watched through `?wait=` long polls.
+
+use chrono::Duration;
+use onejob::config::{DemoBehavior, ProviderConfig};
+use onejob::domain::ProviderName;
+use serde_json::{Value, json};
+
+use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};
+use crate::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
+
+async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp {
+    let mut config = config();
+    config
+        .providers
+        .insert(ProviderName::parse("primary").unwrap(), primary);
+    config
+        .providers
+        .insert(ProviderName::parse("fallback").unwrap(), fallback);
+    TestApp::spawn_with(config).await
+}
+
+fn chain_job(text: &str) -> Value {
+    json!({"contract": "summarize@1", "input": {"text": text}, "providers": ["primary", "fallback"]})
+}
+
+fn attempt_state(job: &Value, number: usize) -> &str {
+    job["attempts"][number - 1]["state"]
+        .as_str()
+        .unwrap_or("absent")
+}
+
+async fn created_id(app: &TestApp, key: &str, body: &Value) -> String {
+    let job = json_with_status(app.create(ALICE, key, body).await, 201).await;
+    job["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_job_runs_to_success_on_the_built_in_demo_provider() {
+    let mut config = config();
+    let instant = ProviderConfig::demo(DemoBehavior::Answer, 0, true);
+    config
+        .providers
+        .insert(ProviderName::parse("demo").unwrap(), instant);
+    let app = TestApp::spawn_with(config).await;
+    let body = json!({"contract": "summarize@1", "input": {"text": "The projector broke. The meeting moved."}});
+    let id = created_id(&app, "k", &body).await;
+    let job = app
+        .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
+        .await;
+    assert_eq!(job["result"], json!({"summary": "The projector broke."}));
+    assert_eq!(
+        (&job["completed_by"], &job["version"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(attempt_state(&job, 1), "succeeded");
+    assert!(job["attempts"][0]["finished_at"].is_string());
+}
+
+#[tokio::test]
+async fn a_failing_primary_fails_over_and_the_fallback_wins() {
+    let primary = StandIn::spawn(vec![], Reply::Status(500, "boom")).await;
+    let fallback = StandIn::answering(json!({"summary": "from the fallback"})).await;
+    let app = app_with(
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    )
+    .await;
+    let id = created_id(&app, "k", &chain_job("text")).await;
+    let job = app
+        .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
+        .await;
+    assert_eq!(attempt_state(&job, 1), "failed");
+    assert_eq!(job["attempts"][0]["error"]["code"], "provider_error");
+    assert_eq!(job["attempts"][1]["provider"], "fallback");
+    assert_eq!(job["completed_by"], 2);
+    assert_eq!(job["result"], json!({"summary": "from the fallback"}));
+}
+
+/// The README's hang scenario, and SPEC §8 breakpoints 3 and 4 over HTTP: the primary times out into `unknown`,
+/// new attempts are refused, an out-of-band cancel lets the fallback run and win, and the primary's late answer is
+/// discarded, logged and counted.
+#[tokio::test]
+async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
+    let gate = Gate::new();
+    let primary = StandIn::spawn(
+        vec![Reply::Held(gate.clone())],
+        Reply::Status(500, "unused"),
+    )
+    .await;
+    let fallback = StandIn::answering(json!({"summary": "B"})).await;
+    let app = app_with(
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    )
+    .await;
+    let id = created_id(&app, "k", &chain_job("text")).await;
+    primary.received(1).await;
+    app.clock.advance(Duration::milliseconds(TIMEOUT_MS as i64));
+    let job = app
+        .wait_until(ALICE, &id, |j| j["status"] == "unknown")
+        .await;
+    assert_eq!(attempt_state(&job, 1), "unknown");
+
+    let retry = app.post(ALICE, &format!("/v1/jobs/{id}/attempts")).await;
+    let problem = assert_problem(retry, 409, "attempt_in_progress").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("unknown"),
+        "{problem}"
+    );
+
+    let cancelled = json_with_status(
+        app.post(ALICE, &format!("/v1/jobs/{id}/attempts/1/cancel"))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(attempt_state(&cancelled, 1), "cancelled");
+    assert_eq!(cancelled["attempts"][1]["provider"], "fallback");
+    let won = app
+        .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
+        .await;
+    assert_eq!(
+        (&won["completed_by"], &won["result"]),
+        (&json!(2), &json!({"summary": "B"}))
+    );
+
+    gate.open(json!({"summary": "A, too late"}));
+    let after = app
+        .wait_until(ALICE, &id, |j| attempt_state(j, 1) == "discarded")
+        .await;
+    assert_eq!(after["result"], json!({"summary": "B"}));
+    assert_eq!(after["version"], won["version"]);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("onejob_races_lost_total 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("onejob_attempts_total{state=\"discarded\"} 1\n"),
+        "{metrics}"
+    );
+    assert_eq!((primary.call_count(), fallback.call_count()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
+    let primary = StandIn::spawn(vec![], Reply::Status(429, "slow down")).await;
+    let fallback = StandIn::answering(json!({"summary": "B"})).await;
+    let app = app_with(
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), false),
+    )
+    .await;
+    let id = created_id(&app, "k", &chain_job("text")).await;
+    let failed = app
+        .wait_until(ALICE, &id, |j| j["status"] == "failed")
+        .await;
+    assert_eq!(failed["error"]["code"], "fallback_not_qualified");
+    assert_eq!(failed["attempts"][0]["error"]["code"], "rate_limited");
+    assert_eq!(fallback.call_count(), 0);
+
+    let attempts = format!("/v1/jobs/{id}/attempts");
+    let unknown = app
+        .post_json(ALICE, &attempts, &json!({"provider": "nope"}))
+        .await;
+    assert_problem(unknown, 422, "unknown_provider").await;
+    let extra = app
+        .post_json(
+            ALICE,
+            &attempts,
+            &json!({"provider": "fallback", "priority": 1}),
+        )
+        .await;
+    assert_problem(extra, 422, "invalid_request").await;
+    let added = json_with_status(
+        app.post_json(ALICE, &attempts, &json!({"provider": "fallback"}))
+            .await,
+        201,
+    )
+    .await;
+    assert_eq!(
+        (&added["number"], &added["state"]),
+        (&json!(2), &json!("queued"))
+    );
+    let done = app
+        .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
+        .await;
+    assert_eq!(done["error"], Value::Null);
+
+    assert_problem(app.post(ALICE, &attempts).await, 409, "job_finished").await;
+    let cancel_done = app
+        .post(ALICE, &format!("/v1/jobs/{id}/attempts/2/cancel"))
+        .await;
+    assert_problem(cancel_done, 409, "attempt_not_cancellable").await;
+    let cancel_missing = app
+        .post(ALICE, &format!("/v1/jobs/{id}/attempts/9/cancel"))
+        .await;
+    assert_problem(cancel_missing, 404, "attempt_not_found").await;
+}
+
+#[tokio::test]
+async fn a_long_poll_answers_at_once_for_a_settled_job_and_refuses_long_waits() {
+    let app = TestApp::spawn().await;
+    let body = json!({"contract": "summarize@1", "input": {"text": "x"}});
+    let id = created_id(&app, "k", &body).await;
+    json_with_status(app.cancel_job(ALICE, &id).await, 200).await;
+    // The clock never moves: a wait that did not answer at once would never answer.
+    let settled =
+        json_with_status(app.get(ALICE, &format!("/v1/jobs/{id}?wait=25")).await, 200).await;
+    assert_eq!(settled["status"], "cancelled");
+    assert_problem(
+        app.get(ALICE, &format!("/v1/jobs/{id}?wait=26")).await,
+        400,
+        "invalid_parameter",
+    )
+    .await;
+}
+
+/// A crash while an attempt is `started`: after the restart, the sweeper makes it `unknown` once its lease has
+/// passed — not `failed` — and the provider is not called again.
+#[tokio::test]
+async fn after_a_crash_a_started_attempt_becomes_unknown_without_a_second_call() {
+    let primary =
+        StandIn::spawn(vec![Reply::Held(Gate::new())], Reply::Status(500, "unused")).await;
+    let fallback = StandIn::answering(json!({"summary": "B"})).await;
+    let app = app_with(
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    )
+    .await;
+    let id = created_id(&app, "k", &chain_job("text")).await;
+    primary.received(1).await;
+    let running = app
+        .wait_until(ALICE, &id, |j| j["status"] == "running")
+        .await;
+    assert_eq!(attempt_state(&running, 1), "started");
+
+    let lease = app.engine().lease();
+    let app = app.crash_and_restart(lease + Duration::seconds(1)).await;
+    let job = app
+        .wait_until(ALICE, &id, |j| j["status"] == "unknown")
+        .await;
+    assert_eq!(attempt_state(&job, 1), "unknown");
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
+}
+
+/// `ETag` and `If-None-Match`: a client names the version it has and waits for the next one.
+#[tokio::test]
+async fn a_long_poll_waits_for_a_version_the_client_has_not_seen() {
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let body = json!({"contract": "summarize@1", "input": {"text": "x"}});
+    let id = created_id(&app, "k", &body).await;
+    // The demo provider now waits on the clock, which stands still: the job holds still too.
+    app.wait_until(ALICE, &id, |j| j["status"] == "running")
+        .await;
+    let response = app.get_job(ALICE, &id).await;
+    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+    let same = app
+        .client
+        .get(app.url(&format!("/v1/jobs/{id}")))
+        .bearer_auth(ALICE)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(same.status(), 304);
+
+    let (poller, poll_id, poll_etag) = (app.clone(), id.clone(), etag.clone());
+    let poll = tokio::spawn(async move {
+        poller
+            .client
+            .get(poller.url(&format!("/v1/jobs/{poll_id}?wait=25")))
+            .bearer_auth(ALICE)
+            .header("if-none-match", poll_etag)
+            .send()
+            .await
+            .unwrap()
+    });
+    json_with_status(app.cancel_job(ALICE, &id).await, 200).await;
+    let changed = poll.await.unwrap();
+    assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
+    let job = json_with_status(changed, 200).await;
+    assert_eq!(job["status"], "cancelled");
+}
