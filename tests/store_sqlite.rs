@@ -1,7 +1,7 @@
 //! The store conformance suite on the embedded SQLite store, plus what only a file-backed store can show.
 
 mod conformance;
-mod stand_in;
+mod support;
 
 use std::sync::Arc;
 

@@ -1,10 +1,11 @@
 //! The dispatch port: how an attempt reaches a worker. A message names (job id, attempt number) and nothing else;
-//! the worker reads everything else from the store. Adapters: [`local`] (in-process channel).
+//! the worker reads everything else from the store. Adapters: [`local`] (in-process channel), [`sqs`].
 //!
 //! Delivery is at least once. A message that is lost is found again by the sweeper (a `queued` attempt nobody
 //! claimed); one delivered twice is dropped by the claim.
 
 pub mod local;
+pub mod sqs;
 
 use std::fmt::Debug;
 

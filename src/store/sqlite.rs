@@ -130,15 +130,22 @@ impl SqliteStore {
         })
     }
 
+    /// Runs `f` in one read transaction on a reader, so that all its queries see one snapshot: a job row and
+    /// its attempts are never read from two sides of a write.
     async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % self.readers.len();
-        let conn = self.readers[i].clone().lock_owned().await;
-        tokio::task::spawn_blocking(move || f(&conn))
-            .await
-            .map_err(StoreError::backend)?
+        let mut conn = self.readers[i].clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+        .map_err(StoreError::backend)?
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; commits only if `f` succeeds.

@@ -7,7 +7,7 @@ use onejob::domain::ProviderName;
 use serde_json::{Value, json};
 
 use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};
-use crate::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
+use crate::support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
 
 async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp {
     let mut config = config();
@@ -161,7 +161,10 @@ async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
     let failed = app
         .wait_until(ALICE, &id, |j| j["status"] == "failed")
         .await;
-    assert_eq!(failed["error"]["code"], "fallback_not_qualified");
+    assert_eq!(
+        failed["error"]["code"], "fallback_not_qualified",
+        "{failed}"
+    );
     assert_eq!(failed["attempts"][0]["error"]["code"], "rate_limited");
     assert_eq!(fallback.call_count(), 0);
 

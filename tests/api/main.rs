@@ -5,5 +5,5 @@ mod create;
 mod engine;
 mod helpers;
 mod read;
-#[path = "../stand_in/mod.rs"]
-mod stand_in;
+#[path = "../support/mod.rs"]
+mod support;

@@ -1,149 +1,19 @@
 //! The engine on a store: the worker step, the sweeper and failover, driven by hand against provider stand-ins
 //! (real HTTP servers on loopback) with a manual clock. Every backend runs these cases too.
 
-use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration as StdDuration;
 
-use chrono::{Duration, TimeZone, Utc};
-use onejob::clock::{Clock, ManualClock};
-use onejob::config::{Config, ProviderConfig};
-use onejob::contracts::Contracts;
-use onejob::domain::{
-    AttemptRef, AttemptState, ContractRef, Fingerprint, IdempotencyKey, Job, JobStatus, NewJob,
-    Owner, ProviderName, Refusal,
-};
-use onejob::engine::{Engine, EngineSettings};
-use onejob::providers::Providers;
-use onejob::queue::local::LocalQueue;
+use onejob::clock::Clock;
+use onejob::domain::{AttemptRef, AttemptState, Job, JobStatus, ProviderName, Refusal};
 use onejob::store::{JobStore, StoreError};
+use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
-use onejob::worker::{Processed, process_attempt};
 use serde_json::{Value, json};
-use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::task::JoinHandle;
 
-use crate::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing};
-
-/// An engine on `store`, with providers `primary` and `fallback`, its queue left for the test to drive.
-pub struct Rig {
-    pub engine: Arc<Engine>,
-    pub clock: Arc<ManualClock>,
-    queue: UnboundedReceiver<AttemptRef>,
-    owner: Owner,
-}
-
-impl Rig {
-    pub fn new(
-        store: Arc<dyn JobStore>,
-        primary: ProviderConfig,
-        fallback: ProviderConfig,
-    ) -> Self {
-        let mut config = Config::default();
-        config
-            .providers
-            .insert(ProviderName::parse("primary").unwrap(), primary);
-        config
-            .providers
-            .insert(ProviderName::parse("fallback").unwrap(), fallback);
-        let clock = Arc::new(ManualClock::new(
-            Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
-        ));
-        let contracts_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
-        let contracts =
-            Contracts::load(&contracts_dir, |p| config.providers.contains_key(p)).unwrap();
-        let (queue, messages) = LocalQueue::new();
-        let engine = Engine::new(
-            store,
-            clock.clone(),
-            Arc::new(contracts),
-            Arc::new(Providers::from_config(&config.providers, clock.clone())),
-            Arc::new(queue),
-            EngineSettings::default(),
-        );
-        Self {
-            engine: Arc::new(engine),
-            clock,
-            queue: messages,
-            owner: Owner::parse("alice").unwrap(),
-        }
-    }
-
-    /// Creates a summarize job on the chain primary → fallback; returns it and its dispatched message.
-    pub async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
-        let input = json!({"text": "The projector broke. The meeting moved."});
-        let chain = json!(["primary", "fallback"]);
-        let new = NewJob {
-            owner: self.owner.clone(),
-            idempotency_key: IdempotencyKey::parse(key).unwrap(),
-            fingerprint: Fingerprint::of_intent("summarize@1", &input, Some(&chain)),
-            contract: ContractRef::parse("summarize@1").unwrap(),
-            input,
-            providers: vec![
-                ProviderName::parse("primary").unwrap(),
-                ProviderName::parse("fallback").unwrap(),
-            ],
-        };
-        let job = self.engine.create_job(new).await.unwrap().job().clone();
-        (job, self.next_message())
-    }
-
-    /// The next message the engine dispatched; there must be one.
-    pub fn next_message(&mut self) -> AttemptRef {
-        self.queue.try_recv().expect("a dispatched message")
-    }
-
-    pub fn no_message(&mut self) -> bool {
-        self.queue.try_recv().is_err()
-    }
-
-    pub async fn process(&self, message: &AttemptRef) -> Processed {
-        process_attempt(&self.engine, message).await.unwrap()
-    }
-
-    /// Runs the step in the background, for attempts that wait on the clock or on a gate.
-    pub fn process_in_background(&self, message: &AttemptRef) -> JoinHandle<Processed> {
-        let (engine, message) = (self.engine.clone(), message.clone());
-        tokio::spawn(async move { process_attempt(&engine, &message).await.unwrap() })
-    }
-
-    pub async fn job(&self, job: &Job) -> Job {
-        self.engine
-            .store
-            .get_job(&self.owner, &job.id)
-            .await
-            .unwrap()
-            .unwrap()
-    }
-
-    /// Waits on the engine's change feed (not on time) until the job satisfies `ready`.
-    pub async fn until(&self, job: &Job, ready: impl Fn(&Job) -> bool) -> Job {
-        let mut changes = self.engine.subscribe();
-        let wait = async {
-            loop {
-                let now = self.job(job).await;
-                if ready(&now) {
-                    return now;
-                }
-                changes.recv().await.unwrap();
-            }
-        };
-        tokio::time::timeout(StdDuration::from_secs(20), wait)
-            .await
-            .expect("the job never got there")
-    }
-
-    pub fn advance(&self, ms: u64) {
-        self.clock.advance(Duration::milliseconds(ms as i64));
-    }
-
-    pub async fn cancel_attempt(&self, job: &Job, number: u32) -> Job {
-        self.engine
-            .cancel_attempt(&self.owner, &job.id, number)
-            .await
-            .unwrap()
-    }
-}
+use crate::support::rig::Rig;
+use crate::support::stand_in::{
+    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing,
+};
 
 fn summary(text: &str) -> Value {
     json!({"summary": text})

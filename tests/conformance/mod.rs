@@ -42,6 +42,7 @@ macro_rules! conformance_suite {
             a_failure_and_its_failover_are_one_write,
             expired_leases_and_stale_queued_attempts_are_found,
             listing_is_newest_first_and_pages_with_a_cursor,
+            reads_never_see_half_a_write,
             a_timeout_is_unknown_and_blocks_new_attempts,
             the_attempt_that_answers_first_wins_the_race,
             a_duplicate_delivery_makes_one_provider_call,
@@ -595,6 +596,48 @@ pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn J
 
     store.mark_unknown(&short.id, 1, at(2_000)).await.unwrap();
     assert_eq!(store.expired_leases(at(2_000), 10).await.unwrap(), vec![]);
+}
+
+/// A failure and its job-level error are one write: a reader racing it sees both or neither.
+pub async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
+    for round in 0..50 {
+        let job = created(
+            store.as_ref(),
+            new_job("alice", &format!("torn-{round}"), json!({"text": "a"})),
+            at(0),
+        )
+        .await;
+        store
+            .claim_attempt(&job.id, 1, lease(), at(1))
+            .await
+            .unwrap();
+        let mut readers = JoinSet::new();
+        for _ in 0..3 {
+            let (store, job) = (store.clone(), job.clone());
+            readers.spawn(async move {
+                loop {
+                    let seen = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+                    let failed = seen.attempt(1).unwrap().state == AttemptState::Failed;
+                    assert_eq!(failed, seen.error.is_some(), "a torn read: {seen:?}");
+                    if failed {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            });
+        }
+        store
+            .fail_attempt(
+                &job.id,
+                1,
+                ErrorInfo::new("provider_error", "500"),
+                stop(),
+                at(2),
+            )
+            .await
+            .unwrap();
+        readers.join_all().await;
+    }
 }
 
 pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobStore>) {

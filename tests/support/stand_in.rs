@@ -1,7 +1,5 @@
 //! OpenAI-compatible provider stand-ins: real HTTP servers on loopback, scripted per call, counting what they get.
 
-#![allow(dead_code)] // Each test binary uses its own part of this module.
-
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

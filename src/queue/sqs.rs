@@ -1,0 +1,43 @@
+//! The SQS adapter: one message per attempt, its body the JSON of an [`AttemptRef`]
+//! (`{"job_id": "job_…", "attempt": 1}`). The queue's visibility timeout must exceed the worker's longest listen;
+//! a message delivered twice is dropped by the claim.
+
+use async_trait::async_trait;
+
+use super::{DispatchError, Dispatcher};
+use crate::domain::AttemptRef;
+
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+}
+
+impl SqsQueue {
+    pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+        }
+    }
+
+    /// The attempt a message body names.
+    pub fn parse(body: &str) -> Result<AttemptRef, serde_json::Error> {
+        serde_json::from_str(body)
+    }
+}
+
+#[async_trait]
+impl Dispatcher for SqsQueue {
+    async fn dispatch(&self, attempt: &AttemptRef) -> Result<(), DispatchError> {
+        let body = serde_json::to_string(attempt).expect("an attempt reference always serialises");
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| DispatchError(Box::new(e)))?;
+        Ok(())
+    }
+}

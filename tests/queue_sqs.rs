@@ -1,0 +1,105 @@
+//! The SQS adapter against a real SQS-compatible server (moto, started by `scripts/test`): what the engine
+//! dispatches arrives as a message a worker can run, and a message delivered twice makes one provider call.
+
+mod support;
+
+use std::sync::Arc;
+
+use aws_config::BehaviorVersion;
+
+use onejob::domain::AttemptRef;
+use onejob::queue::Dispatcher;
+use onejob::queue::sqs::SqsQueue;
+use onejob::store::sqlite::SqliteStore;
+use onejob::worker::{Processed, process_attempt};
+use serde_json::json;
+use support::rig::Rig;
+use support::stand_in::{StandIn, openai};
+
+/// A client for the test server, or `None` (outside CI) when `scripts/test` did not start one.
+async fn sqs() -> Option<aws_sdk_sqs::Client> {
+    let Ok(endpoint) = std::env::var("ONEJOB_TEST_AWS_ENDPOINT") else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "ONEJOB_TEST_AWS_ENDPOINT is not set: run the tests through scripts/test"
+        );
+        eprintln!("skipped: no SQS endpoint (run the tests through scripts/test)");
+        return None;
+    };
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region("us-east-1")
+        .load()
+        .await;
+    Some(aws_sdk_sqs::Client::new(&config))
+}
+
+async fn new_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
+    let name = format!("{name}-{}", std::process::id());
+    let created = client.create_queue().queue_name(name).send().await.unwrap();
+    created.queue_url().unwrap().to_owned()
+}
+
+async fn receive_all(client: &aws_sdk_sqs::Client, url: &str) -> Vec<AttemptRef> {
+    let received = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    received
+        .messages()
+        .iter()
+        .map(|m| SqsQueue::parse(m.body().unwrap()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn dispatched_attempts_arrive_as_messages_naming_them() {
+    let Some(client) = sqs().await else { return };
+    let url = new_queue(&client, "dispatch").await;
+    let queue = SqsQueue::new(client.clone(), &url);
+    let first = AttemptRef {
+        job_id: onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap(),
+        number: 1,
+    };
+    let second = AttemptRef {
+        number: 2,
+        ..first.clone()
+    };
+    queue.dispatch(&first).await.unwrap();
+    queue.dispatch(&second).await.unwrap();
+    let mut received = receive_all(&client, &url).await;
+    received.sort_by_key(|a| a.number);
+    assert_eq!(received, vec![first, second]);
+}
+
+#[tokio::test]
+async fn a_job_runs_from_its_sqs_message_and_a_duplicate_makes_no_second_call() {
+    let Some(client) = sqs().await else { return };
+    let url = new_queue(&client, "engine").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
+    let primary = StandIn::answering(json!({"summary": "A"})).await;
+    let fallback = StandIn::answering(json!({"summary": "B"})).await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    );
+    let (job, local) = rig.create("k").await;
+
+    let queue = SqsQueue::new(client.clone(), &url);
+    queue.dispatch(&local).await.unwrap();
+    queue.dispatch(&local).await.unwrap();
+    let messages = receive_all(&client, &url).await;
+    assert_eq!(messages, vec![local.clone(), local]);
+    let mut outcomes = Vec::new();
+    for message in &messages {
+        outcomes.push(process_attempt(&rig.engine, message).await.unwrap());
+    }
+    assert_eq!(outcomes, vec![Processed::Succeeded, Processed::Dropped]);
+    assert_eq!(primary.call_count(), 1);
+    assert_eq!(rig.job(&job).await.result, Some(json!({"summary": "A"})));
+}
