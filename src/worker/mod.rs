@@ -190,7 +190,10 @@ impl Step<'_> {
                 Ok(Processed::Succeeded)
             }
             Ok((Completion::Lost { winner }, job)) => {
-                tracing::warn!(job_id = %job.id, loser = self.number, winner = ?winner, "race lost: result discarded");
+                // `winner` is the attempt holding the result slot; none when the job was cancelled instead.
+                let winner_text =
+                    winner.map_or_else(|| "none (job cancelled)".to_owned(), |w| w.to_string());
+                tracing::warn!(job_id = %job.id, loser = self.number, winner = %winner_text, "race lost: result discarded");
                 engine.metrics.race_lost();
                 engine.changed(&job);
                 Ok(Processed::Discarded { winner })
