@@ -5,8 +5,6 @@ mod support;
 
 use std::sync::Arc;
 
-use aws_config::BehaviorVersion;
-
 use onejob::domain::AttemptRef;
 use onejob::queue::Dispatcher;
 use onejob::queue::sqs::SqsQueue;
@@ -16,26 +14,12 @@ use serde_json::json;
 use support::rig::Rig;
 use support::stand_in::{StandIn, openai};
 
-/// A client for the test server, or `None` (outside CI) when `scripts/test` did not start one.
 async fn sqs() -> Option<aws_sdk_sqs::Client> {
-    let Ok(endpoint) = std::env::var("ONEJOB_TEST_AWS_ENDPOINT") else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "ONEJOB_TEST_AWS_ENDPOINT is not set: run the tests through scripts/test"
-        );
-        eprintln!("skipped: no SQS endpoint (run the tests through scripts/test)");
-        return None;
-    };
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region("us-east-1")
-        .load()
-        .await;
-    Some(aws_sdk_sqs::Client::new(&config))
+    Some(aws_sdk_sqs::Client::new(&support::aws::sdk_config().await?))
 }
 
 async fn new_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
-    let name = format!("{name}-{}", std::process::id());
+    let name = support::aws::unique_name(name);
     let created = client.create_queue().queue_name(name).send().await.unwrap();
     created.queue_url().unwrap().to_owned()
 }

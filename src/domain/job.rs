@@ -354,13 +354,15 @@ impl Job {
         Ok(number)
     }
 
-    /// A worker takes a queued attempt: `queued` → `started`, remembering the job's version.
+    /// A worker takes a queued attempt: `queued` → `started`, remembering the job's version. Refused once the job
+    /// has its outcome: no provider is called for a job that is done.
     pub fn claim(
         &mut self,
         number: u32,
         lease_expires_at: Timestamp,
         now: Timestamp,
     ) -> Result<(), Refusal> {
+        self.ensure_open()?;
         let version = self.version;
         let attempt = self.attempt_mut(number)?;
         attempt.expect(AttemptState::Queued, AttemptState::Started)?;
@@ -374,6 +376,7 @@ impl Job {
 
     /// No answer in time, a connection lost after sending, or an expired lease: `started` → `unknown`.
     pub fn mark_unknown(&mut self, number: u32, now: Timestamp) -> Result<(), Refusal> {
+        self.ensure_open()?;
         let attempt = self.attempt_mut(number)?;
         attempt.expect(AttemptState::Started, AttemptState::Unknown)?;
         attempt.state = AttemptState::Unknown;

@@ -1,9 +1,10 @@
-//! The `JobStore` port and its one error enum. Adapters: [`sqlite`] (the embedded default).
+//! The `JobStore` port and its one error enum. Adapters: [`sqlite`] (the embedded default) and [`dynamodb`].
 //!
 //! Every method is one atomic operation on the backend. The rules each applies are the pure transitions of
 //! [`crate::domain::job`]; a refused transition comes back as [`StoreError::Refused`] with the same [`Refusal`] on
 //! every backend, and nothing was written.
 
+pub mod dynamodb;
 pub mod sqlite;
 
 use std::fmt::{self, Debug};

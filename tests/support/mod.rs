@@ -2,5 +2,6 @@
 
 #![allow(dead_code)] // Each test binary uses its own part of this module.
 
+pub mod aws;
 pub mod rig;
 pub mod stand_in;

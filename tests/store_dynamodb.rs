@@ -1,0 +1,116 @@
+//! The store conformance suite (and the engine's suite) on the DynamoDB store, against a real DynamoDB-compatible
+//! server (moto, started by `scripts/test`), each test on its own table; plus the request budget of SPEC §6.
+
+mod conformance;
+mod support;
+
+use std::sync::Arc;
+
+use conformance::{Fixture, at, new_job};
+use onejob::domain::{Completion, JobCancel};
+use onejob::store::dynamodb::DynamoStore;
+use onejob::store::{CreateOutcome, JobStore};
+use serde_json::json;
+use support::aws::{RequestCounter, sdk_config, unique_name};
+
+/// A store on a fresh table, and the counter of the requests its client sends.
+async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
+    let config = sdk_config().await?;
+    let counter = RequestCounter::default();
+    let client_config = aws_sdk_dynamodb::config::Builder::from(&config)
+        .interceptor(counter.clone())
+        .build();
+    let store = DynamoStore::new(
+        aws_sdk_dynamodb::Client::from_conf(client_config),
+        unique_name("onejob"),
+    );
+    assert!(store.create_table().await.unwrap(), "a new table");
+    assert!(
+        !store.create_table().await.unwrap(),
+        "creating it again does nothing"
+    );
+    Some((store, counter))
+}
+
+async fn dynamodb() -> Option<Fixture> {
+    let (store, _) = dynamodb_counted().await?;
+    Some(Fixture {
+        store: Arc::new(store),
+        _keep: Box::new(()),
+    })
+}
+
+conformance_suite!(dynamodb());
+
+/// SPEC §6: create 1, replay 1, conflict 1, claim 1, time-out 1, completion 1 (winner and loser), cancel 1.
+#[tokio::test]
+async fn each_operation_costs_the_requests_the_spec_budgets() {
+    let Some((store, counter)) = dynamodb_counted().await else {
+        return;
+    };
+    let spent = |expected: usize, what: &str, last: &mut usize| {
+        let now = counter.count();
+        assert_eq!(now - *last, expected, "{what}");
+        *last = now;
+    };
+    let mut last = counter.count();
+
+    let CreateOutcome::Created(a) = store
+        .create_job(new_job("alice", "a", json!({"text": "a"})), at(0))
+        .await
+        .unwrap()
+    else {
+        panic!("expected a new job")
+    };
+    spent(1, "create", &mut last);
+    let replay = store
+        .create_job(new_job("alice", "a", json!({"text": "a"})), at(1))
+        .await
+        .unwrap();
+    assert!(matches!(replay, CreateOutcome::Replayed(_)));
+    spent(1, "replay", &mut last);
+    let conflict = store
+        .create_job(new_job("alice", "a", json!({"text": "other"})), at(1))
+        .await
+        .unwrap();
+    assert!(matches!(conflict, CreateOutcome::Conflict(_)));
+    spent(1, "conflict", &mut last);
+
+    store
+        .claim_attempt(&a.id, 1, at(60_000), at(2))
+        .await
+        .unwrap();
+    spent(1, "claim", &mut last);
+    store.mark_unknown(&a.id, 1, at(3)).await.unwrap();
+    spent(1, "mark unknown", &mut last);
+    let (won, _) = store
+        .complete_attempt(&a.id, 1, json!({"summary": "a"}), at(4))
+        .await
+        .unwrap();
+    assert_eq!(won, Completion::Won);
+    spent(1, "completion (winner)", &mut last);
+
+    let b = store
+        .create_job(new_job("alice", "b", json!({"text": "b"})), at(0))
+        .await
+        .unwrap()
+        .job()
+        .clone();
+    store
+        .claim_attempt(&b.id, 1, at(60_000), at(2))
+        .await
+        .unwrap();
+    last = counter.count();
+    let (cancelled, _) = store.cancel_job(&b.owner, &b.id, at(3)).await.unwrap();
+    assert_eq!(cancelled, JobCancel::Cancelled);
+    spent(1, "cancel", &mut last);
+    let (again, _) = store.cancel_job(&b.owner, &b.id, at(4)).await.unwrap();
+    assert_eq!(again, JobCancel::AlreadyCancelled);
+    spent(1, "cancel again", &mut last);
+    let (lost, _) = store
+        .complete_attempt(&b.id, 1, json!({"summary": "late"}), at(5))
+        .await
+        .unwrap();
+    assert_eq!(lost, Completion::Lost { winner: None });
+    spent(1, "completion (loser)", &mut last);
+}
