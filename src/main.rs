@@ -10,6 +10,8 @@ use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::http::auth::Tokens;
 use onejob::server::{self, StartError};
+use onejob::store::JobStore;
+use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::telemetry::error_chain;
 
@@ -22,8 +24,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the API on the embedded SQLite store.
+    /// Run the API, the worker and the sweeper in one process: on the embedded SQLite store by default.
     Serve {
+        /// Where jobs are kept.
+        #[arg(long, value_enum, env = "ONEJOB_STORE", default_value = "sqlite")]
+        store: StoreKind,
+        /// The DynamoDB table, with `--store dynamodb`. The AWS SDK's usual settings apply, including
+        /// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL for a local server such as moto.
+        #[arg(long, env = "ONEJOB_TABLE", required_if_eq("store", "dynamodb"))]
+        table: Option<String>,
         /// Address to listen on. Without configured tokens, only a loopback address is allowed.
         #[arg(long, env = "ONEJOB_ADDR", default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
@@ -34,6 +43,31 @@ enum Command {
         #[arg(long, env = "ONEJOB_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Manage the DynamoDB table.
+    Table {
+        #[command(subcommand)]
+        command: TableCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TableCommand {
+    /// Create the table with its indexes, TTL and point-in-time recovery; does nothing if it exists.
+    Create {
+        #[arg(long, env = "ONEJOB_TABLE")]
+        table: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StoreKind {
+    Sqlite,
+    Dynamodb,
+}
+
+async fn dynamodb(table: String) -> DynamoStore {
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table)
 }
 
 #[tokio::main]
@@ -41,26 +75,60 @@ async fn main() -> ExitCode {
     onejob::telemetry::init();
     let Cli { command } = Cli::parse();
     let outcome = match command {
-        Command::Serve { addr, db, config } => serve(addr, db, config).await,
+        Command::Serve {
+            store,
+            table,
+            addr,
+            db,
+            config,
+        } => {
+            let (store, place): (Arc<dyn JobStore>, String) = match (store, table) {
+                (StoreKind::Dynamodb, Some(table)) => {
+                    let place = format!("DynamoDB table {table}");
+                    (Arc::new(dynamodb(table).await), place)
+                }
+                _ => match SqliteStore::open(&db) {
+                    Ok(store) => (Arc::new(store), format!("SQLite {}", db.display())),
+                    Err(e) => return fail(&StartError::from(e)),
+                },
+            };
+            serve(addr, store, &place, config).await
+        }
+        Command::Table {
+            command: TableCommand::Create { table },
+        } => match dynamodb(table.clone()).await.create_table().await {
+            Ok(created) => {
+                let done = if created { "created" } else { "already exists" };
+                println!("table {table}: {done}");
+                Ok(())
+            }
+            Err(e) => Err(StartError::from(e)),
+        },
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("onejob: {}", error_chain(&e));
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e),
     }
 }
 
-async fn serve(addr: SocketAddr, db: PathBuf, config: Option<PathBuf>) -> Result<(), StartError> {
+fn fail(e: &StartError) -> ExitCode {
+    eprintln!("onejob: {}", error_chain(e));
+    ExitCode::FAILURE
+}
+
+async fn serve(
+    addr: SocketAddr,
+    store: Arc<dyn JobStore>,
+    place: &str,
+    config: Option<PathBuf>,
+) -> Result<(), StartError> {
     let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
     let config = Config::load(config.as_deref(), env_tokens.as_deref())?;
     let tokens = server::tokens(&config, addr)?;
-    let store = Arc::new(SqliteStore::open(&db)?);
     let listener = server::bind(addr).await?;
     let running = server::start(listener, &config, store, Arc::new(SystemClock), tokens)?;
     let addr = running.addr;
-    tracing::info!(%addr, db = %db.display(), "onejob is listening");
+    tracing::info!(%addr, store = place, "onejob is listening");
     if config.tokens.is_empty() {
         println!("No tokens configured: accepting these dev tokens on {addr}:");
         for (token, owner) in Tokens::DEV {

@@ -15,6 +15,10 @@ use crate::engine::Engine;
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest};
 use crate::store::StoreError;
 
+/// The largest result kept, as JSON text. A job item (input up to the body limit, result, attempts) must fit a
+/// DynamoDB item (400 KB); a larger answer fails its attempt with `result_too_large`, and nothing is written.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
 /// What one step did with one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Processed {
@@ -158,6 +162,13 @@ impl Step<'_> {
     ) -> Result<Processed, StoreError> {
         match outcome {
             ProviderOutcome::Answered(output) => {
+                let size = output.to_string().len();
+                if size > MAX_RESULT_BYTES {
+                    let message = format!(
+                        "the result is {size} bytes of JSON; at most {MAX_RESULT_BYTES} are kept"
+                    );
+                    return self.fail(ErrorInfo::new("result_too_large", message)).await;
+                }
                 let problems = contract.output_problems(&output);
                 if problems.is_empty() {
                     self.complete(output).await

@@ -19,7 +19,7 @@ fn key(value: &[u8]) -> (&'static str, &[u8]) {
 async fn bad_creates_are_refused_with_their_code_and_change_nothing() {
     let app = TestApp::spawn().await;
     json_with_status(app.create(ALICE, "existing", &summarize("x")).await, 201).await;
-    assert_eq!(app.row_counts(), (1, 1));
+    assert_eq!(app.row_counts().await, (1, 1));
 
     let valid = summarize("fine").to_string();
     let long_key = vec![b'k'; 256];
@@ -220,7 +220,7 @@ async fn bad_creates_are_refused_with_their_code_and_change_nothing() {
         let actual = response.status().as_u16();
         assert_eq!(actual, status, "{name}");
         assert_problem(response, status, code).await;
-        assert_eq!(app.row_counts(), (1, 1), "{name} changed the store");
+        assert_eq!(app.row_counts().await, (1, 1), "{name} changed the store");
     }
 }
 
@@ -240,7 +240,7 @@ async fn an_input_error_says_where_the_input_breaks_the_schema() {
         pointers.contains(&"/labels") && pointers.contains(&"/max_labels"),
         "{problem}"
     );
-    assert_eq!(app.row_counts(), (0, 0));
+    assert_eq!(app.row_counts().await, (0, 0));
 }
 
 #[tokio::test]
@@ -279,5 +279,5 @@ async fn a_chunked_body_over_the_limit_is_refused() {
     let _ = stream.read_to_string(&mut answer).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("\"code\":\"body_too_large\""), "{answer}");
-    assert_eq!(app.row_counts(), (0, 0));
+    assert_eq!(app.row_counts().await, (0, 0));
 }

@@ -38,7 +38,7 @@ async fn a_double_click_storm_makes_one_job() {
             assert_eq!(replayed.as_ref().unwrap(), "true");
         }
     }
-    assert_eq!(app.row_counts(), (1, 1));
+    assert_eq!(app.row_counts().await, (1, 1));
 }
 
 #[tokio::test]
@@ -89,7 +89,7 @@ async fn the_same_key_with_another_input_is_a_conflict_that_changes_nothing() {
         (&now["version"], &now["result"]),
         (&job["version"], &job["result"])
     );
-    assert_eq!(app.row_counts(), (1, 1));
+    assert_eq!(app.row_counts().await, (1, 1));
 }
 
 #[tokio::test]
@@ -109,7 +109,7 @@ async fn the_same_intent_spelt_differently_is_a_replay() {
     let replayed = json_with_status(response, 200).await;
     assert_eq!(replayed["id"], created["id"]);
     assert_eq!(replayed["fingerprint"], created["fingerprint"]);
-    assert_eq!(app.row_counts(), (1, 1));
+    assert_eq!(app.row_counts().await, (1, 1));
 }
 
 /// A replay answers with the job as it is now, not as it was created.
@@ -160,5 +160,5 @@ async fn owners_do_not_see_each_others_jobs_and_keys() {
     assert_ne!(bob_job["id"], alice_job["id"]);
     let alice_now = json_with_status(app.get_job(ALICE, alice_id).await, 200).await;
     assert_eq!(intent(&alice_now), intent(&alice_job));
-    assert_eq!(app.row_counts(), (2, 2));
+    assert_eq!(app.row_counts().await, (2, 2));
 }

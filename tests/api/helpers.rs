@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
@@ -12,6 +12,8 @@ use onejob::domain::Owner;
 use onejob::engine::Engine;
 use onejob::http::auth::Tokens;
 use onejob::server::{self, Running};
+use onejob::store::JobStore;
+use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
 use reqwest::{Client, Response, header};
 use serde_json::Value;
@@ -19,15 +21,79 @@ use serde_json::Value;
 pub const ALICE: &str = "token-alice";
 pub const BOB: &str = "token-bob";
 
+/// Where the app keeps its jobs: SQLite by default, DynamoDB (a fresh table on the test server) when
+/// `ONEJOB_TEST_STORE=dynamodb`. `scripts/test` runs these tests once on each.
+#[derive(Clone)]
+enum Backend {
+    Sqlite(Arc<tempfile::TempDir>),
+    Dynamo(aws_sdk_dynamodb::Client, String),
+}
+
+impl Backend {
+    async fn new() -> Self {
+        if std::env::var("ONEJOB_TEST_STORE").as_deref() != Ok("dynamodb") {
+            return Self::Sqlite(Arc::new(tempfile::tempdir().unwrap()));
+        }
+        let config = crate::support::aws::sdk_config()
+            .await
+            .expect("ONEJOB_TEST_STORE=dynamodb needs the test server: run scripts/test");
+        let client = aws_sdk_dynamodb::Client::new(&config);
+        let table = crate::support::aws::unique_name("onejob-api");
+        DynamoStore::new(client.clone(), &table)
+            .create_table()
+            .await
+            .unwrap();
+        Self::Dynamo(client, table)
+    }
+
+    fn open(&self) -> Arc<dyn JobStore> {
+        match self {
+            Self::Sqlite(dir) => {
+                Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap())
+            }
+            Self::Dynamo(client, table) => Arc::new(DynamoStore::new(client.clone(), table)),
+        }
+    }
+
+    /// Jobs and attempts in the store, counted by the backend's own means (a test may scan).
+    async fn row_counts(&self) -> (i64, i64) {
+        match self {
+            Self::Sqlite(dir) => {
+                let conn = rusqlite::Connection::open(dir.path().join("onejob.db")).unwrap();
+                let count = |table: &str| {
+                    conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+                        .unwrap()
+                };
+                (count("jobs"), count("attempts"))
+            }
+            Self::Dynamo(client, table) => {
+                let items: Vec<_> = client
+                    .scan()
+                    .table_name(table)
+                    .consistent_read(true)
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .collect::<Result<Vec<_>, _>>()
+                    .await
+                    .unwrap();
+                let attempts = items
+                    .iter()
+                    .map(|item| item["attempts"].as_m().unwrap().len() as i64)
+                    .sum();
+                (items.len() as i64, attempts)
+            }
+        }
+    }
+}
+
 pub struct TestApp {
     pub addr: SocketAddr,
     pub client: Client,
-    pub db: PathBuf,
     /// The server's clock: it stands still until a test moves it.
     pub clock: Arc<ManualClock>,
     pub config: Config,
-    /// Folder of the database; removed when the last app on it is dropped.
-    dir: Arc<tempfile::TempDir>,
+    backend: Backend,
     running: Option<Running>,
 }
 
@@ -60,26 +126,20 @@ impl TestApp {
         let clock = Arc::new(ManualClock::new(
             Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
         ));
-        Self::spawn_on(Arc::new(tempfile::tempdir().unwrap()), config, clock).await
+        Self::spawn_on(Backend::new().await, config, clock).await
     }
 
-    async fn spawn_on(
-        dir: Arc<tempfile::TempDir>,
-        config: Config,
-        clock: Arc<ManualClock>,
-    ) -> Self {
-        let db = dir.path().join("onejob.db");
-        let store = Arc::new(SqliteStore::open(&db).unwrap());
+    async fn spawn_on(backend: Backend, config: Config, clock: Arc<ManualClock>) -> Self {
+        let store = backend.open();
         let tokens = Tokens::new(config.tokens.clone());
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let running = server::start(listener, &config, store, clock.clone(), tokens).unwrap();
         Self {
             addr: running.addr,
             client: Client::new(),
-            db,
             clock,
             config,
-            dir,
+            backend,
             running: Some(running),
         }
     }
@@ -91,14 +151,24 @@ impl TestApp {
     /// Stops the server gracefully and starts a new one on the same database file and clock.
     pub async fn restart(mut self) -> Self {
         self.running.take().unwrap().stop().await.unwrap();
-        Self::spawn_on(self.dir.clone(), self.config.clone(), self.clock.clone()).await
+        Self::spawn_on(
+            self.backend.clone(),
+            self.config.clone(),
+            self.clock.clone(),
+        )
+        .await
     }
 
     /// Kills the server mid-flight (no graceful anything); `downtime` passes; a new one starts on the same file.
     pub async fn crash_and_restart(mut self, downtime: chrono::Duration) -> Self {
         self.running.take().unwrap().crash();
         self.clock.advance(downtime);
-        Self::spawn_on(self.dir.clone(), self.config.clone(), self.clock.clone()).await
+        Self::spawn_on(
+            self.backend.clone(),
+            self.config.clone(),
+            self.clock.clone(),
+        )
+        .await
     }
 
     /// Long-polls the job until `ready` holds: each poll names the version last seen (`If-None-Match`) and the
@@ -206,14 +276,9 @@ impl TestApp {
             .unwrap()
     }
 
-    /// Rows in the store's tables: (jobs, attempts).
-    pub fn row_counts(&self) -> (i64, i64) {
-        let conn = rusqlite::Connection::open(&self.db).unwrap();
-        let count = |table: &str| {
-            conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
-                .unwrap()
-        };
-        (count("jobs"), count("attempts"))
+    /// Jobs and attempts in the store: (jobs, attempts).
+    pub async fn row_counts(&self) -> (i64, i64) {
+        self.backend.row_counts().await
     }
 }
 

@@ -101,7 +101,7 @@ async fn jobs_survive_a_server_restart() {
     assert_eq!(intent(&fetched), intent(&job));
     let replay = json_with_status(app.create(ALICE, "k", &summarize("keep me")).await, 200).await;
     assert_eq!(replay["id"], job["id"]);
-    assert_eq!(app.row_counts(), (1, 1));
+    assert_eq!(app.row_counts().await, (1, 1));
 }
 
 #[tokio::test]

@@ -247,6 +247,26 @@ pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallbac
     assert_eq!(fallback.call_count(), 0);
 }
 
+/// A result too large to keep fails its attempt with a clear code; nothing of it is written.
+pub async fn a_result_too_large_to_keep_fails_the_attempt(store: Arc<dyn JobStore>) {
+    let huge = "x".repeat(onejob::worker::MAX_RESULT_BYTES);
+    let primary = answering(&huge).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), false),
+    );
+    let (job, message) = rig.create("k").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let after = rig.job(&job).await;
+    assert_eq!(
+        after.attempt(1).unwrap().error.as_ref().unwrap().code,
+        "result_too_large"
+    );
+    assert_eq!((&after.result, after.status()), (&None, JobStatus::Failed));
+}
+
 /// Invariant 5: a connection lost after the request was sent is `unknown`; one refused before is `failed`.
 pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc<dyn JobStore>) {
     let fallback = answering("B").await;
