@@ -11,8 +11,6 @@
 //! | `input` | S | the input, as JSON text |
 //! | `providers` | L of S | the chain |
 //! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, started_at?, finished_at?, error?}` |
-//! | `attempt_count` | N | the highest attempt number |
-//! | `live` | BOOL | present while an attempt is `queued`, `started` or `unknown` |
 //! | `status` | S | the status while the job is open (`queued`, `running`, `unknown`, `failed`) |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at}`; attempt 0 = the job was cancelled |
 //! | `error` | S | the job's error, as JSON text |
@@ -527,7 +525,6 @@ impl JobStore for DynamoStore {
         u.value(":answered", s("answered"));
         u.set("#attempts.#n.finished_at = :now");
         u.remove("#attempts.#n.lease_expires_at");
-        u.remove("live");
         u.remove("sweep_pk");
         u.remove("sweep_at");
         u.no_updated_at();
@@ -607,7 +604,6 @@ impl JobStore for DynamoStore {
                 ("at".to_owned(), n(now.timestamp_millis())),
             ])),
         );
-        u.remove("live");
         u.remove("sweep_pk");
         u.remove("sweep_at");
         match self
@@ -791,8 +787,6 @@ fn encode(job: &Job, rev: i64) -> Item {
     );
     put("rev", n(rev));
     put("status", s(job.status().as_str()));
-    let count = job.attempts.iter().map(|a| a.number).max().unwrap_or(0);
-    put("attempt_count", n(count));
     put(
         "attempts",
         AttributeValue::M(
@@ -808,23 +802,19 @@ fn encode(job: &Job, rev: i64) -> Item {
             s(&serde_json::to_string(error).expect("errors serialise")),
         );
     }
-    if let Some(live) = job.live_attempt() {
-        if job.status().is_settled() {
-            // A live attempt of a settled job is never swept (SQLite's sweeper skips it too).
-        } else {
-            put("live", AttributeValue::Bool(true));
-            match live.state {
-                AttemptState::Queued => {
-                    put("sweep_pk", s(&sweep_key("QUEUED", &job.id)));
-                    put("sweep_at", n(live.created_at.timestamp_millis()));
-                }
-                AttemptState::Started => {
-                    put("sweep_pk", s(&sweep_key("STARTED", &job.id)));
-                    let lease = live.lease_expires_at.unwrap_or(job.updated_at);
-                    put("sweep_at", n(lease.timestamp_millis()));
-                }
-                _ => {}
+    // A live attempt of a settled job is never swept (on SQLite neither): its claim would be refused anyway.
+    if let Some(live) = job.live_attempt().filter(|_| !job.status().is_settled()) {
+        match live.state {
+            AttemptState::Queued => {
+                put("sweep_pk", s(&sweep_key("QUEUED", &job.id)));
+                put("sweep_at", n(live.created_at.timestamp_millis()));
             }
+            AttemptState::Started => {
+                put("sweep_pk", s(&sweep_key("STARTED", &job.id)));
+                let lease = live.lease_expires_at.unwrap_or(job.updated_at);
+                put("sweep_at", n(lease.timestamp_millis()));
+            }
+            _ => {}
         }
     }
     if job.version > 0 {

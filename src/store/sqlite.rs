@@ -384,6 +384,7 @@ impl JobStore for SqliteStore {
             attempt_refs(
                 conn,
                 "SELECT job_id, number FROM attempts WHERE state = 'started' AND lease_expires_at < ?1 \
+                   AND job_id IN (SELECT id FROM jobs WHERE completed_by IS NULL AND cancelled_at IS NULL) \
                  ORDER BY lease_expires_at LIMIT ?2",
                 now,
                 limit,
@@ -401,6 +402,7 @@ impl JobStore for SqliteStore {
             attempt_refs(
                 conn,
                 "SELECT job_id, number FROM attempts WHERE state = 'queued' AND created_at < ?1 \
+                   AND job_id IN (SELECT id FROM jobs WHERE completed_by IS NULL AND cancelled_at IS NULL) \
                  ORDER BY created_at LIMIT ?2",
                 before,
                 limit,
