@@ -20,6 +20,15 @@ async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp 
     TestApp::spawn_with(config).await
 }
 
+/// An app whose `primary` and `fallback` (both qualified) are these stand-ins.
+async fn app_on(primary: &StandIn, fallback: &StandIn) -> TestApp {
+    app_with(
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    )
+    .await
+}
+
 fn chain_job(text: &str) -> Value {
     json!({"contract": "summarize@1", "input": {"text": text}, "providers": ["primary", "fallback"]})
 }
@@ -61,11 +70,7 @@ async fn a_job_runs_to_success_on_the_built_in_demo_provider() {
 async fn a_failing_primary_fails_over_and_the_fallback_wins() {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "boom")).await;
     let fallback = StandIn::answering(json!({"summary": "from the fallback"})).await;
-    let app = app_with(
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    )
-    .await;
+    let app = app_on(&primary, &fallback).await;
     let id = created_id(&app, "k", &chain_job("text")).await;
     let job = app
         .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
@@ -89,11 +94,7 @@ async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
     )
     .await;
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
-    let app = app_with(
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    )
-    .await;
+    let app = app_on(&primary, &fallback).await;
     let id = created_id(&app, "k", &chain_job("text")).await;
     primary.received(1).await;
     app.clock.advance(Duration::milliseconds(TIMEOUT_MS as i64));
@@ -232,11 +233,7 @@ async fn after_a_crash_a_started_attempt_becomes_unknown_without_a_second_call()
     let primary =
         StandIn::spawn(vec![Reply::Held(Gate::new())], Reply::Status(500, "unused")).await;
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
-    let app = app_with(
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    )
-    .await;
+    let app = app_on(&primary, &fallback).await;
     let id = created_id(&app, "k", &chain_job("text")).await;
     primary.received(1).await;
     let running = app

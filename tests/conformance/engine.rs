@@ -23,21 +23,32 @@ fn state(job: &Job, number: u32) -> AttemptState {
     job.attempt(number).unwrap().state
 }
 
+/// A primary that holds its first answer until the gate opens.
+async fn held() -> (Gate, StandIn) {
+    let gate = Gate::new();
+    let primary =
+        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    (gate, primary)
+}
+
+/// A rig on `store` whose primary and fallback (both qualified) are these stand-ins.
+fn rig(store: Arc<dyn JobStore>, primary: &StandIn, fallback: &StandIn) -> Rig {
+    Rig::new(
+        store,
+        openai(primary.base_url(), true),
+        openai(fallback.base_url(), true),
+    )
+}
+
 async fn answering(text: &str) -> StandIn {
     StandIn::answering(summary(text)).await
 }
 
 /// SPEC §8 breakpoint 3: a timeout is `unknown`, not `failed`, and blocks new attempts until resolved.
 pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStore>) {
-    let gate = Gate::new();
-    let primary =
-        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let (_gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
@@ -74,15 +85,9 @@ pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStor
 /// SPEC §8 breakpoint 4: A leaves first and returns last, B leaves second and returns first → B wins, A's result
 /// is discarded and counted, although A was the primary.
 pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStore>) {
-    let gate = Gate::new();
-    let primary =
-        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let (gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, first) = rig.create("k").await;
     let a = rig.process_in_background(&first);
     primary.received(1).await;
@@ -114,11 +119,7 @@ pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStor
 pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, message) = rig.create("k").await;
     let steps: Vec<_> = (0..10)
         .map(|_| rig.process_in_background(&message))
@@ -151,15 +152,9 @@ pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStor
 }
 
 pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobStore>) {
-    let gate = Gate::new();
-    let primary =
-        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let (gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
@@ -176,15 +171,9 @@ pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobSto
 }
 
 pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn JobStore>) {
-    let gate = Gate::new();
-    let primary =
-        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let (gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
@@ -203,11 +192,7 @@ pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn Job
 pub async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, first) = rig.create("k").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
     let failed = rig.job(&job).await;
@@ -223,11 +208,10 @@ pub async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore
     );
 }
 
-/// Failover goes only to a qualified provider; the unqualified fallback gets no call.
-pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing(
-    store: Arc<dyn JobStore>,
-) {
-    let primary = StandIn::answering(json!({"summary": "fine", "confidence": 0.9})).await;
+/// The primary answers `output`; the attempt fails with `code`, the job fails with `fallback_not_qualified`, and
+/// the unqualified fallback gets no call. Nothing of the answer is written.
+async fn an_answer_that_fails_the_attempt(store: Arc<dyn JobStore>, output: Value, code: &str) {
+    let primary = StandIn::answering(output).await;
     let fallback = answering("B").await;
     let mut rig = Rig::new(
         store,
@@ -237,34 +221,25 @@ pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallbac
     let (job, first) = rig.create("k").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
     let after = rig.job(&job).await;
-    assert_eq!(
-        after.attempt(1).unwrap().error.as_ref().unwrap().code,
-        "output_invalid"
-    );
-    assert_eq!(after.status(), JobStatus::Failed);
+    assert_eq!(after.attempt(1).unwrap().error.as_ref().unwrap().code, code);
+    assert_eq!((&after.result, after.status()), (&None, JobStatus::Failed));
     assert_eq!(after.error.as_ref().unwrap().code, "fallback_not_qualified");
     assert!(rig.no_message());
     assert_eq!(fallback.call_count(), 0);
 }
 
-/// A result too large to keep fails its attempt with a clear code; nothing of it is written.
+/// Failover goes only to a qualified provider; the unqualified fallback gets no call.
+pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing(
+    store: Arc<dyn JobStore>,
+) {
+    let extra_key = json!({"summary": "fine", "confidence": 0.9});
+    an_answer_that_fails_the_attempt(store, extra_key, "output_invalid").await;
+}
+
+/// A result too large to keep fails its attempt with a clear code.
 pub async fn a_result_too_large_to_keep_fails_the_attempt(store: Arc<dyn JobStore>) {
-    let huge = "x".repeat(onejob::worker::MAX_RESULT_BYTES);
-    let primary = answering(&huge).await;
-    let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), false),
-    );
-    let (job, message) = rig.create("k").await;
-    assert_eq!(rig.process(&message).await, Processed::Failed);
-    let after = rig.job(&job).await;
-    assert_eq!(
-        after.attempt(1).unwrap().error.as_ref().unwrap().code,
-        "result_too_large"
-    );
-    assert_eq!((&after.result, after.status()), (&None, JobStatus::Failed));
+    let huge = summary(&"x".repeat(onejob::worker::MAX_RESULT_BYTES));
+    an_answer_that_fails_the_attempt(store, huge, "result_too_large").await;
 }
 
 /// Invariant 5: a connection lost after the request was sent is `unknown`; one refused before is `failed`.
@@ -303,11 +278,7 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
 pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     let (job, message) = rig.create("k").await;
     rig.process(&message).await;
     let call = &primary.calls()[0];
@@ -339,11 +310,7 @@ pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: A
 pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
-    let mut rig = Rig::new(
-        store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = rig(store, &primary, &fallback);
     // A worker claimed this one and died.
     let (crashed, message) = rig.create("crashed").await;
     let now = rig.clock.now();
