@@ -164,6 +164,8 @@ pub enum ConfigError {
     },
     #[error("ONEJOB_TOKENS entry {0:?} is not token=owner with a valid owner")]
     Tokens(String),
+    #[error("{0} is not set")]
+    Missing(String),
     #[error("providers.{name}: {message}")]
     Provider { name: String, message: String },
 }
@@ -269,10 +271,7 @@ impl Config {
                     path: path.to_owned(),
                     source,
                 })?;
-                toml::from_str(&text).map_err(|source| ConfigError::Parse {
-                    path: path.to_owned(),
-                    source: Box::new(source),
-                })?
+                Self::parse(&text, &path.display().to_string())?
             }
         };
         for entry in env_tokens.unwrap_or_default().split(',').map(str::trim) {
@@ -286,6 +285,15 @@ impl Config {
             let owner = Owner::parse(owner).map_err(|_| ConfigError::Tokens(entry.to_owned()))?;
             config.tokens.insert(token.to_owned(), owner);
         }
+        Ok(config)
+    }
+
+    /// A config from its TOML text; `origin` names where the text came from, for errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::from(origin),
+            source: Box::new(source),
+        })?;
         for (name, provider) in &config.providers {
             provider.check().map_err(|message| ConfigError::Provider {
                 name: name.to_string(),

@@ -127,6 +127,15 @@ pub enum ContractError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// `contracts/*.toml`, as compiled into the binary (a test checks this list against the folder).
+const SHIPPED: [(&str, &str); 2] = [
+    ("classify.toml", include_str!("../contracts/classify.toml")),
+    (
+        "summarize.toml",
+        include_str!("../contracts/summarize.toml"),
+    ),
+];
+
 /// The loaded contracts, by reference.
 #[derive(Debug, Default)]
 pub struct Contracts(BTreeMap<ContractRef, Contract>);
@@ -148,13 +157,38 @@ impl Contracts {
             .map_err(read_err)?;
         paths.retain(|p| p.extension().is_some_and(|e| e == "toml"));
         paths.sort();
-        let mut contracts = BTreeMap::new();
+        let mut sources = Vec::with_capacity(paths.len());
         for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(|e| ContractError::Invalid {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            sources.push((path, text));
+        }
+        Self::from_sources(dir, sources, is_provider)
+    }
+
+    /// The contracts of the repository's `contracts/` folder, compiled into the binary: a Lambda package holds
+    /// nothing but its binary.
+    pub fn shipped(is_provider: impl Fn(&ProviderName) -> bool) -> Result<Self, ContractError> {
+        let sources = SHIPPED
+            .iter()
+            .map(|(name, text)| (PathBuf::from("contracts").join(name), (*text).to_owned()))
+            .collect();
+        Self::from_sources(Path::new("contracts"), sources, is_provider)
+    }
+
+    fn from_sources(
+        dir: &Path,
+        sources: Vec<(PathBuf, String)>,
+        is_provider: impl Fn(&ProviderName) -> bool,
+    ) -> Result<Self, ContractError> {
+        let mut contracts = BTreeMap::new();
+        for (path, text) in sources {
             let invalid = |message: String| ContractError::Invalid {
                 path: path.clone(),
                 message,
             };
-            let text = std::fs::read_to_string(&path).map_err(|e| invalid(e.to_string()))?;
             let contract = parse(&text, &is_provider).map_err(invalid)?;
             if contracts.contains_key(&contract.reference) {
                 return Err(invalid(format!("{} is defined twice", contract.reference)));
@@ -242,6 +276,28 @@ mod tests {
         let errors = summarize.input_errors(&json!({"text": 3, "extra": true}));
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(errors.iter().any(|e| e.pointer == "/text"));
+    }
+
+    #[test]
+    fn the_compiled_in_contracts_are_the_folder() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".toml"))
+            .collect();
+        files.sort();
+        let shipped: Vec<&str> = SHIPPED.iter().map(|(name, _)| *name).collect();
+        assert_eq!(files, shipped, "add the new contract to SHIPPED");
+        for (name, text) in SHIPPED {
+            assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), text);
+        }
+        let any = |_: &ProviderName| true;
+        let shipped = Contracts::shipped(any).unwrap();
+        assert_eq!(
+            shipped.iter().count(),
+            Contracts::load(&dir, any).unwrap().iter().count()
+        );
     }
 
     #[test]

@@ -13,14 +13,16 @@
 //! - [`queue`]: the dispatch port (a message names one attempt) and its in-process adapter.
 //! - [`worker`]: one step, `process_attempt` (claim, call, complete by compare-and-swap, fail with failover,
 //!   time out into `unknown`), the sweeper step, and the local loops around both.
-//! - [`metrics`]: counters served as Prometheus text.
+//! - [`metrics`]: counters served as Prometheus text (and as CloudWatch EMF lines on Lambda).
+//! - [`lambda`]: the api, worker and sweeper Lambda functions, as library code the `src/bin/onejob-*` mains run.
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
 //! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
 //! - [`config`]: `onejob.toml`, every key documented.
 //! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
 //! - [`telemetry`]: `tracing` set-up.
 //!
-//! The binary `onejob` (in `src/main.rs`) is a thin command line over these.
+//! The binary `onejob` (in `src/main.rs`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`
+//! are the Lambda mains.
 
 pub mod clock;
 pub mod config;
@@ -28,6 +30,7 @@ pub mod contracts;
 pub mod domain;
 pub mod engine;
 pub mod http;
+pub mod lambda;
 pub mod metrics;
 pub mod providers;
 pub mod queue;

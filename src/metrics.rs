@@ -59,6 +59,36 @@ impl Metrics {
         self.races_lost.load(Ordering::Relaxed)
     }
 
+    /// The counts since the last call, as one CloudWatch Embedded Metric Format line (namespace `onejob`), and the
+    /// counters back at zero: a Lambda container prints one after each invocation.
+    pub fn drain_emf(&self, timestamp_ms: i64) -> String {
+        let take = |c: &AtomicU64| c.swap(0, Ordering::Relaxed);
+        let mut values = serde_json::Map::new();
+        for (name, counter) in [
+            ("JobsCreated", &self.created),
+            ("CreatesReplayed", &self.replayed),
+            ("CreateConflicts", &self.conflicts),
+            ("RacesLost", &self.races_lost),
+        ] {
+            values.insert(name.into(), take(counter).into());
+        }
+        for (state, counter) in AttemptState::ALL.iter().zip(&self.attempts) {
+            values.insert(format!("Attempts_{}", state.as_str()), take(counter).into());
+        }
+        let metrics: Vec<serde_json::Value> = values
+            .keys()
+            .map(|name| serde_json::json!({"Name": name, "Unit": "Count"}))
+            .collect();
+        values.insert(
+            "_aws".into(),
+            serde_json::json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{"Namespace": "onejob", "Dimensions": [[]], "Metrics": metrics}],
+            }),
+        );
+        serde_json::Value::Object(values).to_string()
+    }
+
     /// Prometheus text exposition format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -92,5 +122,34 @@ impl Metrics {
         );
         let _ = writeln!(out, "onejob_races_lost_total {}", load(&self.races_lost));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emf_line_carries_the_counts_since_the_last_one() {
+        let metrics = Metrics::default();
+        metrics.race_lost();
+        metrics.create(CreateKind::Replayed);
+        let line: serde_json::Value = serde_json::from_str(&metrics.drain_emf(1_000)).unwrap();
+        assert_eq!(
+            (
+                line["RacesLost"].as_u64(),
+                line["Attempts_discarded"].as_u64()
+            ),
+            (Some(1), Some(1))
+        );
+        assert_eq!(line["CreatesReplayed"], 1);
+        assert_eq!(line["_aws"]["CloudWatchMetrics"][0]["Namespace"], "onejob");
+        let names = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(names, 4 + AttemptState::ALL.len());
+        let next: serde_json::Value = serde_json::from_str(&metrics.drain_emf(2_000)).unwrap();
+        assert_eq!(next["RacesLost"], 0);
     }
 }

@@ -13,7 +13,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::contracts::{ContractError, Contracts};
 use crate::engine::Engine;
-use crate::http::auth::Tokens;
+use crate::http::auth::{Auth, Tokens};
 use crate::http::{AppState, router};
 use crate::providers::Providers;
 use crate::queue::local::LocalQueue;
@@ -96,7 +96,7 @@ pub fn start(
     ));
     let state = AppState {
         engine: engine.clone(),
-        tokens: Arc::new(tokens),
+        auth: Arc::new(Auth::Tokens(tokens)),
         body_limit: config.body_limit_bytes,
     };
     let (stop, stopped) = oneshot::channel::<()>();

@@ -1,11 +1,13 @@
-//! Who is calling. Locally: `Authorization: Bearer <token>`, each token mapped to an owner by the config. The
-//! owner never comes from a request body.
+//! Who is calling. Locally: `Authorization: Bearer <token>`, each token mapped to an owner by the config. On Lambda:
+//! the `sub` claim that API Gateway's JWT authorizer verified (bearer tokens are not accepted there). The owner
+//! never comes from a request body.
 
 use std::collections::BTreeMap;
 
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
+use lambda_http::request::RequestContext;
 
 use super::AppState;
 use super::error::ApiError;
@@ -47,6 +49,46 @@ impl Tokens {
     }
 }
 
+/// How requests are authenticated.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// The local server: bearer tokens from the config.
+    Tokens(Tokens),
+    /// Behind API Gateway's JWT authorizer: the `sub` claim of the verified token.
+    JwtClaims,
+}
+
+impl Auth {
+    fn owner(&self, parts: &Parts) -> Option<Owner> {
+        match self {
+            Self::Tokens(tokens) => {
+                let token = parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| {
+                        let (scheme, token) = v.split_once(' ')?;
+                        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+                    })?;
+                tokens.owner(token).cloned()
+            }
+            Self::JwtClaims => match parts.extensions.get::<RequestContext>()? {
+                RequestContext::ApiGatewayV2(context) => {
+                    let sub = context
+                        .authorizer
+                        .as_ref()?
+                        .jwt
+                        .as_ref()?
+                        .claims
+                        .get("sub")?;
+                    Owner::parse(sub).ok()
+                }
+                _ => None,
+            },
+        }
+    }
+}
+
 /// The authenticated owner of a request.
 #[derive(Debug, Clone)]
 pub struct Caller(pub Owner);
@@ -55,19 +97,9 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .ok_or(ApiError::Unauthorized)?;
         state
-            .tokens
-            .owner(token)
-            .cloned()
+            .auth
+            .owner(parts)
             .map(Caller)
             .ok_or(ApiError::Unauthorized)
     }

@@ -17,14 +17,14 @@ use tower_http::trace::TraceLayer;
 use utoipa::{OpenApi, ToSchema};
 
 use crate::engine::Engine;
-use auth::{Caller, Tokens};
+use auth::{Auth, Caller};
 use error::{ApiError, Problem};
 
 /// What every handler may use; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub engine: Arc<Engine>,
-    pub tokens: Arc<Tokens>,
+    pub auth: Arc<Auth>,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
 }

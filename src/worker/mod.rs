@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::contracts::Contract;
-use crate::domain::{AttemptRef, AttemptState, Completion, ErrorInfo, Job};
+use crate::domain::{AttemptRef, AttemptState, Completion, ErrorInfo, Job, Timestamp};
 use crate::engine::Engine;
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest};
 use crate::store::StoreError;
@@ -45,6 +45,15 @@ pub async fn process_attempt(
     engine: &Engine,
     message: &AttemptRef,
 ) -> Result<Processed, StoreError> {
+    process_attempt_until(engine, message, None).await
+}
+
+/// [`process_attempt`], listening for a late answer no later than `deadline` (a Lambda's remaining time).
+pub async fn process_attempt_until(
+    engine: &Engine,
+    message: &AttemptRef,
+    deadline: Option<Timestamp>,
+) -> Result<Processed, StoreError> {
     let now = engine.clock.now();
     let job = match engine
         .store
@@ -72,6 +81,7 @@ pub async fn process_attempt(
         engine,
         job: &job,
         number: message.number,
+        deadline,
     }
     .run()
     .instrument(span)
@@ -84,6 +94,8 @@ struct Step<'a> {
     /// The job as the claim left it.
     job: &'a Job,
     number: u32,
+    /// No listening past this point.
+    deadline: Option<Timestamp>,
 }
 
 impl Step<'_> {
@@ -139,8 +151,14 @@ impl Step<'_> {
             outcome = &mut call => return Ok(Some(outcome)),
             () = clock.sleep(provider.config.timeout()) => {}
         }
-        // The late window starts at the timeout, not when the store has answered.
-        let late_window = clock.sleep(provider.config.late_result());
+        // The late window starts at the timeout, not when the store has answered, and ends by the deadline.
+        let mut late = provider.config.late_result();
+        if let Some(deadline) = self.deadline {
+            late = late
+                .min(deadline - clock.now())
+                .max(chrono::Duration::zero());
+        }
+        let late_window = clock.sleep(late);
         tracing::warn!(
             timeout_ms = provider.config.timeout_ms,
             "no answer in time: attempt unknown"

@@ -1,0 +1,160 @@
+//! The three Lambda functions, as library code the thin `src/bin/onejob-*.rs` mains run and the tests drive with
+//! real event payloads:
+//!
+//! - **api**: the same axum [`router`](crate::http::router) under `lambda_http`; the owner is the `sub` claim of API
+//!   Gateway's JWT authorizer.
+//! - **worker**: an SQS batch, one [`process_attempt_until`] per record, reporting only the records that should be
+//!   retried (`batchItemFailures`).
+//! - **sweeper**: one [`sweep`] per scheduled event.
+//!
+//! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
+//! `ONEJOB_QUEUE_URL` (SQS), and optionally `ONEJOB_CONFIG_TOML` (an `onejob.toml`, for providers and limits).
+//! Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
+//! carries the counts of attempts by outcome, replays, conflicts and races lost.
+
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use axum::Router;
+use futures_util::future::join_all;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, ConfigError};
+use crate::contracts::Contracts;
+use crate::domain::Timestamp;
+use crate::engine::Engine;
+use crate::http::auth::Auth;
+use crate::http::{AppState, router};
+use crate::providers::Providers;
+use crate::queue::sqs::SqsQueue;
+use crate::server::StartError;
+use crate::store::StoreError;
+use crate::store::dynamodb::DynamoStore;
+use crate::worker::process_attempt_until;
+use crate::worker::sweeper::{Swept, sweep};
+
+/// Where a function's engine keeps jobs and sends attempts.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub table: String,
+    pub queue_url: String,
+    pub config: Config,
+}
+
+impl Settings {
+    /// From `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL` and the optional `ONEJOB_CONFIG_TOML`.
+    pub fn from_env() -> Result<Self, StartError> {
+        let var = |name: &str| {
+            std::env::var(name)
+                .map_err(|_| StartError::Config(ConfigError::Missing(name.to_owned())))
+        };
+        let config = match std::env::var("ONEJOB_CONFIG_TOML") {
+            Ok(text) => Config::parse(&text, "ONEJOB_CONFIG_TOML")?,
+            Err(_) => Config::default(),
+        };
+        Ok(Self {
+            table: var("ONEJOB_TABLE")?,
+            queue_url: var("ONEJOB_QUEUE_URL")?,
+            config,
+        })
+    }
+}
+
+/// The engine of one Lambda container: DynamoDB, SQS, the compiled-in contracts, the configured providers.
+pub fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
+    let config = &settings.config;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let contracts = Contracts::shipped(|p| config.providers.contains_key(p))?;
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table);
+    let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);
+    Ok(Arc::new(Engine::new(
+        Arc::new(store),
+        clock.clone(),
+        Arc::new(contracts),
+        Arc::new(Providers::from_config(&config.providers, clock)),
+        Arc::new(queue),
+        config.engine_settings(),
+    )))
+}
+
+/// The API function's router: owners come from the JWT authorizer's claims; each answer is followed by the
+/// invocation's metrics line.
+pub fn api(engine: Arc<Engine>, body_limit: usize) -> Router {
+    let metrics = engine.clone();
+    router(AppState {
+        engine,
+        auth: Arc::new(Auth::JwtClaims),
+        body_limit,
+    })
+    .layer(axum::middleware::map_response(
+        move |response: axum::response::Response| {
+            flush_metrics(&metrics);
+            std::future::ready(response)
+        },
+    ))
+}
+
+/// Listening stops this long before the invocation's deadline, to leave time to record what was heard.
+const DEADLINE_MARGIN_MS: i64 = 2_000;
+
+/// The invocation's deadline, less a margin, as the worker's listening limit.
+pub fn deadline(context: &lambda_runtime::Context) -> Option<Timestamp> {
+    let ms = i64::try_from(context.deadline).ok()? - DEADLINE_MARGIN_MS;
+    chrono::DateTime::from_timestamp_millis(ms)
+}
+
+/// Runs every record of an SQS batch (side by side) and names the ones to deliver again: those whose step failed
+/// on the store. A record that names no attempt is logged and acknowledged, since no retry can mend it; one whose
+/// attempt is already claimed or finished is acknowledged by the step itself.
+pub async fn worker(
+    engine: &Engine,
+    event: SqsEvent,
+    deadline: Option<Timestamp>,
+) -> SqsBatchResponse {
+    let steps = event.records.into_iter().map(|record| async move {
+        let id = record.message_id.clone().unwrap_or_default();
+        let body = record.body.as_deref().unwrap_or_default();
+        let attempt = match SqsQueue::parse(body) {
+            Ok(attempt) => attempt,
+            Err(e) => {
+                tracing::error!(message_id = %id, error = %e, "not an attempt message: acknowledged and dropped");
+                return None;
+            }
+        };
+        match process_attempt_until(engine, &attempt, deadline).await {
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!(message_id = %id, job_id = %attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
+                Some(id)
+            }
+        }
+    });
+    let mut response = SqsBatchResponse::default();
+    response.batch_item_failures = join_all(steps)
+        .await
+        .into_iter()
+        .flatten()
+        .map(|id| {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            failure
+        })
+        .collect();
+    response
+}
+
+/// The sweeper function: one sweep.
+pub async fn sweeper(engine: &Engine) -> Result<Swept, StoreError> {
+    sweep(engine).await
+}
+
+/// Prints the metrics line of the invocation that just ended.
+pub fn flush_metrics(engine: &Engine) {
+    println!(
+        "{}",
+        engine
+            .metrics
+            .drain_emf(engine.clock.now().timestamp_millis())
+    );
+}

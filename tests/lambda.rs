@@ -1,0 +1,194 @@
+//! The Lambda handlers fed the payloads in `events/`, in process, against the AWS test server (DynamoDB and SQS on
+//! moto) and a provider stand-in: api create → message on the queue → worker batch (with a duplicate) → api get.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_http::request::LambdaRequest;
+use lambda_http::{Adapter, Context, LambdaEvent, Service};
+use onejob::config::Config;
+use onejob::domain::{JobId, ProviderName};
+use onejob::engine::Engine;
+use onejob::lambda::{self, Settings};
+use onejob::store::dynamodb::DynamoStore;
+use serde_json::{Value, json};
+use support::aws::{sdk_config, unique_name};
+use support::stand_in::{StandIn, openai};
+
+fn event(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("events")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+struct Functions {
+    engine: Arc<Engine>,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    provider: StandIn,
+}
+
+/// The functions' engine on a fresh table and queue, the contracts' default provider answering from a stand-in.
+async fn functions() -> Option<Functions> {
+    let aws = sdk_config().await?;
+    let table = unique_name("onejob-lambda");
+    let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
+    DynamoStore::new(dynamodb, &table)
+        .create_table()
+        .await
+        .unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&aws);
+    let queue = sqs
+        .create_queue()
+        .queue_name(unique_name("attempts"))
+        .send()
+        .await
+        .unwrap();
+    let queue_url = queue.queue_url().unwrap().to_owned();
+    let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
+    let mut config = Config::default();
+    config.providers.insert(
+        ProviderName::parse("demo").unwrap(),
+        openai(provider.base_url(), true),
+    );
+    let settings = Settings {
+        table,
+        queue_url: queue_url.clone(),
+        config,
+    };
+    let engine = lambda::engine(&settings, &aws).unwrap();
+    Some(Functions {
+        engine,
+        sqs,
+        queue_url,
+        provider,
+    })
+}
+
+impl Functions {
+    /// Runs an API Gateway event through the api function, as `lambda_http::run` does; (status, JSON body).
+    async fn api(&self, name: &str) -> (u16, Value) {
+        let request: LambdaRequest = serde_json::from_value(event(name)).unwrap();
+        let mut function = Adapter::from(lambda::api(self.engine.clone(), 256 * 1024));
+        let response = function
+            .call(LambdaEvent::new(request, Context::default()))
+            .await
+            .unwrap();
+        let response = serde_json::to_value(response).unwrap();
+        let body = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
+        (response["statusCode"].as_u64().unwrap() as u16, body)
+    }
+
+    /// The messages on the queue, as the SQS event a worker would get: each real message, then a duplicate of it.
+    async fn received_with_duplicates(&self) -> SqsEvent {
+        let received = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let mut records = Vec::new();
+        for (i, message) in received.messages().iter().enumerate() {
+            for copy in 0..2 {
+                records.push(json!({
+                    "messageId": format!("{}-{copy}", message.message_id().unwrap_or(&i.to_string())),
+                    "receiptHandle": message.receipt_handle(),
+                    "body": message.body(),
+                    "attributes": {}, "messageAttributes": {},
+                    "eventSource": "aws:sqs", "awsRegion": "us-east-1",
+                }));
+            }
+        }
+        serde_json::from_value(json!({"Records": records})).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succeeded() {
+    let Some(f) = functions().await else { return };
+    let (status, created) = f.api("api-create.json").await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let (status, replayed) = f.api("api-replay.json").await;
+    assert_eq!((status, &replayed["id"]), (200, &json!(id)));
+    let (status, conflict) = f.api("api-conflict.json").await;
+    assert_eq!(
+        (status, &conflict["code"], &conflict["job_id"]),
+        (409, &json!("idempotency_key_reused"), &json!(id))
+    );
+
+    let batch = f.received_with_duplicates().await;
+    assert_eq!(batch.records.len(), 2, "one message, delivered twice");
+    let response = lambda::worker(&f.engine, batch, None).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        f.provider.call_count(),
+        1,
+        "the duplicate made no second call"
+    );
+
+    let (status, job) = f.api("api-get.json").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (&job["id"], &job["status"]),
+        (&json!(id), &json!("succeeded"))
+    );
+    assert_eq!(job["result"], json!({"summary": "The projector broke."}));
+    let (status, other) = f.api("api-get-other-owner.json").await;
+    assert_eq!((status, &other["code"]), (404, &json!("job_not_found")));
+}
+
+/// The payloads are the ones the handlers are documented with: the get event names the job the create event makes
+/// (ids are derived from owner and key), and the SQS batch names it twice.
+#[tokio::test]
+async fn the_event_files_describe_one_job() {
+    let id = JobId::derive(
+        &onejob::domain::Owner::parse("alice").unwrap(),
+        &onejob::domain::IdempotencyKey::parse("lambda-demo-1").unwrap(),
+    );
+    assert_eq!(event("api-get.json")["rawPath"], format!("/v1/jobs/{id}"));
+    let batch: SqsEvent = serde_json::from_value(event("sqs-batch-with-duplicate.json")).unwrap();
+    let bodies: Vec<_> = batch
+        .records
+        .iter()
+        .map(|r| r.body.clone().unwrap())
+        .collect();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0], bodies[1]);
+    let named = onejob::queue::sqs::SqsQueue::parse(&bodies[0]).unwrap();
+    assert_eq!((named.job_id, named.number), (id, 1));
+}
+
+/// Every file in `events/` through its handler: the SQS batch with its duplicate makes one call and no failure;
+/// the schedule event sweeps; a malformed record is acknowledged, not retried forever.
+#[tokio::test]
+async fn the_worker_and_sweeper_events_run_through_their_handlers() {
+    let Some(f) = functions().await else { return };
+    assert_eq!(f.api("api-create.json").await.0, 201);
+    let batch: SqsEvent = serde_json::from_value(event("sqs-batch-with-duplicate.json")).unwrap();
+    let response = lambda::worker(&f.engine, batch, None).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(f.provider.call_count(), 1);
+    assert_eq!(f.api("api-get.json").await.1["status"], "succeeded");
+
+    assert_eq!(event("schedule.json")["detail-type"], "Scheduled Event");
+    let swept = lambda::sweeper(&f.engine).await.unwrap();
+    assert_eq!((swept.expired, swept.redispatched), (0, 0));
+
+    let garbage: SqsEvent =
+        serde_json::from_value(json!({"Records": [{"messageId": "m-1", "body": "not json"}]}))
+            .unwrap();
+    assert!(
+        lambda::worker(&f.engine, garbage, None)
+            .await
+            .batch_item_failures
+            .is_empty()
+    );
+}
