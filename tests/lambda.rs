@@ -72,7 +72,11 @@ async fn functions() -> Option<Functions> {
 impl Functions {
     /// Runs an API Gateway event through the api function, as `lambda_http::run` does; (status, JSON body).
     async fn api(&self, name: &str) -> (u16, Value) {
-        let request: LambdaRequest = serde_json::from_value(event(name)).unwrap();
+        self.api_event(event(name)).await
+    }
+
+    async fn api_event(&self, event: Value) -> (u16, Value) {
+        let request: LambdaRequest = serde_json::from_value(event).unwrap();
         let mut function = Adapter::from(lambda::api(self.engine.clone(), 256 * 1024));
         let response = function
             .call(LambdaEvent::new(request, Context::default()))
@@ -191,4 +195,24 @@ async fn the_worker_and_sweeper_events_run_through_their_handlers() {
             .batch_item_failures
             .is_empty()
     );
+}
+
+/// Without the authorizer's claims there is no owner: 401, whatever bearer token the request carries.
+#[tokio::test]
+async fn a_request_without_jwt_claims_is_unauthorized() {
+    let Some(f) = functions().await else { return };
+    let mut unclaimed = event("api-create.json");
+    unclaimed["requestContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("authorizer");
+    let (status, problem) = f.api_event(unclaimed).await;
+    assert_eq!((status, &problem["code"]), (401, &json!("unauthorized")));
+    let mut local_token = event("api-get.json");
+    local_token["requestContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("authorizer");
+    local_token["headers"]["authorization"] = json!("Bearer dev-token-alice");
+    assert_eq!(f.api_event(local_token).await.0, 401);
 }
