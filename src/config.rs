@@ -43,21 +43,22 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
-    /// openai: the API root, e.g. `https://api.openai.com/v1`; requests go to `{base_url}/chat/completions`.
+    /// openai, anthropic: the API root, e.g. `https://api.openai.com/v1`, `https://api.anthropic.com/v1`; requests
+    /// go to `{base_url}/chat/completions`, `{base_url}/messages`.
     pub base_url: Option<String>,
-    /// openai: the model name sent with each request.
+    /// openai, anthropic: the model name sent with each request.
     pub model: Option<String>,
-    /// openai: the environment variable that holds the API key (sent as a bearer token).
+    /// openai, anthropic: the environment variable that holds the API key (a bearer token, `x-api-key`).
     pub api_key_env: Option<String>,
+    /// The model's context window in tokens: the prompt plus the contract's output budget must fit in it.
+    /// Default: 8192 for openai and anthropic (set it to your model's), unbounded for demo.
+    pub context_window: Option<u64>,
     /// Without an answer after this long, the attempt becomes `unknown`.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// After the timeout, how much longer the worker keeps listening for a late answer.
     #[serde(default = "default_late_result_ms")]
     pub late_result_ms: u64,
-    /// May automatic failover go to this provider? A stand-in for the qualification gate, which replaces it.
-    #[serde(default)]
-    pub qualified: bool,
     /// demo: what the provider does.
     #[serde(default)]
     pub behavior: DemoBehavior,
@@ -73,6 +74,8 @@ pub enum ProviderKind {
     Demo,
     /// Any OpenAI-compatible `POST /chat/completions` endpoint.
     Openai,
+    /// Anthropic's Messages API, `POST /messages`, structured output through a forced tool.
+    Anthropic,
 }
 
 impl ProviderKind {
@@ -80,6 +83,7 @@ impl ProviderKind {
         match self {
             Self::Demo => "demo",
             Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
         }
     }
 }
@@ -99,6 +103,17 @@ pub enum DemoBehavior {
     ExtraKey,
 }
 
+impl DemoBehavior {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answer => "answer",
+            Self::Fail => "fail",
+            Self::Hang => "hang",
+            Self::ExtraKey => "extra_key",
+        }
+    }
+}
+
 impl ProviderConfig {
     pub fn timeout(&self) -> chrono::Duration {
         chrono::Duration::milliseconds(self.timeout_ms as i64)
@@ -108,26 +123,35 @@ impl ProviderConfig {
         chrono::Duration::milliseconds(self.late_result_ms as i64)
     }
 
+    /// The context window in tokens, with the kind's default; `None` is unbounded.
+    pub fn context_window(&self) -> Option<u64> {
+        self.context_window.or(match self.kind {
+            ProviderKind::Demo => None,
+            ProviderKind::Openai | ProviderKind::Anthropic => Some(8_192),
+        })
+    }
+
     /// A demo provider with the given behaviour and delay, and default timings.
-    pub fn demo(behavior: DemoBehavior, delay_ms: u64, qualified: bool) -> Self {
+    pub fn demo(behavior: DemoBehavior, delay_ms: u64) -> Self {
         Self {
             kind: ProviderKind::Demo,
             base_url: None,
             model: None,
             api_key_env: None,
+            context_window: None,
             timeout_ms: default_timeout_ms(),
             late_result_ms: default_late_result_ms(),
-            qualified,
             behavior,
             delay_ms,
         }
     }
 
     fn check(&self) -> Result<(), String> {
+        let kind = self.kind.as_str();
         match self.kind {
-            ProviderKind::Openai => {
+            ProviderKind::Openai | ProviderKind::Anthropic => {
                 if self.base_url.is_none() || self.model.is_none() {
-                    return Err("an openai provider needs base_url and model".into());
+                    return Err(format!("an {kind} provider needs base_url and model"));
                 }
                 if self.behavior != DemoBehavior::default() || self.delay_ms != 0 {
                     return Err("behavior and delay_ms are for demo providers only".into());
@@ -136,13 +160,17 @@ impl ProviderConfig {
             ProviderKind::Demo => {
                 if self.base_url.is_some() || self.model.is_some() || self.api_key_env.is_some() {
                     return Err(
-                        "base_url, model and api_key_env are for openai providers only".into(),
+                        "base_url, model and api_key_env are for openai and anthropic providers only"
+                            .into(),
                     );
                 }
             }
         }
         if self.timeout_ms == 0 {
             return Err("timeout_ms must be above 0".into());
+        }
+        if self.context_window == Some(0) {
+            return Err("context_window must be above 0".into());
         }
         Ok(())
     }
@@ -202,30 +230,25 @@ fn default_late_result_ms() -> u64 {
     60_000
 }
 
-/// The built-in providers: all demo, each showing one behaviour of the engine (see the README).
+/// The built-in providers: all demo, each showing one behaviour of the engine (see the README). None is qualified
+/// until `onejob qualify` says so.
 fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
     let slow = ProviderConfig {
         timeout_ms: 3_000,
         late_result_ms: 30_000,
-        ..ProviderConfig::demo(DemoBehavior::Answer, 20_000, true)
+        ..ProviderConfig::demo(DemoBehavior::Answer, 20_000)
     };
     [
-        (
-            "demo",
-            ProviderConfig::demo(DemoBehavior::Answer, 300, true),
-        ),
+        ("demo", ProviderConfig::demo(DemoBehavior::Answer, 300)),
         (
             "demo-backup",
-            ProviderConfig::demo(DemoBehavior::Answer, 100, true),
+            ProviderConfig::demo(DemoBehavior::Answer, 100),
         ),
-        (
-            "demo-fail",
-            ProviderConfig::demo(DemoBehavior::Fail, 100, true),
-        ),
+        ("demo-fail", ProviderConfig::demo(DemoBehavior::Fail, 100)),
         ("demo-slow", slow),
         (
             "demo-sloppy",
-            ProviderConfig::demo(DemoBehavior::ExtraKey, 100, false),
+            ProviderConfig::demo(DemoBehavior::ExtraKey, 100),
         ),
     ]
     .into_iter()

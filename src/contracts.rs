@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::domain::{ContractRef, ProviderName};
+use crate::domain::{ContractRef, Fingerprint, ProviderName};
 
 #[derive(Debug)]
 pub struct Contract {
@@ -27,6 +27,8 @@ pub struct Contract {
     pub providers: Vec<ProviderName>,
     /// Inputs used to check a provider against this contract.
     pub samples: Vec<Value>,
+    /// What a qualification is tied to: prompt, both schemas, temperature, output budget.
+    pub fingerprint: Fingerprint,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
 }
@@ -72,7 +74,10 @@ impl Contract {
             .iter_errors(output)
             .map(|e| format!("{} (at {:?})", e, e.instance_path().to_string()))
             .collect();
-        if let (Some(fields), Some(known)) = (
+        // Where the schema closes itself, its validator has said so already.
+        let closed = self.output_schema.get("additionalProperties") == Some(&Value::Bool(false));
+        if let (false, Some(fields), Some(known)) = (
+            closed,
             output.as_object(),
             self.output_schema
                 .get("properties")
@@ -229,8 +234,16 @@ fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Con
     if !(0.0..=2.0).contains(&file.temperature) {
         return Err(format!("temperature {} is outside 0..=2", file.temperature));
     }
+    let fingerprint = Fingerprint::of_value(&serde_json::json!({
+        "prompt": file.prompt,
+        "input_schema": file.input_schema,
+        "output_schema": file.output_schema,
+        "temperature": file.temperature,
+        "max_output_tokens": file.max_output_tokens,
+    }));
     let contract = Contract {
         reference,
+        fingerprint,
         description: file.description,
         prompt: file.prompt,
         input_schema: file.input_schema,

@@ -9,7 +9,10 @@ use tokio::sync::broadcast;
 
 use crate::clock::Clock;
 use crate::contracts::Contracts;
-use crate::domain::{AttemptRef, AttemptState, Job, JobCancel, JobId, NewJob, Owner, ProviderName};
+use crate::domain::{
+    AttemptRef, AttemptState, ContractRef, Job, JobCancel, JobId, NewJob, NextStep, Owner,
+    ProviderName, Qualification, Standing,
+};
 use crate::metrics::{CreateKind, Metrics};
 use crate::providers::Providers;
 use crate::queue::Dispatcher;
@@ -144,7 +147,7 @@ impl Engine {
             .ok_or(StoreError::NotFound)?;
         // While attempt `number` is live no other attempt can be added, so this decision cannot go stale: if the
         // attempt is no longer live, the write below is refused.
-        let next = job.failover(|p| self.providers.is_qualified(p));
+        let next = self.failover(&job).await?;
         let job = self
             .store
             .cancel_attempt(owner, id, number, next, self.clock.now())
@@ -154,6 +157,37 @@ impl Engine {
         self.changed(&job);
         self.dispatch_queued(&job).await;
         Ok(job)
+    }
+
+    /// Where automatic failover goes once `job`'s live attempt ends without a result: the next untried provider
+    /// of the chain, only if it is qualified for the contract's current fingerprint (SPEC invariant 9). One read
+    /// of the ledger when there is a next provider.
+    pub async fn failover(&self, job: &Job) -> Result<NextStep, StoreError> {
+        let qualified = match job.next_untried_provider() {
+            Some(next) => {
+                Standing::of(self.qualification(&job.contract, next).await?.as_ref())
+                    == Standing::Qualified
+            }
+            None => false,
+        };
+        // `failover` asks only about the next untried provider.
+        Ok(job.failover(|_| qualified))
+    }
+
+    /// The stored qualification of `provider` for `contract`'s current fingerprint, if any.
+    pub async fn qualification(
+        &self,
+        contract: &ContractRef,
+        provider: &ProviderName,
+    ) -> Result<Option<Qualification>, StoreError> {
+        let (Some(contract), Some(provider)) =
+            (self.contracts.get(contract), self.providers.get(provider))
+        else {
+            return Ok(None);
+        };
+        self.store
+            .qualification(&contract.fingerprint, &provider.fingerprint)
+            .await
     }
 
     pub async fn cancel_job(&self, owner: &Owner, id: &JobId) -> Result<Job, StoreError> {

@@ -9,7 +9,11 @@
 //! - [`contracts`]: job contracts loaded from `contracts/*.toml`: input checks, prompt rendering, output checks.
 //! - [`engine`]: the parts an attempt's life touches, and the mutations the API and the worker share (each write
 //!   followed by its dispatch, count and change notice).
-//! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`).
+//! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`, Anthropic's
+//!   Messages API `anthropic`), and token counting.
+//! - [`checks`]: what every call of a contract on a provider must pass, before and after the call.
+//! - [`qualify`]: `onejob qualify`: a contract's samples through a provider, the evidence into the ledger; the
+//!   failover gate reads it.
 //! - [`queue`]: the dispatch port (a message names one attempt) and its in-process adapter.
 //! - [`worker`]: one step, `process_attempt` (claim, call, complete by compare-and-swap, fail with failover,
 //!   time out into `unknown`), the sweeper step, and the local loops around both.
@@ -24,6 +28,7 @@
 //! The binary `onejob` (in `src/main.rs`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`
 //! are the Lambda mains.
 
+pub mod checks;
 pub mod clock;
 pub mod config;
 pub mod contracts;
@@ -33,6 +38,7 @@ pub mod http;
 pub mod lambda;
 pub mod metrics;
 pub mod providers;
+pub mod qualify;
 pub mod queue;
 pub mod server;
 pub mod store;

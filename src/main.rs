@@ -8,11 +8,15 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use onejob::clock::SystemClock;
 use onejob::config::Config;
+use onejob::contracts::Contracts;
+use onejob::domain::{ContractRef, ProviderName};
 use onejob::http::auth::Tokens;
+use onejob::providers::Providers;
+use onejob::qualify;
 use onejob::server::{self, StartError};
-use onejob::store::JobStore;
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
+use onejob::store::{JobStore, StoreError};
 use onejob::telemetry::error_chain;
 
 #[derive(Debug, Parser)]
@@ -22,26 +26,52 @@ struct Cli {
     command: Command,
 }
 
+/// Where the ledger is, and the config: shared by every command that opens them.
+#[derive(Debug, clap::Args)]
+struct Ledger {
+    /// Where jobs (and qualifications) are kept.
+    #[arg(long, value_enum, env = "ONEJOB_STORE", default_value = "sqlite")]
+    store: StoreKind,
+    /// The DynamoDB table, with `--store dynamodb`. The AWS SDK's usual settings apply, including
+    /// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL for a local server such as moto.
+    #[arg(long, env = "ONEJOB_TABLE", required_if_eq("store", "dynamodb"))]
+    table: Option<String>,
+    /// The SQLite database file; created with its folder if missing.
+    #[arg(long, env = "ONEJOB_DB", default_value = "./data/onejob.db")]
+    db: PathBuf,
+    /// A config file (see onejob.example.toml); built-in defaults without one.
+    #[arg(long, env = "ONEJOB_CONFIG")]
+    config: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the API, the worker and the sweeper in one process: on the embedded SQLite store by default.
     Serve {
-        /// Where jobs are kept.
-        #[arg(long, value_enum, env = "ONEJOB_STORE", default_value = "sqlite")]
-        store: StoreKind,
-        /// The DynamoDB table, with `--store dynamodb`. The AWS SDK's usual settings apply, including
-        /// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL for a local server such as moto.
-        #[arg(long, env = "ONEJOB_TABLE", required_if_eq("store", "dynamodb"))]
-        table: Option<String>,
+        #[command(flatten)]
+        ledger: Ledger,
         /// Address to listen on. Without configured tokens, only a loopback address is allowed.
         #[arg(long, env = "ONEJOB_ADDR", default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
-        /// The SQLite database file; created with its folder if missing.
-        #[arg(long, env = "ONEJOB_DB", default_value = "./data/onejob.db")]
-        db: PathBuf,
-        /// A config file (see onejob.example.toml); built-in defaults without one.
-        #[arg(long, env = "ONEJOB_CONFIG")]
-        config: Option<PathBuf>,
+    },
+    /// Check a provider against a contract: every sample input, --runs times, through the real client. The
+    /// evidence is stored in the ledger; automatic failover goes only to a qualified provider.
+    /// Exit status: 0 qualified, 1 not qualified, 2 could not run.
+    Qualify {
+        /// The contract, as name@version (e.g. summarize@1).
+        contract: String,
+        /// The provider's name in the config.
+        provider: String,
+        /// Runs of each sample input.
+        #[arg(long, default_value_t = qualify::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        #[command(flatten)]
+        ledger: Ledger,
+    },
+    /// List the configured providers with their qualification standing per contract.
+    Providers {
+        #[command(flatten)]
+        ledger: Ledger,
     },
     /// Manage the DynamoDB table.
     Table {
@@ -70,65 +100,191 @@ async fn dynamodb(table: String) -> DynamoStore {
     DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table)
 }
 
+/// Why a command could not do its work; printed as one line, exit status 2 (1 is a failed qualification).
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> Self {
+        StartError::from(e).into()
+    }
+}
+
+impl From<onejob::config::ConfigError> for CliError {
+    fn from(e: onejob::config::ConfigError) -> Self {
+        StartError::from(e).into()
+    }
+}
+
+impl From<onejob::contracts::ContractError> for CliError {
+    fn from(e: onejob::contracts::ContractError) -> Self {
+        StartError::from(e).into()
+    }
+}
+
+impl Ledger {
+    async fn open(&self) -> Result<(Arc<dyn JobStore>, String), StoreError> {
+        Ok(match (self.store, &self.table) {
+            (StoreKind::Dynamodb, Some(table)) => {
+                let place = format!("DynamoDB table {table}");
+                (Arc::new(dynamodb(table.clone()).await), place)
+            }
+            _ => (
+                Arc::new(SqliteStore::open(&self.db)?),
+                format!("SQLite {}", self.db.display()),
+            ),
+        })
+    }
+
+    /// The config, and the contracts and providers it names.
+    fn load(&self) -> Result<(Config, Contracts, Providers), CliError> {
+        let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
+        let config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
+        let contracts =
+            Contracts::load(&config.contracts_dir, |p| config.providers.contains_key(p))?;
+        let providers = Providers::from_config(&config.providers, Arc::new(SystemClock));
+        Ok((config, contracts, providers))
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     onejob::telemetry::init();
     let Cli { command } = Cli::parse();
     let outcome = match command {
-        Command::Serve {
-            store,
-            table,
-            addr,
-            db,
-            config,
-        } => {
-            let (store, place): (Arc<dyn JobStore>, String) = match (store, table) {
-                (StoreKind::Dynamodb, Some(table)) => {
-                    let place = format!("DynamoDB table {table}");
-                    (Arc::new(dynamodb(table).await), place)
-                }
-                _ => match SqliteStore::open(&db) {
-                    Ok(store) => (Arc::new(store), format!("SQLite {}", db.display())),
-                    Err(e) => return fail(&StartError::from(e)),
-                },
-            };
-            serve(addr, store, &place, config).await
-        }
+        Command::Serve { ledger, addr } => serve(addr, &ledger)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(CliError::from),
+        Command::Qualify {
+            contract,
+            provider,
+            runs,
+            ledger,
+        } => run_qualify(&contract, &provider, runs, &ledger).await,
+        Command::Providers { ledger } => list_providers(&ledger).await.map(|()| ExitCode::SUCCESS),
         Command::Table {
             command: TableCommand::Create { table },
         } => match dynamodb(table.clone()).await.create_table().await {
             Ok(created) => {
                 let done = if created { "created" } else { "already exists" };
                 println!("table {table}: {done}");
-                Ok(())
+                Ok(ExitCode::SUCCESS)
             }
-            Err(e) => Err(StartError::from(e)),
+            Err(e) => Err(e.into()),
         },
     };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+    outcome.unwrap_or_else(|e| {
+        eprintln!("onejob: {}", error_chain(&e));
+        ExitCode::from(2)
+    })
+}
+
+async fn run_qualify(
+    contract: &str,
+    provider: &str,
+    runs: u32,
+    ledger: &Ledger,
+) -> Result<ExitCode, CliError> {
+    let (_, contracts, providers) = ledger.load()?;
+    let reference = ContractRef::parse(contract).map_err(|e| CliError::Usage(e.to_string()))?;
+    let contract = contracts.get(&reference).ok_or_else(|| {
+        let known: Vec<String> = contracts.iter().map(|c| c.reference.to_string()).collect();
+        CliError::Usage(format!(
+            "no contract {reference}; known: {}",
+            known.join(", ")
+        ))
+    })?;
+    let name = ProviderName::parse(provider).map_err(|e| CliError::Usage(e.to_string()))?;
+    let configured = providers.get(&name).ok_or_else(|| {
+        let known: Vec<String> = providers.iter().map(|(n, _)| n.to_string()).collect();
+        CliError::Usage(format!(
+            "no provider {name}; configured: {}",
+            known.join(", ")
+        ))
+    })?;
+    if contract.samples.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{reference} has no samples to qualify with; add [[samples]] to its file"
+        )));
     }
+    let (store, place) = ledger.open().await?;
+    eprintln!(
+        "qualifying {name} for {reference}: {} samples x {runs} runs at temperature {}",
+        contract.samples.len(),
+        contract.temperature
+    );
+    let evidence = qualify::qualify(
+        contract,
+        &name,
+        configured,
+        runs,
+        &SystemClock,
+        |run, done, total| {
+            eprintln!("{}", qualify::progress_line(run, done, total));
+        },
+    )
+    .await;
+    store.put_qualification(&evidence).await?;
+    print!("{}", qualify::summary(&evidence));
+    println!("evidence stored in {place}");
+    Ok(if evidence.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
-fn fail(e: &StartError) -> ExitCode {
-    eprintln!("onejob: {}", error_chain(e));
-    ExitCode::FAILURE
+async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
+    let (_, contracts, providers) = ledger.load()?;
+    let (store, _) = ledger.open().await?;
+    let standings = qualify::standings(&*store, &contracts, &providers).await?;
+    println!(
+        "{:<16} {:<10} {:<14} {:<12} {:<25} problem",
+        "provider", "kind", "contract", "standing", "checked at"
+    );
+    for (name, rows) in standings {
+        let kind = providers.get(&name).map_or("", |p| p.config.kind.as_str());
+        for row in rows {
+            let checked = row.evidence.as_ref().map_or_else(
+                || "-".to_owned(),
+                |q| {
+                    q.checked_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                },
+            );
+            let problem = row
+                .evidence
+                .as_ref()
+                .and_then(|q| q.first_problem())
+                .map_or_else(|| "-".to_owned(), |p| format!("{}: {}", p.code, p.message));
+            println!(
+                "{:<16} {:<10} {:<14} {:<12} {:<25} {problem}",
+                name.as_str(),
+                kind,
+                row.contract.to_string(),
+                row.standing.as_str(),
+                checked
+            );
+        }
+    }
+    Ok(())
 }
 
-async fn serve(
-    addr: SocketAddr,
-    store: Arc<dyn JobStore>,
-    place: &str,
-    config: Option<PathBuf>,
-) -> Result<(), StartError> {
+async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> {
+    let (store, place) = ledger.open().await?;
     let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
-    let config = Config::load(config.as_deref(), env_tokens.as_deref())?;
+    let config = Config::load(ledger.config.as_deref(), env_tokens.as_deref())?;
     let tokens = server::tokens(&config, addr)?;
     let listener = server::bind(addr).await?;
     let running = server::start(listener, &config, store, Arc::new(SystemClock), tokens)?;
     let addr = running.addr;
-    tracing::info!(%addr, store = place, "onejob is listening");
+    tracing::info!(%addr, store = %place, "onejob is listening");
     if config.tokens.is_empty() {
         println!("No tokens configured: accepting these dev tokens on {addr}:");
         for (token, owner) in Tokens::DEV {

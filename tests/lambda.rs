@@ -53,7 +53,7 @@ async fn functions() -> Option<Functions> {
     let mut config = Config::default();
     config.providers.insert(
         ProviderName::parse("demo").unwrap(),
-        openai(provider.base_url(), true),
+        openai(provider.base_url()),
     );
     let settings = Settings {
         table,

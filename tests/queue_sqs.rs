@@ -69,8 +69,8 @@ async fn a_job_runs_from_its_sqs_message_and_a_duplicate_makes_no_second_call() 
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
     let mut rig = Rig::new(
         store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
     );
     let (job, local) = rig.create("k").await;
 

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use conformance::{Fixture, at, new_job};
-use onejob::domain::{Completion, JobCancel};
+use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::{CreateOutcome, JobStore};
 use serde_json::json;
@@ -84,7 +84,7 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
     store.mark_unknown(&a.id, 1, at(3)).await.unwrap();
     spent(1, "mark unknown", &mut last);
     let (won, _) = store
-        .complete_attempt(&a.id, 1, json!({"summary": "a"}), at(4))
+        .complete_attempt(&a.id, 1, json!({"summary": "a"}), usage(), at(4))
         .await
         .unwrap();
     assert_eq!(won, Completion::Won);
@@ -108,9 +108,26 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
     assert_eq!(again, JobCancel::AlreadyCancelled);
     spent(1, "cancel again", &mut last);
     let (lost, _) = store
-        .complete_attempt(&b.id, 1, json!({"summary": "late"}), at(5))
+        .complete_attempt(&b.id, 1, json!({"summary": "late"}), usage(), at(5))
         .await
         .unwrap();
     assert_eq!(lost, Completion::Lost { winner: None });
     spent(1, "completion (loser)", &mut last);
+    // The failover gate's question: one read.
+    let fingerprint = Fingerprint::of_value(&json!("any"));
+    let none = store
+        .qualification(&fingerprint, &fingerprint)
+        .await
+        .unwrap();
+    assert_eq!(none, None);
+    spent(1, "qualification lookup", &mut last);
+}
+
+fn usage() -> CallReport {
+    CallReport {
+        model: Some("m".into()),
+        input_tokens: Some(40),
+        output_tokens: Some(5),
+        retry_after_s: None,
+    }
 }

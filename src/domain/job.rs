@@ -124,6 +124,31 @@ impl ErrorInfo {
     }
 }
 
+/// What a provider said about one call besides its answer, recorded on the attempt for billing and operators.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CallReport {
+    /// The model id the provider reports having used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Prompt tokens, as the provider counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Answer tokens, as the provider counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// The provider's `Retry-After`, in seconds: information for the operator. onejob never retries by itself; a
+    /// retry is a new attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
+
+impl CallReport {
+    /// `None` when the provider said nothing worth keeping.
+    pub fn into_option(self) -> Option<Self> {
+        (self != Self::default()).then_some(self)
+    }
+}
+
 /// One concrete try at a job on one provider.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
@@ -139,6 +164,8 @@ pub struct Attempt {
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     pub error: Option<ErrorInfo>,
+    /// What the provider reported about the call (model, token usage, `Retry-After`), once it answered.
+    pub report: Option<CallReport>,
 }
 
 /// The durable record of one intent.
@@ -390,6 +417,7 @@ impl Job {
         &mut self,
         number: u32,
         error: ErrorInfo,
+        report: CallReport,
         next: NextStep,
         now: Timestamp,
     ) -> Result<(), Refusal> {
@@ -399,6 +427,7 @@ impl Job {
         }
         attempt.state = AttemptState::Failed;
         attempt.error = Some(error);
+        attempt.report = report.into_option();
         attempt.finished_at = Some(now);
         attempt.lease_expires_at = None;
         self.then(next, now);
@@ -414,6 +443,7 @@ impl Job {
         &mut self,
         number: u32,
         result: Value,
+        report: CallReport,
         now: Timestamp,
     ) -> Result<Completion, Refusal> {
         let (version, completed_by) = (self.version, self.completed_by);
@@ -424,6 +454,8 @@ impl Job {
         ) {
             return Err(attempt.refuse(AttemptState::Succeeded));
         }
+        // The loser's usage is kept too: its call was paid for.
+        attempt.report = report.into_option();
         attempt.finished_at = Some(now);
         attempt.lease_expires_at = None;
         if attempt.seen_version == Some(version) && completed_by.is_none() {
@@ -496,6 +528,7 @@ impl Attempt {
             started_at: None,
             finished_at: None,
             error: None,
+            report: None,
         }
     }
 
@@ -558,6 +591,7 @@ mod tests {
         job.fail(
             1,
             ErrorInfo::new("provider_error", "500"),
+            CallReport::default(),
             NextStep::Queue(provider("b")),
             at(2),
         )
@@ -637,12 +671,12 @@ mod tests {
         job.add_attempt(provider("b"), at(4)).unwrap();
         job.claim(2, at(30_000), at(5)).unwrap();
         assert_eq!(
-            job.complete(2, json!({"summary": "B"}), at(6)),
+            job.complete(2, json!({"summary": "B"}), CallReport::default(), at(6)),
             Ok(Completion::Won)
         );
         let after_win = job.clone();
         assert_eq!(
-            job.complete(1, json!({"summary": "A"}), at(7)),
+            job.complete(1, json!({"summary": "A"}), CallReport::default(), at(7)),
             Ok(Completion::Lost { winner: Some(2) })
         );
         assert_eq!(job.result, Some(json!({"summary": "B"})));
@@ -657,7 +691,7 @@ mod tests {
         job.claim(1, at(30_000), at(1)).unwrap();
         job.cancel_attempt(1, stop(), at(2)).unwrap();
         assert_eq!(
-            job.complete(1, json!({"summary": "late"}), at(3)),
+            job.complete(1, json!({"summary": "late"}), CallReport::default(), at(3)),
             Ok(Completion::Won)
         );
         assert_eq!(job.attempt(1).unwrap().state, AttemptState::Succeeded);
@@ -671,7 +705,7 @@ mod tests {
         assert_eq!(job.cancel(at(2)), Ok(JobCancel::Cancelled));
         assert_eq!(job.attempt(1).unwrap().state, AttemptState::Cancelled);
         assert_eq!(
-            job.complete(1, json!({"summary": "late"}), at(3)),
+            job.complete(1, json!({"summary": "late"}), CallReport::default(), at(3)),
             Ok(Completion::Lost { winner: None })
         );
         assert_eq!(job.status(), JobStatus::Cancelled);
@@ -683,7 +717,8 @@ mod tests {
     fn a_succeeded_job_cannot_be_cancelled_or_retried() {
         let mut job = job();
         job.claim(1, at(30_000), at(1)).unwrap();
-        job.complete(1, json!({"summary": "x"}), at(2)).unwrap();
+        job.complete(1, json!({"summary": "x"}), CallReport::default(), at(2))
+            .unwrap();
         let finished = Err(Refusal::JobFinished {
             status: JobStatus::Succeeded,
         });
@@ -713,8 +748,14 @@ mod tests {
     fn a_failed_job_may_be_retried_by_hand() {
         let mut job = job();
         job.claim(1, at(30_000), at(1)).unwrap();
-        job.fail(1, ErrorInfo::new("provider_error", "500"), stop(), at(2))
-            .unwrap();
+        job.fail(
+            1,
+            ErrorInfo::new("provider_error", "500"),
+            CallReport::default(),
+            stop(),
+            at(2),
+        )
+        .unwrap();
         assert_eq!(job.status(), JobStatus::Failed);
         assert_eq!(job.add_attempt(provider("b"), at(3)), Ok(2));
         assert_eq!(job.status(), JobStatus::Queued);
@@ -757,12 +798,12 @@ mod tests {
                     Step::Add => job.add_attempt(provider("b"), now).map(|_| ()),
                     Step::Claim(n) => job.claim(n, at(1_000), now),
                     Step::Unknown(n) => job.mark_unknown(n, now),
-                    Step::Complete(n) => job.complete(n, json!({"n": n}), now).map(|c| {
+                    Step::Complete(n) => job.complete(n, json!({"n": n}), CallReport::default(), now).map(|c| {
                         if c == Completion::Won { winners += 1 }
                     }),
                     Step::Fail(n) => {
                         let next = job.failover(|p| p.as_str() != "c");
-                        job.fail(n, ErrorInfo::new("x", "y"), next, now)
+                        job.fail(n, ErrorInfo::new("x", "y"), CallReport::default(), next, now)
                     }
                     Step::CancelAttempt(n) => {
                         let next = job.failover(|_| true);

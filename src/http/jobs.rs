@@ -18,8 +18,8 @@ use super::auth::Caller;
 use super::body;
 use super::error::{ApiError, Problem};
 use crate::domain::{
-    Attempt, AttemptState, ContractRef, ErrorInfo, Fingerprint, Job, JobId, JobStatus, NewJob,
-    ProviderName, Timestamp,
+    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, Job, JobId, JobStatus,
+    NewJob, ProviderName, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, ListQuery};
 
@@ -76,9 +76,11 @@ pub struct AttemptView {
     #[schema(format = DateTime)]
     pub finished_at: Option<String>,
     pub error: Option<ErrorInfo>,
+    /// What the provider reported: model, token usage, `Retry-After`.
+    pub report: Option<CallReport>,
 }
 
-fn rfc3339(t: Timestamp) -> String {
+pub(super) fn rfc3339(t: Timestamp) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
@@ -113,6 +115,7 @@ impl From<&Attempt> for AttemptView {
             started_at: a.started_at.map(rfc3339),
             finished_at: a.finished_at.map(rfc3339),
             error: a.error.clone(),
+            report: a.report.clone(),
         }
     }
 }

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tower_http::trace::TraceLayer;
 use utoipa::{OpenApi, ToSchema};
 
+use crate::domain::{ErrorInfo, Standing};
 use crate::engine::Engine;
 use auth::{Auth, Caller};
 use error::{ApiError, Problem};
@@ -55,7 +56,7 @@ pub fn router(state: AppState) -> Router {
     paths(healthz, metrics, list_contracts, list_providers, jobs::create_job, jobs::get_job, jobs::list_jobs, jobs::cancel_job,
           attempts::add_attempt, attempts::cancel_attempt),
     components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
-                       ProviderList, attempts::AddAttemptRequest)),
+                       ProviderList, StandingView, attempts::AddAttemptRequest)),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -160,10 +161,31 @@ async fn metrics(State(app): State<AppState>) -> impl axum::response::IntoRespon
 struct ProviderView {
     name: String,
     kind: String,
+    model: Option<String>,
+    base_url: Option<String>,
     timeout_ms: u64,
     late_result_ms: u64,
-    /// May automatic failover go to this provider?
-    qualified: bool,
+    /// Tokens; `null` is unbounded (demo providers).
+    context_window: Option<u64>,
+    /// How prompts are counted: the model's encoding, or `bytes` (an upper bound) where none is known.
+    tokenizer: String,
+    /// What a qualification is tied to: kind, base URL, model, context window.
+    fingerprint: String,
+    /// The provider's standing for each contract's current fingerprint.
+    contracts: Vec<StandingView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+struct StandingView {
+    contract: String,
+    /// `qualified`: automatic failover may go here. `failed`: qualification ran and failed. `unqualified`: no
+    /// qualification for the current fingerprints (never run, or voided by a change).
+    standing: Standing,
+    #[schema(format = DateTime)]
+    checked_at: Option<String>,
+    runs: Option<usize>,
+    /// The first problem found, when qualification failed.
+    problem: Option<ErrorInfo>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -171,27 +193,53 @@ struct ProviderList {
     providers: Vec<ProviderView>,
 }
 
-/// The configured providers.
+/// The configured providers, each with its qualification standing per contract. The primary of a chain needs no
+/// qualification; automatic failover goes only to a `qualified` provider.
 #[utoipa::path(
     get, path = "/v1/providers", tag = "contracts",
     responses(
         (status = 200, body = ProviderList),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "the job store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
-async fn list_providers(State(app): State<AppState>, _: Caller) -> Json<ProviderList> {
-    let providers = app
-        .engine
-        .providers
-        .iter()
-        .map(|(name, p)| ProviderView {
-            name: name.to_string(),
-            kind: p.config.kind.as_str().to_owned(),
-            timeout_ms: p.config.timeout_ms,
-            late_result_ms: p.config.late_result_ms,
-            qualified: p.config.qualified,
+async fn list_providers(
+    State(app): State<AppState>,
+    _: Caller,
+) -> Result<Json<ProviderList>, ApiError> {
+    let engine = &app.engine;
+    let standings =
+        crate::qualify::standings(&*engine.store, &engine.contracts, &engine.providers).await?;
+    let providers = standings
+        .into_iter()
+        .filter_map(|(name, rows)| {
+            let p = engine.providers.get(&name)?;
+            Some(ProviderView {
+                name: name.to_string(),
+                kind: p.config.kind.as_str().to_owned(),
+                model: p.config.model.clone(),
+                base_url: p.config.base_url.clone(),
+                timeout_ms: p.config.timeout_ms,
+                late_result_ms: p.config.late_result_ms,
+                context_window: p.config.context_window(),
+                tokenizer: p.tokenizer.name(),
+                fingerprint: p.fingerprint.to_string(),
+                contracts: rows
+                    .into_iter()
+                    .map(|row| StandingView {
+                        contract: row.contract.to_string(),
+                        standing: row.standing,
+                        checked_at: row.evidence.as_ref().map(|q| jobs::rfc3339(q.checked_at)),
+                        runs: row.evidence.as_ref().map(|q| q.runs.len()),
+                        problem: row
+                            .evidence
+                            .as_ref()
+                            .and_then(|q| q.first_problem().cloned()),
+                    })
+                    .collect(),
+            })
         })
         .collect();
-    Json(ProviderList { providers })
+    Ok(Json(ProviderList { providers }))
 }

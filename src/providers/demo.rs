@@ -6,10 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::{Provider, ProviderOutcome, ProviderRequest};
+use super::{Provider, ProviderOutcome, ProviderRequest, Reply};
 use crate::clock::Clock;
 use crate::config::{DemoBehavior, ProviderConfig};
-use crate::domain::ErrorInfo;
+use crate::domain::{CallReport, ErrorInfo};
 
 #[derive(Debug)]
 pub struct DemoProvider {
@@ -30,10 +30,10 @@ impl DemoProvider {
 
 #[async_trait]
 impl Provider for DemoProvider {
-    async fn call(&self, request: &ProviderRequest) -> ProviderOutcome {
+    async fn call(&self, request: &ProviderRequest) -> Reply {
         self.clock.sleep(self.delay).await;
         let output = answer(&request.output_schema, &request.input);
-        match self.behavior {
+        let outcome = match self.behavior {
             DemoBehavior::Answer => ProviderOutcome::Answered(output),
             DemoBehavior::Fail => ProviderOutcome::Failed(ErrorInfo::new(
                 "provider_error",
@@ -50,6 +50,13 @@ impl Provider for DemoProvider {
                 }
                 ProviderOutcome::Answered(output)
             }
+        };
+        Reply {
+            outcome,
+            report: CallReport {
+                model: Some(format!("demo/{}", self.behavior.as_str())),
+                ..CallReport::default()
+            },
         }
     }
 }

@@ -1,20 +1,28 @@
-//! Providers: where attempts run. One trait, [`Provider`], and its clients: [`demo`] (built in) and [`openai`]
-//! (any OpenAI-compatible endpoint). A client only reports what happened on the wire; the worker checks the output
-//! against the contract and decides the attempt's state.
+//! Providers: where attempts run. One trait, [`Provider`], and its clients: [`demo`] (built in), [`openai`] (any
+//! OpenAI-compatible endpoint) and [`anthropic`] (the Messages API). A client only reports what happened on the
+//! wire; [`crate::checks`] holds the output to the contract, and the worker decides the attempt's state.
 
+pub mod anthropic;
 pub mod demo;
 pub mod openai;
+pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::Value;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
 
 use crate::clock::Clock;
 use crate::config::{ProviderConfig, ProviderKind};
-use crate::domain::{ContractRef, ErrorInfo, ProviderName};
+use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, ProviderName};
+use tokens::Tokenizer;
+
+/// The system prompt of every HTTP provider: the contract's prompt says what to do, this says how to answer.
+pub const SYSTEM_PROMPT: &str =
+    "Answer with one JSON object that matches the given JSON Schema, and nothing else.";
 
 /// Everything a provider needs for one attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,7 +41,7 @@ pub struct ProviderRequest {
 /// What came back, in the three classes that decide an attempt's state (SPEC invariant 5).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderOutcome {
-    /// An answer, as JSON; the worker still checks it against the contract.
+    /// An answer, as JSON; the checks still hold it to the contract.
     Answered(Value),
     /// A definite answer that is not a result: an error response, an unusable answer, or a connection refused
     /// before anything was sent. The attempt becomes `failed`.
@@ -43,17 +51,56 @@ pub enum ProviderOutcome {
     Lost(ErrorInfo),
 }
 
-#[async_trait]
-pub trait Provider: Send + Sync + Debug {
-    /// One call. It may take forever: the worker bounds it with the provider's timeout.
-    async fn call(&self, request: &ProviderRequest) -> ProviderOutcome;
+/// An outcome and what the provider reported beside it (model, usage, `Retry-After`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub outcome: ProviderOutcome,
+    pub report: CallReport,
 }
 
-/// A configured provider: its settings and its client.
+impl Reply {
+    pub fn failed(code: &str, message: impl Into<String>) -> Self {
+        ProviderOutcome::Failed(ErrorInfo::new(code, message)).into()
+    }
+}
+
+impl From<ProviderOutcome> for Reply {
+    fn from(outcome: ProviderOutcome) -> Self {
+        Self {
+            outcome,
+            report: CallReport::default(),
+        }
+    }
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync + Debug {
+    /// One call. It may take forever: the caller bounds it with the provider's timeout.
+    async fn call(&self, request: &ProviderRequest) -> Reply;
+}
+
+/// A configured provider: its settings, its client, how its prompts are counted, and its fingerprint.
 #[derive(Debug, Clone)]
 pub struct ConfiguredProvider {
     pub config: ProviderConfig,
     pub client: Arc<dyn Provider>,
+    pub tokenizer: Tokenizer,
+    /// What a qualification is tied to: kind, base URL, model, context window (and a demo's behaviour).
+    pub fingerprint: Fingerprint,
+}
+
+/// The fingerprint of what a provider is, as far as keeping a contract goes.
+pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
+    let mut identity = json!({
+        "kind": config.kind.as_str(),
+        "base_url": config.base_url,
+        "model": config.model,
+        "context_window": config.context_window(),
+    });
+    if config.kind == ProviderKind::Demo {
+        identity["behavior"] = json!(config.behavior.as_str());
+    }
+    Fingerprint::of_value(&identity)
 }
 
 /// Every configured provider, by name.
@@ -78,10 +125,15 @@ impl Providers {
                         ProviderKind::Openai => {
                             Arc::new(openai::OpenAiProvider::new(config, http.clone()))
                         }
+                        ProviderKind::Anthropic => {
+                            Arc::new(anthropic::AnthropicProvider::new(config, http.clone()))
+                        }
                     };
                     let configured = ConfiguredProvider {
                         config: config.clone(),
                         client,
+                        tokenizer: Tokenizer::for_provider(config),
+                        fingerprint: fingerprint(config),
                     };
                     (name.clone(), configured)
                 })
@@ -101,11 +153,6 @@ impl Providers {
         self.0.contains_key(name)
     }
 
-    /// May automatic failover go to `name`? For now the config's `qualified` switch says so.
-    pub fn is_qualified(&self, name: &ProviderName) -> bool {
-        self.0.get(name).is_some_and(|p| p.config.qualified)
-    }
-
     /// The longest a worker may listen to one attempt: its timeout plus its late-result window.
     pub fn longest_listen(&self) -> chrono::Duration {
         self.0
@@ -114,4 +161,64 @@ impl Providers {
             .max()
             .unwrap_or_default()
     }
+}
+
+/// Sends one HTTP call and reads the body of a 2xx answer. Anything else is already the reply:
+/// - refused or unreachable: nothing was sent, so nothing was done → failed (`connection_failed`);
+/// - lost after sending, or while reading the answer → lost (`connection_lost`): the attempt becomes unknown;
+/// - an error status → failed: `rate_limited` (429), `provider_error` (5xx), `provider_refused` (other 4xx), with
+///   `Retry-After` kept in the report for the operator. A retry is a new attempt, never a hidden loop.
+pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Reply> {
+    let response = match call.send().await {
+        Ok(response) => response,
+        Err(e) if e.is_connect() => return Err(Reply::failed("connection_failed", e.to_string())),
+        Err(e) => {
+            return Err(
+                ProviderOutcome::Lost(ErrorInfo::new("connection_lost", e.to_string())).into(),
+            );
+        }
+    };
+    let status = response.status();
+    let retry_after_s = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let text = response.text().await.map_err(|e| {
+        Reply::from(ProviderOutcome::Lost(ErrorInfo::new(
+            "connection_lost",
+            e.to_string(),
+        )))
+    })?;
+    if status.is_success() {
+        return Ok(text);
+    }
+    let code = if status == StatusCode::TOO_MANY_REQUESTS {
+        "rate_limited"
+    } else if status.is_server_error() {
+        "provider_error"
+    } else {
+        "provider_refused"
+    };
+    let mut message = format!("HTTP {status}: {}", snippet(&text));
+    if let Some(seconds) = retry_after_s {
+        message.push_str(&format!(" (Retry-After: {seconds} s)"));
+    }
+    Err(Reply {
+        outcome: ProviderOutcome::Failed(ErrorInfo::new(code, message)),
+        report: CallReport {
+            retry_after_s,
+            ..CallReport::default()
+        },
+    })
+}
+
+/// The start of a text, for error messages.
+pub(crate) fn snippet(text: &str) -> String {
+    text.chars().take(300).collect()
+}
+
+/// The API key named by `api_key_env`, read at each call so that a rotated key needs no restart.
+pub(crate) fn api_key(config_var: Option<&str>) -> Option<String> {
+    config_var.and_then(|var| std::env::var(var).ok())
 }

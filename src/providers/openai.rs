@@ -2,22 +2,19 @@
 //! key read from `api_key_env`, and `Idempotency-Key: <job id>:<attempt>`.
 
 use async_trait::async_trait;
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use super::{Provider, ProviderOutcome, ProviderRequest};
+use super::{
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, snippet,
+};
 use crate::config::ProviderConfig;
-use crate::domain::ErrorInfo;
-
-const SYSTEM_PROMPT: &str =
-    "Answer with one JSON object that matches the given JSON Schema, and nothing else.";
+use crate::domain::{CallReport, ErrorInfo};
 
 #[derive(Debug)]
 pub struct OpenAiProvider {
     http: reqwest::Client,
     url: String,
     model: String,
-    /// Where the API key is read from at each call, so a rotated key needs no restart.
     api_key_env: Option<String>,
 }
 
@@ -51,94 +48,117 @@ impl OpenAiProvider {
 
 #[async_trait]
 impl Provider for OpenAiProvider {
-    async fn call(&self, request: &ProviderRequest) -> ProviderOutcome {
+    async fn call(&self, request: &ProviderRequest) -> Reply {
         let mut call = self
             .http
             .post(&self.url)
             .header("Idempotency-Key", &request.idempotency_key)
             .json(&self.body(request));
-        if let Some(key) = self
-            .api_key_env
-            .as_deref()
-            .and_then(|var| std::env::var(var).ok())
-        {
+        if let Some(key) = api_key(self.api_key_env.as_deref()) {
             call = call.bearer_auth(key);
         }
-        let response = match call.send().await {
-            Ok(response) => response,
-            // Refused or unreachable: nothing was sent, so nothing was done.
-            Err(e) if e.is_connect() => {
-                return ProviderOutcome::Failed(ErrorInfo::new("connection_failed", e.to_string()));
-            }
-            Err(e) => {
-                return ProviderOutcome::Lost(ErrorInfo::new("connection_lost", e.to_string()));
-            }
-        };
-        let status = response.status();
-        let text = match response.text().await {
-            Ok(text) => text,
-            Err(e) => {
-                return ProviderOutcome::Lost(ErrorInfo::new("connection_lost", e.to_string()));
-            }
-        };
-        if !status.is_success() {
-            let code = if status == StatusCode::TOO_MANY_REQUESTS {
-                "rate_limited"
-            } else {
-                "provider_error"
-            };
-            return ProviderOutcome::Failed(ErrorInfo::new(
-                code,
-                format!("HTTP {status}: {}", snippet(&text)),
-            ));
+        match exchange(call).await {
+            Ok(text) => read_answer(&text),
+            Err(reply) => reply,
         }
-        read_answer(&text)
     }
 }
 
-/// The JSON output inside a chat completion: `choices[0].message.content`, itself JSON text.
-fn read_answer(text: &str) -> ProviderOutcome {
-    let content = serde_json::from_str::<Value>(text).ok().and_then(|body| {
-        body.pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    });
-    let Some(content) = content else {
-        return ProviderOutcome::Failed(ErrorInfo::new(
+/// The JSON output inside a chat completion (`choices[0].message.content`, itself JSON text), with the model and
+/// token usage the provider reports.
+fn read_answer(text: &str) -> Reply {
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        return Reply::failed(
             "bad_response",
             format!("not a chat completion: {}", snippet(text)),
-        ));
+        );
     };
-    match serde_json::from_str(&content) {
-        Ok(output) => ProviderOutcome::Answered(output),
-        Err(_) => ProviderOutcome::Failed(ErrorInfo::new(
-            "output_not_json",
-            format!("the answer is not JSON: {}", snippet(&content)),
-        )),
-    }
+    let report = CallReport {
+        model: body["model"].as_str().map(str::to_owned),
+        input_tokens: body.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
+        output_tokens: body
+            .pointer("/usage/completion_tokens")
+            .and_then(Value::as_u64),
+        retry_after_s: None,
+    };
+    let choice = &body["choices"][0];
+    let outcome = if let Some(refusal) = choice.pointer("/message/refusal").and_then(Value::as_str)
+    {
+        failed(
+            "model_refused",
+            format!("the model refused: {}", snippet(refusal)),
+        )
+    } else if choice["finish_reason"] == "length" {
+        failed(
+            "output_truncated",
+            "the answer was cut off at the output token budget",
+        )
+    } else if let Some(content) = choice.pointer("/message/content").and_then(Value::as_str) {
+        match serde_json::from_str(content) {
+            Ok(output) => ProviderOutcome::Answered(output),
+            Err(_) => failed(
+                "output_not_json",
+                format!("the answer is not JSON: {}", snippet(content)),
+            ),
+        }
+    } else {
+        failed(
+            "bad_response",
+            format!("not a chat completion: {}", snippet(text)),
+        )
+    };
+    Reply { outcome, report }
 }
 
-fn snippet(text: &str) -> String {
-    text.chars().take(300).collect()
+fn failed(code: &str, message: impl Into<String>) -> ProviderOutcome {
+    ProviderOutcome::Failed(ErrorInfo::new(code, message))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn code(reply: &Reply) -> &str {
+        match &reply.outcome {
+            ProviderOutcome::Failed(e) => &e.code,
+            other => panic!("not a failure: {other:?}"),
+        }
+    }
+
     #[test]
-    fn answers_are_read_from_the_first_choice() {
-        let body = json!({"choices": [{"message": {"role": "assistant", "content": "{\"summary\": \"s\"}"}}]});
+    fn answers_are_read_from_the_first_choice_with_model_and_usage() {
+        let body = json!({
+            "model": "gpt-4o-mini-2024-07-18",
+            "choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "{\"summary\": \"s\"}"}}],
+            "usage": {"prompt_tokens": 31, "completion_tokens": 7},
+        });
+        let reply = read_answer(&body.to_string());
         assert_eq!(
-            read_answer(&body.to_string()),
+            reply.outcome,
             ProviderOutcome::Answered(json!({"summary": "s"}))
         );
+        assert_eq!(
+            reply.report,
+            CallReport {
+                model: Some("gpt-4o-mini-2024-07-18".into()),
+                input_tokens: Some(31),
+                output_tokens: Some(7),
+                retry_after_s: None,
+            }
+        );
+    }
+
+    #[test]
+    fn unusable_answers_fail_with_their_own_code() {
         let prose = json!({"choices": [{"message": {"content": "Here is a summary: s"}}]});
-        assert!(
-            matches!(read_answer(&prose.to_string()), ProviderOutcome::Failed(e) if e.code == "output_not_json")
-        );
-        assert!(
-            matches!(read_answer("<html>"), ProviderOutcome::Failed(e) if e.code == "bad_response")
-        );
+        assert_eq!(code(&read_answer(&prose.to_string())), "output_not_json");
+        let cut =
+            json!({"choices": [{"finish_reason": "length", "message": {"content": "{\"summ"}}]});
+        assert_eq!(code(&read_answer(&cut.to_string())), "output_truncated");
+        let refusal =
+            json!({"choices": [{"message": {"content": null, "refusal": "I can't help"}}]});
+        assert_eq!(code(&read_answer(&refusal.to_string())), "model_refused");
+        assert_eq!(code(&read_answer("<html>")), "bad_response");
+        assert_eq!(code(&read_answer("{}")), "bad_response");
     }
 }

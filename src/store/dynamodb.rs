@@ -10,7 +10,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
 //! | `input` | S | the input, as JSON text |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, started_at?, finished_at?, error?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, started_at?, finished_at?, error?, report?}` |
 //! | `status` | S | the status while the job is open (`queued`, `running`, `unknown`, `failed`) |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at}`; attempt 0 = the job was cancelled |
 //! | `error` | S | the job's error, as JSON text |
@@ -18,6 +18,9 @@
 //! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep`: `QUEUED#s` / `STARTED#s` (s = shard 0–7) → since / lease end |
 //! | `created_at`, `updated_at` | N | milliseconds |
 //! | `expires_at` | N | TTL, seconds: the item (and so the key's memory) goes after the retention period |
+//!
+//! Qualification evidence lives in the same table, one item per (contract fingerprint, provider fingerprint):
+//! `pk = qualification#<contract fp>#<provider fp>`, `passed` (BOOL), `evidence` (S, JSON). It has no TTL.
 //!
 //! `version` is not stored: it is 1 once the slot is taken (by a result or a cancel) and 0 before, which is exactly
 //! the spec's "bumped by job-level transitions only". An attempt that delivered a result is stored as `answered`;
@@ -50,9 +53,9 @@ use serde_json::Value;
 
 use super::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 use crate::domain::{
-    Attempt, AttemptRef, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint,
+    Attempt, AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo, Fingerprint,
     IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner, ProviderName,
-    Refusal, Timestamp,
+    Qualification, Refusal, Timestamp,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -504,6 +507,7 @@ impl JobStore for DynamoStore {
         id: &JobId,
         number: u32,
         result: Value,
+        report: CallReport,
         now: Timestamp,
     ) -> Result<(Completion, Job), StoreError> {
         let mut u = Update::new(number, now);
@@ -524,12 +528,18 @@ impl JobStore for DynamoStore {
         u.set("#attempts.#n.#state = :answered");
         u.value(":answered", s("answered"));
         u.set("#attempts.#n.finished_at = :now");
+        if let Some(report) = report.clone().into_option() {
+            u.set("#attempts.#n.report = :report");
+            u.value(":report", s(&json_text(&report)));
+        }
         u.remove("#attempts.#n.lease_expires_at");
         u.remove("sweep_pk");
         u.remove("sweep_at");
         u.no_updated_at();
         let job = self
-            .update(id, None, u, |job| job.complete(number, result.clone(), now))
+            .update(id, None, u, |job| {
+                job.complete(number, result.clone(), report, now)
+            })
             .await?
             .written(id)?;
         let outcome = match job.completed_by {
@@ -544,12 +554,13 @@ impl JobStore for DynamoStore {
         id: &JobId,
         number: u32,
         error: ErrorInfo,
+        report: CallReport,
         next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (_, job) = self
             .read_then_write(id, None, |job| {
-                job.fail(number, error.clone(), next.clone(), now)
+                job.fail(number, error.clone(), report.clone(), next.clone(), now)
             })
             .await?;
         Ok(job)
@@ -585,6 +596,49 @@ impl JobStore for DynamoStore {
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
         self.sweep_query("QUEUED", before, limit).await
+    }
+
+    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
+        let key = qualification_key(
+            &evidence.contract_fingerprint,
+            &evidence.provider_fingerprint,
+        );
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(&key))
+            .item("passed", AttributeValue::Bool(evidence.passed))
+            .item("evidence", s(&json_text(evidence)))
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+
+    async fn qualification(
+        &self,
+        contract: &Fingerprint,
+        provider: &Fingerprint,
+    ) -> Result<Option<Qualification>, StoreError> {
+        let key = qualification_key(contract, provider);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(&key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let evidence = item
+            .get("evidence")
+            .and_then(|v| v.as_s().ok())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .ok_or_else(|| DynamoError::Corrupt(key, "evidence".into()))?;
+        Ok(Some(evidence))
     }
 
     async fn cancel_job(
@@ -797,10 +851,7 @@ fn encode(job: &Job, rev: i64) -> Item {
         ),
     );
     if let Some(error) = &job.error {
-        put(
-            "error",
-            s(&serde_json::to_string(error).expect("errors serialise")),
-        );
+        put("error", s(&json_text(error)));
     }
     // A live attempt of a settled job is never swept (on SQLite neither): its claim would be refused anyway.
     if let Some(live) = job.live_attempt().filter(|_| !job.status().is_settled()) {
@@ -850,12 +901,8 @@ fn encode_attempt(a: &Attempt) -> AttributeValue {
         "finished_at",
         a.finished_at.map(|t| n(t.timestamp_millis())),
     );
-    opt(
-        "error",
-        a.error
-            .as_ref()
-            .map(|e| s(&serde_json::to_string(e).expect("errors serialise"))),
-    );
+    opt("error", a.error.as_ref().map(|e| s(&json_text(e))));
+    opt("report", a.report.as_ref().map(|r| s(&json_text(r))));
     AttributeValue::M(m)
 }
 
@@ -966,5 +1013,19 @@ fn decode_attempt(
             Some(e) => Some(serde_json::from_str::<ErrorInfo>(e.as_s().ok()?).ok()?),
             None => None,
         },
+        report: match m.get("report") {
+            Some(r) => Some(serde_json::from_str::<CallReport>(r.as_s().ok()?).ok()?),
+            None => None,
+        },
     })
+}
+
+fn json_text(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("domain values always serialise")
+}
+
+/// The key of the item holding qualification evidence for a pair of fingerprints. It cannot be a job id (those
+/// start `job_`), and it carries neither `owner` nor `sweep_pk`, so no index sees it.
+fn qualification_key(contract: &Fingerprint, provider: &Fingerprint) -> String {
+    format!("qualification#{contract}#{provider}")
 }

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::domain::{
-    AttemptRef, Completion, ErrorInfo, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner,
-    ParseError, ProviderName, Refusal, Timestamp,
+    AttemptRef, CallReport, Completion, ErrorInfo, Fingerprint, Job, JobCancel, JobId, JobStatus,
+    NewJob, NextStep, Owner, ParseError, ProviderName, Qualification, Refusal, Timestamp,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -157,6 +157,7 @@ pub trait JobStore: Send + Sync + Debug {
         id: &JobId,
         number: u32,
         result: Value,
+        report: CallReport,
         now: Timestamp,
     ) -> Result<(Completion, Job), StoreError>;
 
@@ -166,6 +167,7 @@ pub trait JobStore: Send + Sync + Debug {
         id: &JobId,
         number: u32,
         error: ErrorInfo,
+        report: CallReport,
         next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError>;
@@ -193,6 +195,16 @@ pub trait JobStore: Send + Sync + Debug {
         before: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError>;
+
+    /// Stores qualification evidence, replacing any earlier one for the same pair of fingerprints.
+    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError>;
+
+    /// The qualification evidence for this contract fingerprint and provider fingerprint, if any.
+    async fn qualification(
+        &self,
+        contract: &Fingerprint,
+        provider: &Fingerprint,
+    ) -> Result<Option<Qualification>, StoreError>;
 
     /// Cancels the job and its live attempt; idempotent; refused once it succeeded.
     async fn cancel_job(

@@ -21,9 +21,9 @@ use tokio::sync::Mutex;
 
 use super::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 use crate::domain::{
-    Attempt, AttemptRef, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint,
+    Attempt, AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo, Fingerprint,
     IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner, ProviderName,
-    Refusal, Timestamp,
+    Qualification, Refusal, Timestamp,
 };
 
 const SCHEMA: &str = "
@@ -57,19 +57,37 @@ CREATE TABLE IF NOT EXISTS attempts (
     started_at       INTEGER,
     finished_at      INTEGER,
     error            TEXT,
+    report           TEXT,
     PRIMARY KEY (job_id, number)
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
     ON attempts (job_id) WHERE state IN ('queued', 'started', 'unknown');
 CREATE INDEX IF NOT EXISTS started_by_lease ON attempts (lease_expires_at) WHERE state = 'started';
 CREATE INDEX IF NOT EXISTS queued_by_age ON attempts (created_at) WHERE state = 'queued';
-PRAGMA user_version = 1;
 ";
+
+/// What version 2 added to version 1: what providers report about calls, and qualification evidence.
+const SCHEMA_1_TO_2: &str = "
+ALTER TABLE attempts ADD COLUMN report TEXT;
+";
+
+/// Tables that version 2 added.
+const SCHEMA_2: &str = "
+CREATE TABLE IF NOT EXISTS qualifications (
+    contract_fingerprint TEXT NOT NULL,
+    provider_fingerprint TEXT NOT NULL,
+    evidence             TEXT NOT NULL,
+    PRIMARY KEY (contract_fingerprint, provider_fingerprint)
+) STRICT;
+";
+
+/// The schema version this code writes; `PRAGMA user_version` of the file.
+const SCHEMA_VERSION: i64 = 2;
 
 const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at";
 const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
-                               finished_at, error";
+                               finished_at, error, report";
 
 /// How many connections serve reads beside the writer.
 const READERS: usize = 4;
@@ -110,9 +128,9 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(StoreError::backend)?;
         }
-        let writer = Connection::open(path)?;
+        let mut writer = Connection::open(path)?;
         configure(&writer)?;
-        writer.execute_batch(SCHEMA)?;
+        migrate(&mut writer)?;
         let readers = (0..READERS)
             .map(|_| {
                 let conn = Connection::open_with_flags(
@@ -183,6 +201,29 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+/// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, a version-1 file
+/// the columns and tables added since. A newer file is refused rather than misread.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    match version {
+        0 => tx.execute_batch(SCHEMA)?,
+        1 => tx.execute_batch(SCHEMA_1_TO_2)?,
+        SCHEMA_VERSION => {}
+        newer => {
+            return Err(SqliteError::Corrupt(
+                "user_version",
+                format!("schema version {newer} is newer than this build's {SCHEMA_VERSION}"),
+            )
+            .into());
+        }
+    }
+    tx.execute_batch(SCHEMA_2)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
 }
 
 fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
@@ -339,10 +380,13 @@ impl JobStore for SqliteStore {
         id: &JobId,
         number: u32,
         result: Value,
+        report: CallReport,
         now: Timestamp,
     ) -> Result<(Completion, Job), StoreError> {
-        self.transition(None, id, move |job| job.complete(number, result, now))
-            .await
+        self.transition(None, id, move |job| {
+            job.complete(number, result, report, now)
+        })
+        .await
     }
 
     async fn fail_attempt(
@@ -350,11 +394,14 @@ impl JobStore for SqliteStore {
         id: &JobId,
         number: u32,
         error: ErrorInfo,
+        report: CallReport,
         next: NextStep,
         now: Timestamp,
     ) -> Result<Job, StoreError> {
         let (_, job) = self
-            .transition(None, id, move |job| job.fail(number, error, next, now))
+            .transition(None, id, move |job| {
+                job.fail(number, error, report, next, now)
+            })
             .await?;
         Ok(job)
     }
@@ -420,6 +467,43 @@ impl JobStore for SqliteStore {
         self.transition(Some(owner.clone()), id, move |job| job.cancel(now))
             .await
     }
+
+    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
+        let row = (
+            evidence.contract_fingerprint.to_string(),
+            evidence.provider_fingerprint.to_string(),
+            json_text(evidence),
+        );
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO qualifications (contract_fingerprint, provider_fingerprint, evidence) \
+                 VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (contract_fingerprint, provider_fingerprint) DO UPDATE SET evidence = ?3",
+                params![row.0, row.1, row.2],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn qualification(
+        &self,
+        contract: &Fingerprint,
+        provider: &Fingerprint,
+    ) -> Result<Option<Qualification>, StoreError> {
+        let key = (contract.to_string(), provider.to_string());
+        self.read(move |conn| {
+            let evidence: Option<String> = conn
+                .prepare_cached(
+                    "SELECT evidence FROM qualifications \
+                     WHERE contract_fingerprint = ?1 AND provider_fingerprint = ?2",
+                )?
+                .query_row(params![key.0, key.1], |row| row.get(0))
+                .optional()?;
+            evidence.map(|e| from_json("evidence", &e)).transpose()
+        })
+        .await
+    }
 }
 
 /// Writes what a transition changed. Every statement is guarded by the state it replaces and must change exactly
@@ -468,8 +552,8 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
             Some(old) if old != attempt => {
                 let changed = tx.execute(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
-                                         finished_at = ?5, error = ?6 \
-                     WHERE job_id = ?7 AND number = ?8 AND state = ?9",
+                                         finished_at = ?5, error = ?6, report = ?7 \
+                     WHERE job_id = ?8 AND number = ?9 AND state = ?10",
                     params![
                         attempt.state.as_str(),
                         attempt.seen_version.map(|v| v as i64),
@@ -477,6 +561,7 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
                         attempt.started_at.map(|t| t.timestamp_millis()),
                         attempt.finished_at.map(|t| t.timestamp_millis()),
                         attempt.error.as_ref().map(json_text),
+                        attempt.report.as_ref().map(json_text),
                         after.id.as_str(),
                         attempt.number,
                         old.state.as_str(),
@@ -494,7 +579,7 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
 
 fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
     tx.execute(
-        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
         params![
             job_id.as_str(),
             a.number,
@@ -506,6 +591,7 @@ fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(
             a.started_at.map(|t| t.timestamp_millis()),
             a.finished_at.map(|t| t.timestamp_millis()),
             a.error.as_ref().map(json_text),
+            a.report.as_ref().map(json_text),
         ],
     )?;
     Ok(())
@@ -629,6 +715,7 @@ struct AttemptRow {
     started_at: Option<i64>,
     finished_at: Option<i64>,
     error: Option<String>,
+    report: Option<String>,
 }
 
 impl AttemptRow {
@@ -643,6 +730,7 @@ impl AttemptRow {
             started_at: row.get(6)?,
             finished_at: row.get(7)?,
             error: row.get(8)?,
+            report: row.get(9)?,
         })
     }
 
@@ -660,6 +748,7 @@ impl AttemptRow {
             started_at: self.started_at.map(millis).transpose()?,
             finished_at: self.finished_at.map(millis).transpose()?,
             error: self.error.map(|e| from_json("error", &e)).transpose()?,
+            report: self.report.map(|r| from_json("report", &r)).transpose()?,
         })
     }
 }

@@ -9,15 +9,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::checks::{self, Prepared};
 use crate::contracts::Contract;
-use crate::domain::{AttemptRef, AttemptState, Completion, ErrorInfo, Job, Timestamp};
+use crate::domain::{AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Job, Timestamp};
 use crate::engine::Engine;
-use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest};
+use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
 use crate::store::StoreError;
-
-/// The largest result kept, as JSON text. A job item (input up to the body limit, result, attempts) must fit a
-/// DynamoDB item (400 KB); a larger answer fails its attempt with `result_too_large`, and nothing is written.
-pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// What one step did with one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,45 +103,43 @@ impl Step<'_> {
             .expect("the claimed attempt exists");
         let Some(contract) = self.engine.contracts.get(&self.job.contract) else {
             return self
-                .fail(ErrorInfo::new(
-                    "unknown_contract",
-                    format!("{} is no longer configured", self.job.contract),
-                ))
+                .fail(
+                    ErrorInfo::new(
+                        "unknown_contract",
+                        format!("{} is no longer configured", self.job.contract),
+                    ),
+                    CallReport::default(),
+                )
                 .await;
         };
         let Some(provider) = self.engine.providers.get(&attempt.provider) else {
             return self
-                .fail(ErrorInfo::new(
-                    "unknown_provider",
-                    format!("{} is no longer configured", attempt.provider),
-                ))
+                .fail(
+                    ErrorInfo::new(
+                        "unknown_provider",
+                        format!("{} is no longer configured", attempt.provider),
+                    ),
+                    CallReport::default(),
+                )
                 .await;
         };
-        let prompt = match contract.render(&self.job.input) {
-            Ok(prompt) => prompt,
-            Err(e) => return self.fail(ErrorInfo::new("prompt_render_failed", e)).await,
+        let key = format!("{}:{}", self.job.id, self.number);
+        let prepared = match checks::prepare(contract, provider, &self.job.input, key) {
+            Ok(prepared) => prepared,
+            Err(e) => return self.fail(e, CallReport::default()).await,
         };
-        let request = ProviderRequest {
-            idempotency_key: format!("{}:{}", self.job.id, self.number),
-            contract: contract.reference.clone(),
-            prompt,
-            input: self.job.input.clone(),
-            output_schema: contract.output_schema.clone(),
-            temperature: contract.temperature,
-            max_output_tokens: contract.max_output_tokens,
-        };
-        match self.call(provider, &request).await? {
-            Some(outcome) => self.settle(contract, outcome).await,
+        match self.call(provider, &prepared.request).await? {
+            Some(reply) => self.settle(contract, &prepared, reply).await,
             None => Ok(Processed::Unknown),
         }
     }
 
-    /// The provider's outcome, or `None` if none came within the timeout and the late window.
+    /// The provider's reply, or `None` if none came within the timeout and the late window.
     async fn call(
         &self,
         provider: &ConfiguredProvider,
         request: &ProviderRequest,
-    ) -> Result<Option<ProviderOutcome>, StoreError> {
+    ) -> Result<Option<Reply>, StoreError> {
         let clock = &self.engine.clock;
         let mut call = provider.client.call(request);
         tokio::select! {
@@ -176,26 +171,18 @@ impl Step<'_> {
     async fn settle(
         &self,
         contract: &Contract,
-        outcome: ProviderOutcome,
+        prepared: &Prepared,
+        reply: Reply,
     ) -> Result<Processed, StoreError> {
+        let Reply { outcome, report } = reply;
         match outcome {
             ProviderOutcome::Answered(output) => {
-                let size = output.to_string().len();
-                if size > MAX_RESULT_BYTES {
-                    let message = format!(
-                        "the result is {size} bytes of JSON; at most {MAX_RESULT_BYTES} are kept"
-                    );
-                    return self.fail(ErrorInfo::new("result_too_large", message)).await;
-                }
-                let problems = contract.output_problems(&output);
-                if problems.is_empty() {
-                    self.complete(output).await
-                } else {
-                    self.fail(ErrorInfo::new("output_invalid", problems.join("; ")))
-                        .await
+                match checks::check_answer(contract, prepared, &output, &report) {
+                    Ok(()) => self.complete(output, report).await,
+                    Err(problem) => self.fail(problem, report).await,
                 }
             }
-            ProviderOutcome::Failed(error) => self.fail(error).await,
+            ProviderOutcome::Failed(error) => self.fail(error, report).await,
             ProviderOutcome::Lost(error) => {
                 tracing::warn!(error = %error.message, "connection lost after sending: attempt unknown");
                 self.mark_unknown().await?;
@@ -204,12 +191,16 @@ impl Step<'_> {
         }
     }
 
-    async fn complete(&self, output: serde_json::Value) -> Result<Processed, StoreError> {
+    async fn complete(
+        &self,
+        output: serde_json::Value,
+        report: CallReport,
+    ) -> Result<Processed, StoreError> {
         let engine = self.engine;
         let now = engine.clock.now();
         match engine
             .store
-            .complete_attempt(&self.job.id, self.number, output, now)
+            .complete_attempt(&self.job.id, self.number, output, report, now)
             .await
         {
             Ok((Completion::Won, job)) => {
@@ -235,14 +226,21 @@ impl Step<'_> {
         }
     }
 
-    async fn fail(&self, error: ErrorInfo) -> Result<Processed, StoreError> {
+    async fn fail(&self, error: ErrorInfo, report: CallReport) -> Result<Processed, StoreError> {
         let engine = self.engine;
         tracing::warn!(code = %error.code, message = %error.message, "attempt failed");
         // The claimed copy is current enough: while this attempt is live, no other can be added.
-        let next = self.job.failover(|p| engine.providers.is_qualified(p));
+        let next = engine.failover(self.job).await?;
         match engine
             .store
-            .fail_attempt(&self.job.id, self.number, error, next, engine.clock.now())
+            .fail_attempt(
+                &self.job.id,
+                self.number,
+                error,
+                report,
+                next,
+                engine.clock.now(),
+            )
             .await
         {
             Ok(job) => {

@@ -7,6 +7,7 @@ use onejob::domain::ProviderName;
 use serde_json::{Value, json};
 
 use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};
+use crate::support::record_qualified;
 use crate::support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
 
 async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp {
@@ -20,13 +21,11 @@ async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp 
     TestApp::spawn_with(config).await
 }
 
-/// An app whose `primary` and `fallback` (both qualified) are these stand-ins.
+/// An app whose `primary` and (qualified) `fallback` are these stand-ins.
 async fn app_on(primary: &StandIn, fallback: &StandIn) -> TestApp {
-    app_with(
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    )
-    .await
+    let app = app_with(openai(primary.base_url()), openai(fallback.base_url())).await;
+    record_qualified(app.engine(), "fallback").await;
+    app
 }
 
 fn chain_job(text: &str) -> Value {
@@ -47,7 +46,7 @@ async fn created_id(app: &TestApp, key: &str, body: &Value) -> String {
 #[tokio::test]
 async fn a_job_runs_to_success_on_the_built_in_demo_provider() {
     let mut config = config();
-    let instant = ProviderConfig::demo(DemoBehavior::Answer, 0, true);
+    let instant = ProviderConfig::demo(DemoBehavior::Answer, 0);
     config
         .providers
         .insert(ProviderName::parse("demo").unwrap(), instant);
@@ -153,11 +152,8 @@ async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
 async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
     let primary = StandIn::spawn(vec![], Reply::Status(429, "slow down")).await;
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
-    let app = app_with(
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), false),
-    )
-    .await;
+    // The fallback was never qualified.
+    let app = app_with(openai(primary.base_url()), openai(fallback.base_url())).await;
     let id = created_id(&app, "k", &chain_job("text")).await;
     let failed = app
         .wait_until(ALICE, &id, |j| j["status"] == "failed")
@@ -288,4 +284,94 @@ async fn a_long_poll_waits_for_a_version_the_client_has_not_seen() {
     assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
     let job = json_with_status(changed, 200).await;
     assert_eq!(job["status"], "cancelled");
+}
+
+/// Qualifies `provider` for summarize@1 through the app's engine and stores the evidence, as `onejob qualify` does.
+async fn qualify_on(app: &TestApp, provider: &str) -> bool {
+    let engine = app.engine();
+    let name = ProviderName::parse(provider).unwrap();
+    let contract = engine
+        .contracts
+        .get(&onejob::domain::ContractRef::parse("summarize@1").unwrap())
+        .unwrap();
+    let candidate = engine.providers.get(&name).unwrap();
+    let evidence =
+        onejob::qualify::qualify(contract, &name, candidate, 1, &*engine.clock, |_, _, _| {}).await;
+    engine.store.put_qualification(&evidence).await.unwrap();
+    evidence.passed
+}
+
+/// The standing of `provider` for `contract` in `GET /v1/providers`.
+async fn standing(app: &TestApp, provider: &str, contract: &str) -> Value {
+    let list = json_with_status(app.get(ALICE, "/v1/providers").await, 200).await;
+    let entry = list["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == provider)
+        .unwrap()
+        .clone();
+    entry["contracts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["contract"] == contract)
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn failover_waits_for_qualification_and_providers_show_their_standing() {
+    let mut config = config();
+    for (name, behavior) in [
+        ("demo-fail", DemoBehavior::Fail),
+        ("demo-backup", DemoBehavior::Answer),
+        ("demo-sloppy", DemoBehavior::ExtraKey),
+    ] {
+        config.providers.insert(
+            ProviderName::parse(name).unwrap(),
+            ProviderConfig::demo(behavior, 0),
+        );
+    }
+    let app = TestApp::spawn_with(config).await;
+    let chain = |text: &str| json!({"contract": "summarize@1", "input": {"text": text}, "providers": ["demo-fail", "demo-backup"]});
+    let before = standing(&app, "demo-backup", "summarize@1").await;
+    assert_eq!(before["standing"], "unqualified");
+    assert_eq!(before["checked_at"], Value::Null);
+
+    let id = created_id(&app, "before", &chain("Too early.")).await;
+    let failed = app
+        .wait_until(ALICE, &id, |j| j["status"] == "failed")
+        .await;
+    assert_eq!(failed["error"]["code"], "fallback_not_qualified");
+    assert_eq!(failed["attempts"].as_array().unwrap().len(), 1);
+
+    assert!(qualify_on(&app, "demo-backup").await);
+    let after = standing(&app, "demo-backup", "summarize@1").await;
+    assert_eq!(after["standing"], "qualified");
+    assert_eq!(after["runs"], 3);
+    assert_eq!(
+        standing(&app, "demo-backup", "classify@1").await["standing"],
+        "unqualified"
+    );
+
+    let id = created_id(&app, "after", &chain("Now it fails over. Fine.")).await;
+    let done = app
+        .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
+        .await;
+    assert_eq!(done["completed_by"], 2);
+    assert_eq!(done["attempts"][1]["provider"], "demo-backup");
+    assert_eq!(done["attempts"][1]["report"]["model"], "demo/answer");
+    assert_eq!(done["result"], json!({"summary": "Now it fails over."}));
+
+    assert!(!qualify_on(&app, "demo-sloppy").await);
+    let sloppy = standing(&app, "demo-sloppy", "summarize@1").await;
+    assert_eq!(sloppy["standing"], "failed");
+    assert_eq!(sloppy["problem"]["code"], "output_invalid");
+    assert!(
+        sloppy["problem"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'note' was unexpected")
+    );
 }

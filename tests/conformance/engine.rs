@@ -10,6 +10,7 @@ use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
+use crate::support::record_qualified;
 use crate::support::rig::Rig;
 use crate::support::stand_in::{
     Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing,
@@ -31,13 +32,15 @@ async fn held() -> (Gate, StandIn) {
     (gate, primary)
 }
 
-/// A rig on `store` whose primary and fallback (both qualified) are these stand-ins.
-fn rig(store: Arc<dyn JobStore>, primary: &StandIn, fallback: &StandIn) -> Rig {
-    Rig::new(
+/// A rig on `store` whose primary and (qualified) fallback are these stand-ins.
+async fn rig(store: Arc<dyn JobStore>, primary: &StandIn, fallback: &StandIn) -> Rig {
+    let rig = Rig::new(
         store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), true),
-    )
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    rig
 }
 
 async fn answering(text: &str) -> StandIn {
@@ -48,7 +51,7 @@ async fn answering(text: &str) -> StandIn {
 pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStore>) {
     let (_gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
@@ -87,7 +90,7 @@ pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStor
 pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, first) = rig.create("k").await;
     let a = rig.process_in_background(&first);
     primary.received(1).await;
@@ -119,7 +122,7 @@ pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStor
 pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, message) = rig.create("k").await;
     let steps: Vec<_> = (0..10)
         .map(|_| rig.process_in_background(&message))
@@ -154,7 +157,7 @@ pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStor
 pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
@@ -173,7 +176,7 @@ pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobSto
 pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
@@ -192,7 +195,7 @@ pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn Job
 pub async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, first) = rig.create("k").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
     let failed = rig.job(&job).await;
@@ -213,10 +216,11 @@ pub async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore
 async fn an_answer_that_fails_the_attempt(store: Arc<dyn JobStore>, output: Value, code: &str) {
     let primary = StandIn::answering(output).await;
     let fallback = answering("B").await;
+    // The fallback was never qualified.
     let mut rig = Rig::new(
         store,
-        openai(primary.base_url(), true),
-        openai(fallback.base_url(), false),
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
     );
     let (job, first) = rig.create("k").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
@@ -238,7 +242,7 @@ pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallbac
 
 /// A result too large to keep fails its attempt with a clear code.
 pub async fn a_result_too_large_to_keep_fails_the_attempt(store: Arc<dyn JobStore>) {
-    let huge = summary(&"x".repeat(onejob::worker::MAX_RESULT_BYTES));
+    let huge = summary(&"x".repeat(onejob::checks::MAX_RESULT_BYTES));
     an_answer_that_fails_the_attempt(store, huge, "result_too_large").await;
 }
 
@@ -247,9 +251,10 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
     let fallback = answering("B").await;
     let mut rig = Rig::new(
         store.clone(),
-        openai(hanging_up().await, true),
-        openai(fallback.base_url(), true),
+        openai(hanging_up().await),
+        openai(fallback.base_url()),
     );
+    record_qualified(&rig.engine, "fallback").await;
     let (job, message) = rig.create("lost").await;
     assert_eq!(rig.process(&message).await, Processed::Unknown);
     let after = rig.job(&job).await;
@@ -259,11 +264,7 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
     );
     assert!(rig.no_message());
 
-    let mut rig = Rig::new(
-        store,
-        openai(refusing().await, true),
-        openai(fallback.base_url(), true),
-    );
+    let mut rig = Rig::new(store, openai(refusing().await), openai(fallback.base_url()));
     let (job, message) = rig.create("refused").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
     let after = rig.job(&job).await;
@@ -274,11 +275,12 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
     assert_eq!(state(&after, 2), AttemptState::Queued);
 }
 
-/// The call carries the attempt's idempotency key, the key from `api_key_env` and the contract's settings.
+/// The call carries the attempt's idempotency key, the key from `api_key_env` and the contract's settings; what
+/// the provider reports back (model, usage) is kept on the attempt.
 pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     let (job, message) = rig.create("k").await;
     rig.process(&message).await;
     let call = &primary.calls()[0];
@@ -291,7 +293,7 @@ pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: A
         call.headers["authorization"],
         format!("Bearer {key}").as_str()
     );
-    assert_eq!(call.body["model"], "test-model");
+    assert_eq!(call.body["model"], "gpt-4o-mini");
     assert_eq!(call.body["temperature"], 0.0);
     assert_eq!(call.body["max_tokens"], 256);
     assert_eq!(call.body["response_format"]["type"], "json_schema");
@@ -304,13 +306,24 @@ pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: A
         prompt.contains("The projector broke. The meeting moved."),
         "{prompt}"
     );
+    let report = rig
+        .job(&job)
+        .await
+        .attempt(1)
+        .unwrap()
+        .report
+        .clone()
+        .unwrap();
+    assert_eq!(report.model.as_deref(), Some("stand-in-model"));
+    assert_eq!(report.output_tokens, Some(10));
+    assert!(report.input_tokens.unwrap() > prompt.len() as u64);
 }
 
 /// The sweeper makes expired leases `unknown` (never `failed`) and dispatches unclaimed attempts again.
 pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
-    let mut rig = rig(store, &primary, &fallback);
+    let mut rig = rig(store, &primary, &fallback).await;
     // A worker claimed this one and died.
     let (crashed, message) = rig.create("crashed").await;
     let now = rig.clock.now();

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use onejob::domain::{
-    AttemptRef, AttemptState, Completion, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
-    JobCancel, JobStatus, NewJob, NextStep, Owner, ProviderName, Refusal, Timestamp,
+    AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo, Fingerprint,
+    IdempotencyKey, Job, JobCancel, JobStatus, NewJob, NextStep, Owner, ProviderName,
+    Qualification, Refusal, RunEvidence, Timestamp,
 };
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use serde_json::{Value, json};
@@ -55,6 +56,7 @@ macro_rules! conformance_suite {
             a_lost_connection_is_unknown_and_a_refused_one_is_failed,
             the_provider_call_carries_the_attempt_key_and_the_contract,
             the_sweeper_resolves_expired_leases_and_lost_messages,
+            qualification_evidence_is_kept_per_pair_of_fingerprints,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -67,6 +69,47 @@ macro_rules! conformance_suite {
             }
         )*
     };
+}
+
+/// Evidence is found under exactly its two fingerprints, and a later run for the same pair replaces it.
+pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<dyn JobStore>) {
+    let fp = |s: &str| Fingerprint::of_value(&json!(s));
+    let evidence = Qualification {
+        contract: ContractRef::parse("summarize@1").unwrap(),
+        contract_fingerprint: fp("contract"),
+        provider: provider("fallback"),
+        provider_fingerprint: fp("provider"),
+        passed: false,
+        runs_per_sample: 1,
+        checked_at: at(1),
+        runs: vec![RunEvidence {
+            sample: 0,
+            run: 1,
+            problem: Some(ErrorInfo::new("output_invalid", "extra key")),
+            elapsed_ms: 12,
+            counted_prompt_tokens: Some(80),
+            report: Some(CallReport {
+                model: Some("m".into()),
+                ..CallReport::default()
+            }),
+        }],
+    };
+    store.put_qualification(&evidence).await.unwrap();
+    let found = store.qualification(&fp("contract"), &fp("provider")).await;
+    assert_eq!(found.unwrap(), Some(evidence.clone()));
+    for (contract, provider) in [("contract", "other"), ("other", "provider")] {
+        let found = store.qualification(&fp(contract), &fp(provider)).await;
+        assert_eq!(found.unwrap(), None, "({contract}, {provider})");
+    }
+    let passed = Qualification {
+        passed: true,
+        runs: Vec::new(),
+        checked_at: at(2),
+        ..evidence
+    };
+    store.put_qualification(&passed).await.unwrap();
+    let found = store.qualification(&fp("contract"), &fp("provider")).await;
+    assert_eq!(found.unwrap(), Some(passed));
 }
 
 pub fn at(ms: i64) -> Timestamp {
@@ -315,7 +358,13 @@ pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobSt
             let (store, id) = (store.clone(), job.id.clone());
             tasks.spawn(async move {
                 let outcome = store
-                    .complete_attempt(&id, number, json!({"summary": number}), at(10))
+                    .complete_attempt(
+                        &id,
+                        number,
+                        json!({"summary": number}),
+                        CallReport::default(),
+                        at(10),
+                    )
                     .await
                     .unwrap();
                 (number, outcome.0)
@@ -372,12 +421,25 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
     let job = fresh_job(store.as_ref()).await;
     two_claimed_attempts(store.as_ref(), &job).await;
     let (won, after_b) = store
-        .complete_attempt(&job.id, 2, json!({"summary": "B"}), at(6))
+        .complete_attempt(
+            &job.id,
+            2,
+            json!({"summary": "B"}),
+            CallReport::default(),
+            at(6),
+        )
         .await
         .unwrap();
     assert_eq!(won, Completion::Won);
+    // The loser's call was paid for: what its provider reported is kept even though its result is not.
+    let paid = CallReport {
+        model: Some("model-a".into()),
+        input_tokens: Some(120),
+        output_tokens: Some(9),
+        retry_after_s: None,
+    };
     let (lost, after_a) = store
-        .complete_attempt(&job.id, 1, json!({"summary": "A"}), at(7))
+        .complete_attempt(&job.id, 1, json!({"summary": "A"}), paid.clone(), at(7))
         .await
         .unwrap();
     assert_eq!(lost, Completion::Lost { winner: Some(2) });
@@ -388,6 +450,8 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
     );
     let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
+    assert_eq!(stored.attempt(1).unwrap().report, Some(paid));
+    assert_eq!(stored.attempt(2).unwrap().report, None);
     assert_eq!(stored.result, Some(json!({"summary": "B"})));
 }
 
@@ -397,7 +461,13 @@ pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn Jo
     assert_eq!(cancel, JobCancel::Cancelled);
     assert_eq!(cancelled.version, 1);
     let (outcome, after) = store
-        .complete_attempt(&job.id, 1, json!({"summary": "late"}), at(3))
+        .complete_attempt(
+            &job.id,
+            1,
+            json!({"summary": "late"}),
+            CallReport::default(),
+            at(3),
+        )
         .await
         .unwrap();
     assert_eq!(outcome, Completion::Lost { winner: None });
@@ -412,7 +482,13 @@ pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: A
     let job = claimed_job(store.as_ref()).await;
     store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
     let (outcome, after) = store
-        .complete_attempt(&job.id, 1, json!({"summary": "late"}), at(3))
+        .complete_attempt(
+            &job.id,
+            1,
+            json!({"summary": "late"}),
+            CallReport::default(),
+            at(3),
+        )
         .await
         .unwrap();
     assert_eq!(outcome, Completion::Won);
@@ -423,7 +499,13 @@ pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: A
     // A second delivery of the same result is refused: the attempt already ended.
     assert!(matches!(
         store
-            .complete_attempt(&job.id, 1, json!({"summary": "again"}), at(4))
+            .complete_attempt(
+                &job.id,
+                1,
+                json!({"summary": "again"}),
+                CallReport::default(),
+                at(4)
+            )
             .await,
         Err(StoreError::Refused(Refusal::InvalidTransition {
             from: AttemptState::Succeeded,
@@ -469,7 +551,13 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
         .await
         .unwrap();
     store
-        .complete_attempt(&done.id, 1, json!({"summary": "x"}), at(2))
+        .complete_attempt(
+            &done.id,
+            1,
+            json!({"summary": "x"}),
+            CallReport::default(),
+            at(2),
+        )
         .await
         .unwrap();
     assert!(matches!(
@@ -484,7 +572,14 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
     let job = fresh_job(store.as_ref()).await;
     assert!(matches!(
         store
-            .fail_attempt(&job.id, 1, ErrorInfo::new("x", "queued"), stop(), at(1))
+            .fail_attempt(
+                &job.id,
+                1,
+                ErrorInfo::new("x", "queued"),
+                CallReport::default(),
+                stop(),
+                at(1)
+            )
             .await,
         Err(StoreError::Refused(Refusal::InvalidTransition {
             from: AttemptState::Queued,
@@ -495,10 +590,14 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
         .claim_attempt(&job.id, 1, lease(), at(1))
         .await
         .unwrap();
-    let error = ErrorInfo::new("provider_error", "HTTP 500");
+    let error = ErrorInfo::new("rate_limited", "HTTP 429 (Retry-After: 30 s)");
+    let limited = CallReport {
+        retry_after_s: Some(30),
+        ..CallReport::default()
+    };
     let failover = NextStep::Queue(provider("fallback"));
     let after = store
-        .fail_attempt(&job.id, 1, error.clone(), failover, at(2))
+        .fail_attempt(&job.id, 1, error.clone(), limited.clone(), failover, at(2))
         .await
         .unwrap();
     let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
@@ -509,6 +608,7 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
         (first.state, &first.error, first.finished_at),
         (AttemptState::Failed, &Some(error), Some(at(2)))
     );
+    assert_eq!(first.report, Some(limited));
     let second = stored.attempt(2).unwrap();
     assert_eq!(
         (second.state, second.provider.as_str()),
@@ -525,6 +625,7 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
             &job.id,
             2,
             ErrorInfo::new("provider_error", "HTTP 503"),
+            CallReport::default(),
             NextStep::Stop(exhausted.clone()),
             at(4),
         )
@@ -634,6 +735,7 @@ pub async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
                 &job.id,
                 1,
                 ErrorInfo::new("provider_error", "500"),
+                CallReport::default(),
                 stop(),
                 at(2),
             )

@@ -1,4 +1,5 @@
-//! OpenAI-compatible provider stand-ins: real HTTP servers on loopback, scripted per call, counting what they get.
+//! Provider stand-ins: real HTTP servers on loopback that speak both the OpenAI chat-completions and the Anthropic
+//! Messages wire formats, scripted per call, counting what they get.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -19,26 +20,42 @@ use tokio::sync::watch;
 pub const TIMEOUT_MS: u64 = 1_000;
 pub const LATE_MS: u64 = 10_000;
 
-/// An openai provider at `base_url` with short, known timings; its key is read from `CARGO_PKG_NAME`.
-pub fn openai(base_url: String, qualified: bool) -> ProviderConfig {
+/// An openai provider at `base_url` with short, known timings and a model whose tokenizer is known
+/// (`o200k_base`); its key is read from `CARGO_PKG_NAME`.
+pub fn openai(base_url: String) -> ProviderConfig {
     ProviderConfig {
         kind: ProviderKind::Openai,
         base_url: Some(base_url),
-        model: Some("test-model".into()),
+        model: Some("gpt-4o-mini".into()),
         api_key_env: Some("CARGO_PKG_NAME".into()),
         timeout_ms: TIMEOUT_MS,
         late_result_ms: LATE_MS,
-        ..ProviderConfig::demo(Default::default(), 0, qualified)
+        ..ProviderConfig::demo(Default::default(), 0)
+    }
+}
+
+/// An anthropic provider at `base_url`, timed like [`openai`].
+pub fn anthropic(base_url: String) -> ProviderConfig {
+    ProviderConfig {
+        kind: ProviderKind::Anthropic,
+        model: Some("claude-stand-in".into()),
+        ..openai(base_url)
     }
 }
 
 /// How the stand-in answers one call.
 #[derive(Debug, Clone)]
 pub enum Reply {
-    /// 200 with a chat completion whose content is this JSON.
+    /// 200 with this JSON as the structured answer, and honest usage.
     Answer(Value),
+    /// 200 with this text as the answer, where JSON belongs.
+    Prose(&'static str),
+    /// 200 with this JSON as the answer, reporting only 3 prompt tokens (it read a fraction of the prompt).
+    Truncated(Value),
     /// This status, with this body.
     Status(u16, &'static str),
+    /// 429 with `Retry-After: <seconds>`.
+    RateLimited(u64),
     /// Nothing until the gate opens, then the gate's answer.
     Held(Gate),
 }
@@ -79,16 +96,73 @@ pub struct StandIn {
     script: Arc<Script>,
 }
 
-/// A chat completion whose message content is `output` as JSON text.
-pub fn completion(output: &Value) -> Value {
-    json!({
-        "id": "chatcmpl-stand-in",
-        "object": "chat.completion",
-        "model": "stand-in-model",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": output.to_string()}}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
-    })
+/// Which wire format a call came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+/// What the stand-in answers: the answer (JSON or prose) and the prompt tokens it reports.
+fn answer(wire: Wire, content: Answer, prompt_tokens: u64) -> Value {
+    match wire {
+        Wire::OpenAi => {
+            let text = match content {
+                Answer::Json(output) => output.to_string(),
+                Answer::Prose(text) => text.to_owned(),
+            };
+            json!({
+                "id": "chatcmpl-stand-in",
+                "object": "chat.completion",
+                "model": "stand-in-model",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10},
+            })
+        }
+        Wire::Anthropic => {
+            let block = match content {
+                Answer::Json(output) => {
+                    json!({"type": "tool_use", "id": "toolu_stand_in", "name": "answer", "input": output})
+                }
+                Answer::Prose(text) => json!({"type": "text", "text": text}),
+            };
+            json!({
+                "id": "msg_stand_in",
+                "type": "message",
+                "role": "assistant",
+                "model": "stand-in-model",
+                "content": [block],
+                "stop_reason": "tool_use",
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": 10},
+            })
+        }
+    }
+}
+
+enum Answer {
+    Json(Value),
+    Prose(&'static str),
+}
+
+/// Honest usage: the prompt's bytes, which is never fewer than its tokens.
+fn honest_prompt_tokens(wire: Wire, body: &Value) -> u64 {
+    let texts = match wire {
+        Wire::OpenAi => body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["content"].as_str().unwrap_or_default().len())
+            .sum::<usize>(),
+        Wire::Anthropic => {
+            body["system"].as_str().unwrap_or_default().len()
+                + body["messages"][0]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .len()
+        }
+    };
+    texts as u64
 }
 
 impl StandIn {
@@ -100,7 +174,14 @@ impl StandIn {
             calls: watch::Sender::new(Vec::new()),
         });
         let app = axum::Router::new()
-            .route("/v1/chat/completions", post(chat))
+            .route(
+                "/v1/chat/completions",
+                post(|state, headers, body| respond(Wire::OpenAi, state, headers, body)),
+            )
+            .route(
+                "/v1/messages",
+                post(|state, headers, body| respond(Wire::Anthropic, state, headers, body)),
+            )
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -135,11 +216,13 @@ impl StandIn {
     }
 }
 
-async fn chat(
+async fn respond(
+    wire: Wire,
     State(script): State<Arc<Script>>,
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    let honest = honest_prompt_tokens(wire, &body);
     script
         .calls
         .send_modify(|calls| calls.push(Call { headers, body }));
@@ -150,10 +233,18 @@ async fn chat(
         .pop_front()
         .unwrap_or_else(|| script.otherwise.clone());
     match reply {
-        Reply::Answer(output) => Json(completion(&output)).into_response(),
+        Reply::Answer(output) => Json(answer(wire, Answer::Json(output), honest)).into_response(),
+        Reply::Prose(text) => Json(answer(wire, Answer::Prose(text), honest)).into_response(),
+        Reply::Truncated(output) => Json(answer(wire, Answer::Json(output), 3)).into_response(),
         Reply::Status(status, body) => {
             (StatusCode::from_u16(status).unwrap(), body).into_response()
         }
+        Reply::RateLimited(seconds) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", seconds.to_string())],
+            "rate limited",
+        )
+            .into_response(),
         Reply::Held(gate) => {
             let mut open = gate.0.subscribe();
             let output = open
@@ -162,7 +253,7 @@ async fn chat(
                 .unwrap()
                 .clone()
                 .unwrap();
-            Json(completion(&output)).into_response()
+            Json(answer(wire, Answer::Json(output), honest)).into_response()
         }
     }
 }

@@ -1,0 +1,114 @@
+//! The checks every call of a contract on a provider passes through, in production (the worker) and in
+//! qualification (`onejob qualify`) alike, so that a qualification tests exactly what failover will rely on:
+//! - before the call: the prompt renders strictly, and with the output budget it fits the provider's context
+//!   window (counted with the provider's tokenizer where known, conservatively otherwise);
+//! - after it: the provider did not report far fewer prompt tokens than were sent (a truncated or dropped prompt),
+//!   the answer is not larger than kept, keeps the output schema and adds no top-level key.
+
+use serde_json::Value;
+
+use crate::contracts::Contract;
+use crate::domain::{CallReport, ErrorInfo};
+use crate::providers::tokens::Count;
+use crate::providers::{ConfiguredProvider, ProviderRequest, SYSTEM_PROMPT};
+
+/// The largest result kept, as JSON text. A job item (input up to the body limit, result, attempts) must fit a
+/// DynamoDB item (400 KB); a larger answer fails its attempt with `result_too_large`, and nothing is written.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// Tokens a chat format adds around the messages (roles, separators), counted on top of their text.
+const FORMAT_OVERHEAD: u64 = 16;
+
+/// A call ready to send.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub request: ProviderRequest,
+    /// The rendered prompt alone.
+    pub prompt_tokens: Count,
+    /// Everything sent: system prompt, prompt, schema, format overhead.
+    pub sent_tokens: Count,
+}
+
+/// Renders the prompt and checks that it fits. An `Err` is a definite failure: nothing is sent.
+pub fn prepare(
+    contract: &Contract,
+    provider: &ConfiguredProvider,
+    input: &Value,
+    idempotency_key: String,
+) -> Result<Prepared, ErrorInfo> {
+    let prompt = contract
+        .render(input)
+        .map_err(|e| ErrorInfo::new("prompt_render_failed", e))?;
+    let tokenizer = provider.tokenizer;
+    let prompt_tokens = tokenizer.count(&prompt);
+    let sent_tokens = prompt_tokens
+        + tokenizer.count(SYSTEM_PROMPT)
+        + tokenizer.count(&contract.output_schema.to_string())
+        + Count {
+            lower: 0,
+            upper: FORMAT_OVERHEAD,
+        };
+    if let Some(window) = provider.config.context_window() {
+        let budget = u64::from(contract.max_output_tokens);
+        let needed = sent_tokens.upper + budget;
+        if needed > window {
+            return Err(ErrorInfo::new(
+                "context_window_exceeded",
+                format!(
+                    "the prompt counts up to {} tokens ({}) and the output budget is {budget}: {needed} do not fit \
+                     the provider's context window of {window}",
+                    sent_tokens.upper,
+                    tokenizer.name(),
+                ),
+            ));
+        }
+    }
+    let request = ProviderRequest {
+        idempotency_key,
+        contract: contract.reference.clone(),
+        prompt,
+        input: input.clone(),
+        output_schema: contract.output_schema.clone(),
+        temperature: contract.temperature,
+        max_output_tokens: contract.max_output_tokens,
+    };
+    Ok(Prepared {
+        request,
+        prompt_tokens,
+        sent_tokens,
+    })
+}
+
+/// Holds an answer to the contract. An `Err` fails the attempt (or the qualification run) with its reason.
+pub fn check_answer(
+    contract: &Contract,
+    prepared: &Prepared,
+    output: &Value,
+    report: &CallReport,
+) -> Result<(), ErrorInfo> {
+    if let Some(reported) = report.input_tokens {
+        let least = prepared.prompt_tokens.lower;
+        if reported.saturating_mul(2) < least {
+            return Err(ErrorInfo::new(
+                "prompt_truncated",
+                format!(
+                    "the provider reports {reported} prompt tokens, yet the prompt alone counts at least {least}: \
+                     it truncated or dropped part of it"
+                ),
+            ));
+        }
+    }
+    let size = output.to_string().len();
+    if size > MAX_RESULT_BYTES {
+        return Err(ErrorInfo::new(
+            "result_too_large",
+            format!("the result is {size} bytes of JSON; at most {MAX_RESULT_BYTES} are kept"),
+        ));
+    }
+    let problems = contract.output_problems(output);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ErrorInfo::new("output_invalid", problems.join("; ")))
+    }
+}

@@ -1,0 +1,161 @@
+//! An Anthropic Messages API client: `POST {base_url}/messages`. Structured output comes through a forced tool:
+//! one tool, `answer`, whose `input_schema` is the contract's output schema, and `tool_choice` naming it; the
+//! answer is that tool call's `input`. The key, read from `api_key_env`, goes in `x-api-key`.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, snippet,
+};
+use crate::config::ProviderConfig;
+use crate::domain::{CallReport, ErrorInfo};
+
+/// The API version this client speaks.
+const API_VERSION: &str = "2023-06-01";
+/// The one tool the model is made to call.
+const TOOL: &str = "answer";
+
+#[derive(Debug)]
+pub struct AnthropicProvider {
+    http: reqwest::Client,
+    url: String,
+    model: String,
+    api_key_env: Option<String>,
+}
+
+impl AnthropicProvider {
+    pub fn new(config: &ProviderConfig, http: reqwest::Client) -> Self {
+        let base = config.base_url.as_deref().unwrap_or_default();
+        Self {
+            http,
+            url: format!("{}/messages", base.trim_end_matches('/')),
+            model: config.model.clone().unwrap_or_default(),
+            api_key_env: config.api_key_env.clone(),
+        }
+    }
+
+    fn body(&self, request: &ProviderRequest) -> Value {
+        json!({
+            "model": self.model,
+            "max_tokens": request.max_output_tokens,
+            "temperature": request.temperature,
+            "system": SYSTEM_PROMPT,
+            "messages": [{"role": "user", "content": request.prompt}],
+            "tools": [{
+                "name": TOOL,
+                "description": format!("Give the answer for {}.", request.contract),
+                "input_schema": request.output_schema,
+            }],
+            "tool_choice": {"type": "tool", "name": TOOL},
+        })
+    }
+}
+
+#[async_trait]
+impl Provider for AnthropicProvider {
+    async fn call(&self, request: &ProviderRequest) -> Reply {
+        let mut call = self
+            .http
+            .post(&self.url)
+            .header("anthropic-version", API_VERSION)
+            .header("Idempotency-Key", &request.idempotency_key)
+            .json(&self.body(request));
+        if let Some(key) = api_key(self.api_key_env.as_deref()) {
+            call = call.header("x-api-key", key);
+        }
+        match exchange(call).await {
+            Ok(text) => read_answer(&text),
+            Err(reply) => reply,
+        }
+    }
+}
+
+/// The `input` of the `answer` tool call in a message, with the model and token usage the provider reports.
+fn read_answer(text: &str) -> Reply {
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        return Reply::failed("bad_response", format!("not a message: {}", snippet(text)));
+    };
+    let report = CallReport {
+        model: body["model"].as_str().map(str::to_owned),
+        input_tokens: body.pointer("/usage/input_tokens").and_then(Value::as_u64),
+        output_tokens: body.pointer("/usage/output_tokens").and_then(Value::as_u64),
+        retry_after_s: None,
+    };
+    let blocks = body["content"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let tool_input = blocks
+        .iter()
+        .find(|b| b["type"] == "tool_use" && b["name"] == TOOL)
+        .map(|b| b["input"].clone());
+    let outcome = match tool_input {
+        _ if body["stop_reason"] == "max_tokens" => failed(
+            "output_truncated",
+            "the answer was cut off at the output token budget",
+        ),
+        Some(input) => ProviderOutcome::Answered(input),
+        None if body["content"].is_array() => {
+            let prose: String = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+            failed(
+                "output_not_json",
+                format!(
+                    "the answer is prose, not a call of the {TOOL} tool: {}",
+                    snippet(&prose)
+                ),
+            )
+        }
+        None => failed("bad_response", format!("not a message: {}", snippet(text))),
+    };
+    Reply { outcome, report }
+}
+
+fn failed(code: &str, message: impl Into<String>) -> ProviderOutcome {
+    ProviderOutcome::Failed(ErrorInfo::new(code, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(reply: &Reply) -> &str {
+        match &reply.outcome {
+            ProviderOutcome::Failed(e) => &e.code,
+            other => panic!("not a failure: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_answer_is_the_forced_tool_calls_input() {
+        let body = json!({
+            "type": "message", "model": "claude-test-1",
+            "content": [
+                {"type": "text", "text": "Calling the tool."},
+                {"type": "tool_use", "id": "toolu_1", "name": "answer", "input": {"summary": "s"}},
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 40, "output_tokens": 12},
+        });
+        let reply = read_answer(&body.to_string());
+        assert_eq!(
+            reply.outcome,
+            ProviderOutcome::Answered(json!({"summary": "s"}))
+        );
+        assert_eq!(reply.report.model.as_deref(), Some("claude-test-1"));
+        assert_eq!(
+            (reply.report.input_tokens, reply.report.output_tokens),
+            (Some(40), Some(12))
+        );
+    }
+
+    #[test]
+    fn prose_cut_offs_and_garbage_fail_with_their_own_code() {
+        let prose = json!({"content": [{"type": "text", "text": "A summary: s"}], "stop_reason": "end_turn"});
+        assert_eq!(code(&read_answer(&prose.to_string())), "output_not_json");
+        let cut = json!({"content": [{"type": "tool_use", "name": "answer", "input": {}}], "stop_reason": "max_tokens"});
+        assert_eq!(code(&read_answer(&cut.to_string())), "output_truncated");
+        assert_eq!(code(&read_answer("{}")), "bad_response");
+        assert_eq!(code(&read_answer("<html>")), "bad_response");
+    }
+}
