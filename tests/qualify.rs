@@ -391,16 +391,22 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
         "fallback_not_qualified"
     );
 
-    // The same provider on another model.
+    // The same provider on another model, or with a shorter timeout than it was qualified with.
     let other_model = ProviderConfig {
         model: Some("gpt-4o".into()),
         ..openai(stand_in.base_url())
     };
-    let after_swap = engine(store, &contracts_dir(), other_model);
-    assert_eq!(
-        gate_says(after_swap.failover(&job).await.unwrap()),
-        "fallback_not_qualified"
-    );
+    let shorter_timeout = ProviderConfig {
+        timeout_ms: 10,
+        ..openai(stand_in.base_url())
+    };
+    for changed in [other_model, shorter_timeout] {
+        let after_swap = engine(store.clone(), &contracts_dir(), changed);
+        assert_eq!(
+            gate_says(after_swap.failover(&job).await.unwrap()),
+            "fallback_not_qualified"
+        );
+    }
 }
 
 /// `onejob qualify` and `onejob providers`, run as a user would, on the built-in demo providers.
@@ -461,6 +467,11 @@ fn the_command_line_qualifies_reports_and_stores() {
     );
     assert!(
         line("demo-backup", "classify@1").contains(" unqualified "),
+        "{text}"
+    );
+    // Another demo provider that answers alike but slower is another provider.
+    assert!(
+        line("demo", "summarize@1").contains(" unqualified "),
         "{text}"
     );
     assert!(

@@ -1,7 +1,7 @@
 //! Qualification: evidence, kept in the ledger, that a provider kept a contract (SPEC §7, invariant 9).
 //!
 //! It is stored under two fingerprints: the contract's (prompt, schemas, temperature, output budget) and the
-//! provider's (kind, base URL, model, context window). Change any of them and the stored evidence no longer
+//! provider's (kind, base URL, model, context window, timeout). Change any of them and the stored evidence no longer
 //! applies: the pair is not found, and automatic failover refuses the provider.
 
 use serde::{Deserialize, Serialize};

@@ -169,7 +169,7 @@ struct ProviderView {
     context_window: Option<u64>,
     /// How prompts are counted: the model's encoding, or `bytes` (an upper bound) where none is known.
     tokenizer: String,
-    /// What a qualification is tied to: kind, base URL, model, context window.
+    /// What a qualification is tied to: kind, base URL, model, context window, timeout.
     fingerprint: String,
     /// The provider's standing for each contract's current fingerprint.
     contracts: Vec<StandingView>,

@@ -85,20 +85,24 @@ pub struct ConfiguredProvider {
     pub config: ProviderConfig,
     pub client: Arc<dyn Provider>,
     pub tokenizer: Tokenizer,
-    /// What a qualification is tied to: kind, base URL, model, context window (and a demo's behaviour).
+    /// What a qualification is tied to: kind, base URL, model, context window, timeout (a demo's behaviour, delay).
     pub fingerprint: Fingerprint,
 }
 
-/// The fingerprint of what a provider is, as far as keeping a contract goes.
+/// The fingerprint of what a provider is, as far as keeping a contract goes: kind, base URL, model, and the two
+/// limits a qualification checks against (context window, timeout). A demo provider's behaviour and delay are its
+/// "model".
 pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
     let mut identity = json!({
         "kind": config.kind.as_str(),
         "base_url": config.base_url,
         "model": config.model,
         "context_window": config.context_window(),
+        "timeout_ms": config.timeout_ms,
     });
     if config.kind == ProviderKind::Demo {
         identity["behavior"] = json!(config.behavior.as_str());
+        identity["delay_ms"] = json!(config.delay_ms);
     }
     Fingerprint::of_value(&identity)
 }
