@@ -20,6 +20,8 @@
 //! - [`metrics`]: counters served as Prometheus text (and as CloudWatch EMF lines on Lambda).
 //! - [`lambda`]: the api, worker and sweeper Lambda functions, as library code the `src/bin/onejob-*` mains run.
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
+//! - [`client`]: the client side: `onejob jobs …` / `onejob attempts …` over HTTP, one key per intent, retries
+//!   with backoff and jitter, the terminal view of a job.
 //! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
 //! - [`config`]: `onejob.toml`, every key documented.
 //! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
@@ -29,6 +31,7 @@
 //! are the Lambda mains.
 
 pub mod checks;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod contracts;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use onejob::client::commands::{self, AttemptsCommand, CommandError, JobsCommand, Remote};
 use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::contracts::Contracts;
@@ -72,6 +73,20 @@ enum Command {
     Providers {
         #[command(flatten)]
         ledger: Ledger,
+    },
+    /// Jobs on a running server: create (with retries under one key), get, list, cancel, watch.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// A job's attempts on a running server: retry by hand, cancel.
+    Attempts {
+        #[command(subcommand)]
+        command: AttemptsCommand,
+        #[command(flatten)]
+        remote: Remote,
     },
     /// Manage the DynamoDB table.
     Table {
@@ -168,6 +183,12 @@ async fn main() -> ExitCode {
             ledger,
         } => run_qualify(&contract, &provider, runs, &ledger).await,
         Command::Providers { ledger } => list_providers(&ledger).await.map(|()| ExitCode::SUCCESS),
+        Command::Jobs { command, remote } => {
+            return client_exit(commands::jobs(command, &remote).await);
+        }
+        Command::Attempts { command, remote } => {
+            return client_exit(commands::attempts(command, &remote).await);
+        }
         Command::Table {
             command: TableCommand::Create { table },
         } => match dynamodb(table.clone()).await.create_table().await {
@@ -183,6 +204,17 @@ async fn main() -> ExitCode {
         eprintln!("onejob: {}", error_chain(&e));
         ExitCode::from(2)
     })
+}
+
+/// A client command's exit status; its error printed as one line (a refusal with the problem's code and detail).
+fn client_exit(outcome: Result<u8, CommandError>) -> ExitCode {
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("onejob: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 async fn run_qualify(

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod jobs;
+pub mod page;
 
 use std::sync::Arc;
 
@@ -32,6 +33,9 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(page::index))
+        .route("/assets/app.js", get(page::script))
+        .route("/assets/style.css", get(page::style))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
         .route("/metrics", get(metrics))

@@ -174,3 +174,32 @@ async fn the_openapi_document_describes_the_api() {
         "bearer"
     );
 }
+
+#[tokio::test]
+async fn the_page_is_served_with_its_assets_and_a_strict_policy() {
+    let app = TestApp::spawn().await;
+    for (path, kind, marker) in [
+        ("/", "text/html", "<title>onejob</title>"),
+        ("/assets/app.js", "text/javascript", "Idempotency-Key"),
+        ("/assets/style.css", "text/css", ".timeline"),
+    ] {
+        // No token: the page is public; the API it calls is not.
+        let response = reqwest::get(format!("http://{}{path}", app.addr))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let headers = response.headers().clone();
+        assert!(
+            headers["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        assert!(
+            headers["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("default-src 'self'"),
+            "{path}"
+        );
+        assert!(response.text().await.unwrap().contains(marker), "{path}");
+    }
+}

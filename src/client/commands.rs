@@ -1,0 +1,313 @@
+//! `onejob jobs …` and `onejob attempts …`: thin, scriptable commands over [`Client`].
+//!
+//! Exit status: 0 done (with `--wait` or `watch`: the job succeeded); 1 the job ended failed or cancelled; 2 bad
+//! usage; 3 the server refused the request (its problem `code` and `detail` are printed); 4 no answer after every
+//! retry, or an answer this client cannot read.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::Value;
+
+use super::{Client, ClientError, NewJob, Poll, RetryPolicy, is_settled, new_key, render};
+
+/// The server and the caller.
+#[derive(Debug, clap::Args)]
+pub struct Remote {
+    /// The onejob server.
+    #[arg(
+        long,
+        env = "ONEJOB_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    url: String,
+    /// The bearer token (a local server without tokens prints its dev tokens when it starts).
+    #[arg(long, env = "ONEJOB_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// Print the API's JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Retries after the first try, for requests that are safe to repeat.
+    #[arg(long, default_value_t = 5, global = true)]
+    retries: u32,
+    /// One try's time limit, in seconds.
+    #[arg(long, default_value_t = 30, global = true)]
+    timeout: u64,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum JobsCommand {
+    /// Create a job: one key per invocation (a UUIDv7) unless --key names one; retried with the same key.
+    Create {
+        /// The contract, as name@version.
+        #[arg(long)]
+        contract: String,
+        /// The input: JSON text, @file.json, or @- for standard input.
+        #[arg(long)]
+        input: String,
+        /// The provider chain, comma-separated; the contract's default without it.
+        #[arg(long, value_delimiter = ',')]
+        providers: Option<Vec<String>>,
+        /// The idempotency key; send the same one again to retry the same intent.
+        #[arg(long)]
+        key: Option<String>,
+        /// Follow the job to its end.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Show a job.
+    Get { id: String },
+    /// List your jobs, newest first.
+    List {
+        /// queued, running, unknown, succeeded, failed or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Cancel a job (idempotent).
+    Cancel { id: String },
+    /// Follow a job live until it ends.
+    Watch { id: String },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AttemptsCommand {
+    /// Queue a new attempt by hand (on --provider, else the next untried provider of the chain).
+    Retry {
+        job: String,
+        #[arg(long)]
+        provider: Option<String>,
+    },
+    /// Resolve a live attempt out of band; failover follows.
+    Cancel { job: String, number: u32 },
+}
+
+/// Why a command stopped; carries its exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl CommandError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Usage(_) => 2,
+            Self::Client(e) => e.exit_code(),
+        }
+    }
+}
+
+impl Remote {
+    fn client(&self) -> Result<Client, CommandError> {
+        let token = self.token.as_deref().ok_or_else(|| {
+            CommandError::Usage(
+                "no token: pass --token or set ONEJOB_TOKEN (a local server prints its dev tokens)"
+                    .into(),
+            )
+        })?;
+        let policy = RetryPolicy {
+            retries: self.retries,
+            timeout: Duration::from_secs(self.timeout.max(1)),
+            ..RetryPolicy::default()
+        };
+        Ok(Client::new(&self.url, token, policy))
+    }
+
+    fn print(&self, job: &Value) {
+        if self.json {
+            println!("{job:#}");
+        } else {
+            print!("{}", render::job(job, Utc::now(), 0));
+        }
+    }
+}
+
+/// Runs a `jobs` command; `Ok` carries the exit status.
+pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandError> {
+    let client = remote.client()?;
+    match command {
+        JobsCommand::Create {
+            contract,
+            input,
+            providers,
+            key,
+            wait,
+        } => {
+            let new = NewJob {
+                contract,
+                input: read_input(&input)?,
+                providers,
+            };
+            let key = key.unwrap_or_else(new_key);
+            let created = client.create_job(&key, &new).await?;
+            let id = created.job["id"].as_str().unwrap_or_default().to_owned();
+            let how = if created.replayed {
+                "replayed (this key already made it)"
+            } else {
+                "created"
+            };
+            let tries = match created.tries {
+                1 => String::new(),
+                n => format!(" after {n} tries"),
+            };
+            eprintln!("{id} {how}{tries}; key {key}");
+            if !wait {
+                remote.print(&created.job);
+                return Ok(0);
+            }
+            let job = client
+                .follow(&id, |job| {
+                    eprintln!("{id}: {}", job["status"].as_str().unwrap_or("?"));
+                })
+                .await?;
+            remote.print(&job);
+            Ok(outcome(&job))
+        }
+        JobsCommand::Get { id } => {
+            remote.print(&client.get_job(&id).await?);
+            Ok(0)
+        }
+        JobsCommand::List { status, limit } => {
+            let page = client.list_jobs(status.as_deref(), limit).await?;
+            if remote.json {
+                println!("{page:#}");
+            } else {
+                print!("{}", list(&page));
+            }
+            Ok(0)
+        }
+        JobsCommand::Cancel { id } => {
+            remote.print(&client.cancel_job(&id).await?);
+            Ok(0)
+        }
+        JobsCommand::Watch { id } => watch(&client, &id, remote.json).await,
+    }
+}
+
+/// Runs an `attempts` command.
+pub async fn attempts(command: AttemptsCommand, remote: &Remote) -> Result<u8, CommandError> {
+    let client = remote.client()?;
+    let answer = match command {
+        AttemptsCommand::Retry { job, provider } => {
+            client.add_attempt(&job, provider.as_deref()).await?
+        }
+        AttemptsCommand::Cancel { job, number } => client.cancel_attempt(&job, number).await?,
+    };
+    if remote.json || answer.get("attempts").is_none() {
+        println!("{answer:#}");
+    } else {
+        remote.print(&answer);
+    }
+    Ok(0)
+}
+
+/// 0 if the job succeeded, else 1.
+fn outcome(job: &Value) -> u8 {
+    u8::from(job["status"] != "succeeded")
+}
+
+fn read_input(raw: &str) -> Result<Value, CommandError> {
+    let text = match raw.strip_prefix('@') {
+        Some("-") => std::io::read_to_string(std::io::stdin())
+            .map_err(|e| CommandError::Usage(format!("cannot read standard input: {e}")))?,
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| CommandError::Usage(format!("cannot read {path}: {e}")))?,
+        None => raw.to_owned(),
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| CommandError::Usage(format!("--input is not JSON: {e}")))
+}
+
+fn list(page: &Value) -> String {
+    let now = Utc::now();
+    let mut out = format!(
+        "{:<37} {:<10} {:<14} {:>8}  key\n",
+        "job", "status", "contract", "age"
+    );
+    for job in page["jobs"].as_array().into_iter().flatten() {
+        let age = job["created_at"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| (now - t.with_timezone(&Utc)).num_seconds().max(0))
+            .map_or_else(|| "?".to_owned(), |s| format!("{s}s"));
+        out.push_str(&format!(
+            "{:<37} {:<10} {:<14} {:>8}  {}\n",
+            job["id"].as_str().unwrap_or("?"),
+            job["status"].as_str().unwrap_or("?"),
+            job["contract"].as_str().unwrap_or("?"),
+            age,
+            job["idempotency_key"].as_str().unwrap_or("?"),
+        ));
+    }
+    if let Some(cursor) = page["next_cursor"].as_str() {
+        out.push_str(&format!("(more: the API's cursor is {cursor})\n"));
+    }
+    out
+}
+
+/// Follows the job until it ends. On a terminal the view is redrawn in place four times a second (a spinner and
+/// running clocks for live attempts); otherwise each new version is printed once.
+async fn watch(client: &Client, id: &str, json: bool) -> Result<u8, CommandError> {
+    let live = std::io::stdout().is_terminal() && !json;
+    let mut job = client.get_job(id).await?;
+    let mut etag: Option<String> = None;
+    let mut screen = Screen::default();
+    let mut ticks = tokio::time::interval(Duration::from_millis(250));
+    let mut pending = None;
+    let mut fresh = true;
+    loop {
+        if live {
+            screen.draw(&render::job(&job, Utc::now(), screen.frame));
+        } else if fresh {
+            if json {
+                println!("{job}");
+            } else {
+                println!("{}", render::job(&job, Utc::now(), 0));
+            }
+        }
+        if is_settled(&job) {
+            return Ok(outcome(&job));
+        }
+        let poll = pending.get_or_insert_with(|| Box::pin(client.poll(id, etag.clone(), 20)));
+        tokio::select! {
+            answer = poll => {
+                pending = None;
+                fresh = false;
+                if let Poll::Changed { job: new, etag: new_etag } = answer? {
+                    job = new;
+                    etag = new_etag;
+                    fresh = true;
+                }
+            }
+            _ = ticks.tick(), if live => {
+                screen.frame += 1;
+                fresh = false;
+            }
+        }
+    }
+}
+
+/// A drawing redrawn in place on a terminal.
+#[derive(Debug, Default)]
+struct Screen {
+    lines: usize,
+    frame: usize,
+}
+
+impl Screen {
+    fn draw(&mut self, view: &str) {
+        // Back to the top of the last drawing, clearing each line.
+        let mut out = "\x1b[1A\x1b[2K".repeat(self.lines);
+        out.push_str(view);
+        self.lines = view.lines().count();
+        let mut stdout = std::io::stdout();
+        let _ = stdout.write_all(out.as_bytes());
+        let _ = stdout.flush();
+    }
+}

@@ -1,0 +1,395 @@
+//! The client half of idempotency, behind `onejob jobs …` and `onejob attempts …`: one key per intent, the same key
+//! on every retry. Connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full jitter,
+//! a bounded number of times; a 4xx other than 429 is the server's answer and is never retried.
+//!
+//! Only requests that are safe to repeat are retried: creates (the key makes them so), reads, and cancels (which
+//! are idempotent). Adding an attempt by hand is sent once.
+
+pub mod commands;
+pub mod render;
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode, header};
+use serde_json::{Value, json};
+
+/// How hard the client tries.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Tries after the first.
+    pub retries: u32,
+    /// The first backoff's ceiling; it doubles with each retry, up to `cap`.
+    pub base: Duration,
+    pub cap: Duration,
+    /// One try's time limit.
+    pub timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 5,
+            base: Duration::from_millis(200),
+            cap: Duration::from_secs(5),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// How long to wait before retry `n` (0-based): a random point in `0..=min(cap, base·2ⁿ)` ("full jitter"), but
+    /// no less than the server's `Retry-After`, itself capped.
+    fn backoff(&self, n: u32, retry_after: Option<Duration>) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(2u32.saturating_pow(n))
+            .min(self.cap);
+        let jitter = ceiling.mul_f64(random_fraction());
+        jitter.max(retry_after.unwrap_or_default().min(self.cap))
+    }
+}
+
+/// A number in `0..1` from the standard library's randomly seeded hasher: enough to spread retries apart.
+fn random_fraction() -> f64 {
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Why a call did not give an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the request with a problem document (RFC 9457).
+    #[error("{code} (HTTP {status}): {detail}")]
+    Refused {
+        status: u16,
+        code: String,
+        detail: String,
+        problem: Value,
+    },
+    /// No answer after every try: the server was unreachable, too slow, or kept failing (5xx, 429).
+    #[error("gave up after {tries} tries: {last}")]
+    GaveUp { tries: u32, last: String },
+    /// An answer this client cannot read.
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+impl ClientError {
+    /// The command line's exit status for this error: 3 refused, 4 gave up or unreadable.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Refused { .. } => 3,
+            Self::GaveUp { .. } | Self::Unexpected(_) => 4,
+        }
+    }
+}
+
+/// A create's body.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub contract: String,
+    pub input: Value,
+    pub providers: Option<Vec<String>>,
+}
+
+/// What a create answered.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub job: Value,
+    /// The key had been used for this intent before (`Idempotent-Replayed: true`).
+    pub replayed: bool,
+    /// How many tries it took.
+    pub tries: u32,
+}
+
+/// A long poll's answer.
+#[derive(Debug, Clone)]
+pub enum Poll {
+    Changed { job: Value, etag: Option<String> },
+    NotModified,
+}
+
+/// A client of one onejob server, as one owner (its bearer token).
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    policy: RetryPolicy,
+}
+
+/// One answer: status, headers, body as JSON (`Null` when empty), and the number of tries it took.
+struct Answer {
+    status: StatusCode,
+    headers: header::HeaderMap,
+    body: Value,
+    tries: u32,
+}
+
+impl Client {
+    pub fn new(base: &str, token: &str, policy: RetryPolicy) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            policy,
+        }
+    }
+
+    /// Creates the job under `key`, retrying with the same key until the server answers.
+    pub async fn create_job(&self, key: &str, new: &NewJob) -> Result<Created, ClientError> {
+        let mut body = json!({"contract": new.contract, "input": new.input});
+        if let Some(providers) = &new.providers {
+            body["providers"] = json!(providers);
+        }
+        let answer = self
+            .send(
+                Method::POST,
+                "/v1/jobs",
+                Some(&body),
+                &[("idempotency-key", key)],
+                true,
+            )
+            .await?;
+        let replayed = answer
+            .headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
+        Ok(Created {
+            job: answer.body,
+            replayed,
+            tries: answer.tries,
+        })
+    }
+
+    pub async fn get_job(&self, id: &str) -> Result<Value, ClientError> {
+        let path = format!("/v1/jobs/{id}");
+        Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
+    }
+
+    pub async fn list_jobs(&self, status: Option<&str>, limit: u32) -> Result<Value, ClientError> {
+        let mut path = format!("/v1/jobs?limit={limit}");
+        if let Some(status) = status {
+            path.push_str(&format!("&status={status}"));
+        }
+        Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
+    }
+
+    pub async fn cancel_job(&self, id: &str) -> Result<Value, ClientError> {
+        let path = format!("/v1/jobs/{id}/cancel");
+        Ok(self.send(Method::POST, &path, None, &[], true).await?.body)
+    }
+
+    /// Queues a new attempt by hand. Sent once: a repeat after a lost answer would only meet the first one.
+    pub async fn add_attempt(
+        &self,
+        id: &str,
+        provider: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let path = format!("/v1/jobs/{id}/attempts");
+        let body = provider.map(|p| json!({"provider": p}));
+        Ok(self
+            .send(Method::POST, &path, body.as_ref(), &[], false)
+            .await?
+            .body)
+    }
+
+    pub async fn cancel_attempt(&self, id: &str, number: u32) -> Result<Value, ClientError> {
+        let path = format!("/v1/jobs/{id}/attempts/{number}/cancel");
+        Ok(self.send(Method::POST, &path, None, &[], true).await?.body)
+    }
+
+    /// Waits up to `wait_s` seconds for the job to differ from the version `etag` names.
+    pub async fn poll(
+        &self,
+        id: &str,
+        etag: Option<String>,
+        wait_s: u32,
+    ) -> Result<Poll, ClientError> {
+        let path = format!("/v1/jobs/{id}?wait={wait_s}");
+        let headers: Vec<(&str, &str)> = etag
+            .as_deref()
+            .map(|e| ("if-none-match", e))
+            .into_iter()
+            .collect();
+        let answer = self.send(Method::GET, &path, None, &headers, true).await?;
+        if answer.status == StatusCode::NOT_MODIFIED {
+            return Ok(Poll::NotModified);
+        }
+        let etag = answer
+            .headers
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok(Poll::Changed {
+            job: answer.body,
+            etag,
+        })
+    }
+
+    /// Follows the job until it is settled, calling `changed` with each new version; returns the last.
+    pub async fn follow(
+        &self,
+        id: &str,
+        mut changed: impl FnMut(&Value),
+    ) -> Result<Value, ClientError> {
+        let mut etag: Option<String> = None;
+        loop {
+            match self.poll(id, etag.clone(), 20).await? {
+                Poll::NotModified => {}
+                Poll::Changed { job, etag: new } => {
+                    changed(&job);
+                    if is_settled(&job) {
+                        return Ok(job);
+                    }
+                    etag = new;
+                }
+            }
+        }
+    }
+
+    /// Sends one request, retrying (if `retry`) on connection errors, timeouts, 429 and 5xx.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+        retry: bool,
+    ) -> Result<Answer, ClientError> {
+        let tries = if retry { self.policy.retries + 1 } else { 1 };
+        let mut last = String::new();
+        let mut asked_to_wait = None;
+        for n in 0..tries {
+            if n > 0 {
+                tokio::time::sleep(self.policy.backoff(n - 1, asked_to_wait.take())).await;
+            }
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base))
+                .bearer_auth(&self.token)
+                .timeout(self.policy.timeout);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => {
+                    last = crate::telemetry::error_chain(&e);
+                    continue;
+                }
+            };
+            let status = response.status();
+            let headers = response.headers().clone();
+            let text = match response.text().await {
+                Ok(text) => text,
+                Err(e) => {
+                    last = crate::telemetry::error_chain(&e);
+                    continue;
+                }
+            };
+            let body: Value = if text.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&text).map_err(|_| {
+                    ClientError::Unexpected(format!("HTTP {status}: {}", snippet(&text)))
+                })?
+            };
+            if status.is_success() || status == StatusCode::NOT_MODIFIED {
+                return Ok(Answer {
+                    status,
+                    headers,
+                    body,
+                    tries: n + 1,
+                });
+            }
+            let refused = refusal(status, &body);
+            if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+                last = refused.to_string();
+                asked_to_wait = retry_after(&headers);
+                continue;
+            }
+            return Err(refused);
+        }
+        Err(ClientError::GaveUp { tries, last })
+    }
+}
+
+fn refusal(status: StatusCode, body: &Value) -> ClientError {
+    ClientError::Refused {
+        status: status.as_u16(),
+        code: body["code"].as_str().unwrap_or("unknown").to_owned(),
+        detail: body["detail"]
+            .as_str()
+            .or_else(|| body["title"].as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        problem: body.clone(),
+    }
+}
+
+fn retry_after(headers: &header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+fn snippet(text: &str) -> String {
+    text.chars().take(200).collect()
+}
+
+/// Succeeded, failed or cancelled: nothing more happens without someone asking.
+pub fn is_settled(job: &Value) -> bool {
+    matches!(
+        job["status"].as_str(),
+        Some("succeeded" | "failed" | "cancelled")
+    )
+}
+
+/// A fresh idempotency key for one intent: a UUIDv7 (time-ordered, so keys sort by when they were made).
+pub fn new_key() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_full_jitter_up_to_the_cap_and_honours_retry_after() {
+        let policy = RetryPolicy::default();
+        for n in 0..10 {
+            let ceiling = (policy.base * 2u32.pow(n)).min(policy.cap);
+            for _ in 0..50 {
+                assert!(policy.backoff(n, None) <= ceiling);
+            }
+        }
+        let waits: std::collections::BTreeSet<Duration> =
+            (0..20).map(|_| policy.backoff(3, None)).collect();
+        assert!(waits.len() > 10, "jittered: {waits:?}");
+        assert!(policy.backoff(0, Some(Duration::from_secs(2))) >= Duration::from_secs(2));
+        assert_eq!(
+            policy.backoff(0, Some(Duration::from_secs(600))),
+            policy.cap
+        );
+    }
+
+    #[test]
+    fn keys_are_uuid_v7() {
+        let (a, b) = (new_key(), new_key());
+        assert_ne!(a, b);
+        let parsed = uuid::Uuid::parse_str(&a).unwrap();
+        assert_eq!(parsed.get_version_num(), 7);
+    }
+}

@@ -1,0 +1,134 @@
+//! A job as the terminal shows it (`onejob jobs get`, `jobs watch`, `jobs create --wait`): the status, one line per
+//! attempt with its provider, state and elapsed time (a spinner while it runs), the winner marked and discarded
+//! results shown with whom they lost to.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+const SPINNER: [&str; 4] = ["|", "/", "-", "\\"];
+
+fn time(value: &Value) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(value.as_str()?)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> String {
+    let ms = (to - from).num_milliseconds().max(0);
+    format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+}
+
+/// The job at `now`; `frame` turns the spinner of a live attempt.
+pub fn job(job: &Value, now: DateTime<Utc>, frame: usize) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+    let mut out = format!(
+        "{}  {}  {}   (key {})\n",
+        text(&job["id"]),
+        text(&job["contract"]),
+        text(&job["status"]).to_uppercase(),
+        text(&job["idempotency_key"]),
+    );
+    let winner = job["completed_by"].as_u64();
+    for attempt in job["attempts"].as_array().into_iter().flatten() {
+        out.push_str(&self::attempt(attempt, winner, now, frame));
+        out.push('\n');
+    }
+    if let Some(error) = job["error"].as_object() {
+        out.push_str(&format!(
+            "error: {}: {}\n",
+            error.get("code").map_or_else(String::new, text),
+            error.get("message").map_or_else(String::new, text)
+        ));
+    }
+    if !job["result"].is_null() {
+        out.push_str(&format!("result: {}\n", job["result"]));
+    }
+    out
+}
+
+fn attempt(attempt: &Value, winner: Option<u64>, now: DateTime<Utc>, frame: usize) -> String {
+    let state = attempt["state"].as_str().unwrap_or("?");
+    let number = attempt["number"].as_u64().unwrap_or(0);
+    let created = time(&attempt["created_at"]).unwrap_or(now);
+    let started = time(&attempt["started_at"]);
+    let finished = time(&attempt["finished_at"]);
+    let live = matches!(state, "queued" | "started" | "unknown");
+    let elapsed = seconds(started.unwrap_or(created), finished.unwrap_or(now));
+    let mark = if live {
+        SPINNER[frame % SPINNER.len()]
+    } else {
+        " "
+    };
+    let note = match state {
+        "succeeded" if winner == Some(number) => "* winner".to_owned(),
+        "discarded" => match winner {
+            Some(w) => format!("result discarded: lost to attempt {w}"),
+            None => "result discarded: the job was cancelled".to_owned(),
+        },
+        "unknown" => "no answer in time; may still be working (cancel it to move on)".to_owned(),
+        "queued" => "waiting for a worker".to_owned(),
+        _ => match attempt["error"].as_object() {
+            Some(e) => format!(
+                "{}: {}",
+                e.get("code").and_then(Value::as_str).unwrap_or("?"),
+                e.get("message").and_then(Value::as_str).unwrap_or("")
+            ),
+            None => String::new(),
+        },
+    };
+    format!(
+        "{mark} #{number} {:<16} {:<10} {:>7}  {note}",
+        attempt["provider"].as_str().unwrap_or("?"),
+        state,
+        elapsed
+    )
+    .trim_end()
+    .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_job_shows_each_attempt_the_winner_and_the_loser() {
+        let now = time(&json!("2026-11-30T09:00:10.000Z")).unwrap();
+        let job = json!({
+            "id": "job_1", "contract": "summarize@1", "status": "succeeded", "idempotency_key": "k",
+            "completed_by": 2, "result": {"summary": "B"}, "error": null,
+            "attempts": [
+                {"number": 1, "provider": "slow", "state": "discarded", "created_at": "2026-11-30T09:00:00.000Z",
+                 "started_at": "2026-11-30T09:00:00.100Z", "finished_at": "2026-11-30T09:00:09.100Z"},
+                {"number": 2, "provider": "backup", "state": "succeeded", "created_at": "2026-11-30T09:00:04.000Z",
+                 "started_at": "2026-11-30T09:00:04.000Z", "finished_at": "2026-11-30T09:00:04.500Z"},
+            ],
+        });
+        let shown = super::job(&job, now, 0);
+        assert_eq!(
+            shown,
+            "job_1  summarize@1  SUCCEEDED   (key k)\n\
+             \u{20} #1 slow             discarded     9.0s  result discarded: lost to attempt 2\n\
+             \u{20} #2 backup           succeeded     0.5s  * winner\n\
+             result: {\"summary\":\"B\"}\n"
+        );
+    }
+
+    #[test]
+    fn a_live_attempt_spins_and_counts_from_its_start() {
+        let now = time(&json!("2026-11-30T09:00:03.300Z")).unwrap();
+        let job = json!({
+            "id": "job_1", "contract": "summarize@1", "status": "unknown", "idempotency_key": "k",
+            "completed_by": null, "result": null, "error": null,
+            "attempts": [{"number": 1, "provider": "slow", "state": "unknown",
+                          "created_at": "2026-11-30T09:00:00.000Z", "started_at": "2026-11-30T09:00:00.100Z"}],
+        });
+        let first = super::job(&job, now, 0);
+        let second = super::job(&job, now, 1);
+        assert!(
+            first.contains("| #1 slow             unknown       3.2s  no answer in time"),
+            "{first}"
+        );
+        assert!(second.contains("/ #1 slow"), "{second}");
+    }
+}

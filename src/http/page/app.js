@@ -1,0 +1,280 @@
+// onejob's page: plain DOM, no framework, no build. It uses the public API with the token the user pasted.
+
+const TOKEN_KEY = "onejob-token";
+const $ = (id) => document.getElementById(id);
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+/** Calls the API; answers {status, headers, body}. A 401 signs the user out. */
+async function api(path, { method = "GET", body, headers = {} } = {}) {
+  const init = { method, headers: { Authorization: `Bearer ${token()}`, ...headers } };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  const response = await fetch(path, init);
+  const text = await response.text();
+  const answer = { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
+  if (response.status === 401 && path !== "/v1/jobs?limit=1") signOut();
+  return answer;
+}
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key in node) node[key] = value;
+    else node.setAttribute(key, value);
+  }
+  node.append(...children);
+  return node;
+}
+
+function age(iso, now = Date.now()) {
+  const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  return `${Math.floor(s / 3600)}h`;
+}
+
+const SETTLED = new Set(["succeeded", "failed", "cancelled"]);
+
+// ---- sign in -------------------------------------------------------------------------------------------------
+
+async function signIn(event) {
+  event.preventDefault();
+  const candidate = $("token").value.trim();
+  sessionStorage.setItem(TOKEN_KEY, candidate);
+  const check = await api("/v1/jobs?limit=1");
+  if (check.status !== 200) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("sign-in-error").textContent = `That token was refused (${check.body?.code ?? check.status}).`;
+    return;
+  }
+  $("sign-in-error").textContent = "";
+  $("token").value = "";
+  route();
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  route();
+}
+
+// ---- routing -------------------------------------------------------------------------------------------------
+
+let stopView = () => {};
+
+function route() {
+  stopView();
+  stopView = () => {};
+  const signedIn = Boolean(token());
+  $("sign-out").hidden = !signedIn;
+  for (const id of ["sign-in", "home", "job"]) $(id).hidden = true;
+  if (!signedIn) {
+    $("sign-in").hidden = false;
+    $("token").focus();
+    return;
+  }
+  const match = location.hash.match(/^#\/jobs\/(job_[0-9a-f]{32})$/);
+  if (match) {
+    $("job").hidden = false;
+    stopView = showJob(match[1]);
+  } else {
+    $("home").hidden = false;
+    stopView = showJobs();
+  }
+}
+
+// ---- the double-click demo -----------------------------------------------------------------------------------
+
+let demoKey = null;
+
+function logRequest(label, answer) {
+  const replayed = answer.headers.get("Idempotent-Replayed") === "true";
+  const what = answer.status >= 400
+    ? `${answer.body?.code}: ${answer.body?.detail}`
+    : `${answer.body.id}${replayed ? " (replayed: the job the key already made)" : " (created)"}`;
+  $("demo-log").append(el("li", { dataset: { status: String(answer.status) } }, `${label} → HTTP ${answer.status} · ${what}`));
+}
+
+async function demoTwice(event) {
+  event.preventDefault();
+  demoKey = crypto.randomUUID();
+  const body = { contract: "summarize@1", input: { text: $("demo-text").value } };
+  const send = () => api("/v1/jobs", { method: "POST", body, headers: { "Idempotency-Key": demoKey } });
+  $("demo-log").replaceChildren();
+  $("demo-verdict").textContent = "Sending twice…";
+  const answers = await Promise.all([send(), send()]);
+  answers.forEach((answer, i) => logRequest(`click ${i + 1}, key ${demoKey.slice(0, 8)}…`, answer));
+  const ids = new Set(answers.filter((a) => a.status < 300).map((a) => a.body.id));
+  $("demo-verdict").textContent = ids.size === 1
+    ? `2 requests → 1 job (${[...ids][0]})`
+    : `2 requests → ${ids.size} jobs`;
+  $("demo-changed").disabled = false;
+  refreshJobs();
+}
+
+async function demoChanged() {
+  const body = { contract: "summarize@1", input: { text: `${$("demo-text").value} (edited)` } };
+  const answer = await api("/v1/jobs", { method: "POST", body, headers: { "Idempotency-Key": demoKey } });
+  logRequest(`changed input, same key ${demoKey.slice(0, 8)}…`, answer);
+  $("demo-verdict").textContent = answer.status === 409
+    ? "Same key, different intent → 409: the key is taken; nothing was written."
+    : `Unexpected: HTTP ${answer.status}`;
+}
+
+// ---- the jobs list -------------------------------------------------------------------------------------------
+
+let refreshJobs = () => {};
+
+function showJobs() {
+  let timer = null;
+  let stopped = false;
+  refreshJobs = async () => {
+    const answer = await api("/v1/jobs?limit=50");
+    if (stopped || answer.status !== 200) return;
+    const rows = answer.body.jobs.map((job) =>
+      el("tr", { dataset: { id: job.id, status: job.status } },
+        el("td", {}, el("a", { href: `#/jobs/${job.id}` }, job.id)),
+        el("td", {}, job.contract),
+        el("td", {}, el("span", { className: `status ${job.status}` }, job.status)),
+        el("td", {}, age(job.created_at))));
+    $("jobs").tBodies[0].replaceChildren(...rows);
+    $("jobs-empty").hidden = rows.length > 0;
+  };
+  const tick = async () => {
+    await refreshJobs();
+    if (!stopped) timer = setTimeout(tick, 2000);
+  };
+  tick();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
+// ---- one job, its timeline -----------------------------------------------------------------------------------
+
+let providerTimeouts = null;
+
+async function timeouts() {
+  if (!providerTimeouts) {
+    const answer = await api("/v1/providers");
+    providerTimeouts = new Map((answer.body?.providers ?? []).map((p) => [p.name, p.timeout_ms]));
+  }
+  return providerTimeouts;
+}
+
+function showJob(id) {
+  let stopped = false;
+  let job = null;
+  let etag = null;
+  const controller = new AbortController();
+  const clock = setInterval(() => job && !SETTLED.has(job.status) && render(job), 1000);
+  (async () => {
+    const limits = await timeouts();
+    while (!stopped) {
+      const headers = { Authorization: `Bearer ${token()}` };
+      if (etag) headers["If-None-Match"] = etag;
+      let response;
+      try {
+        response = await fetch(`/v1/jobs/${id}?wait=20`, { headers, signal: controller.signal });
+      } catch {
+        return;
+      }
+      if (response.status === 200) {
+        etag = response.headers.get("ETag");
+        job = await response.json();
+        render(job, limits);
+        if (SETTLED.has(job.status)) {
+          $("job-live").textContent = "";
+          return;
+        }
+        $("job-live").textContent = "live";
+      } else if (response.status !== 304) {
+        const problem = await response.json().catch(() => ({}));
+        $("job-status").textContent = problem.code ?? `HTTP ${response.status}`;
+        return;
+      }
+    }
+  })();
+  return () => {
+    stopped = true;
+    controller.abort();
+    clearInterval(clock);
+  };
+}
+
+function render(job, limits = providerTimeouts ?? new Map()) {
+  $("job-title").textContent = job.id;
+  const status = $("job-status");
+  status.textContent = job.status;
+  status.className = `status ${job.status}`;
+  const intent = [
+    ["Contract", job.contract],
+    ["Idempotency key", job.idempotency_key],
+    ["Fingerprint", job.fingerprint],
+    ["Providers", job.providers.join(" → ")],
+    ["Input", JSON.stringify(job.input, null, 2)],
+  ];
+  $("job-intent").replaceChildren(...intent.flatMap(([term, value]) =>
+    [el("dt", {}, term), el("dd", {}, term === "Input" ? el("pre", {}, value) : value)]));
+  $("timeline").replaceChildren(...lanes(job, limits));
+  $("job-outcome").textContent = job.result !== null
+    ? JSON.stringify(job.result, null, 2)
+    : job.error ? `${job.error.code}: ${job.error.message}` : "—";
+}
+
+/** One lane per attempt: bars for queued, started and unknown on one time axis, the outcome at the end. */
+function lanes(job, limits) {
+  const now = Date.now();
+  const t = (iso) => (iso ? Date.parse(iso) : null);
+  const start = t(job.created_at);
+  const ends = job.attempts.map((a) => t(a.finished_at) ?? now);
+  const end = Math.max(start + 1, ...ends);
+  const at = (ms) => `${((ms - start) / (end - start)) * 100}%`;
+  const bar = (kind, from, to) => {
+    const seg = el("span", { className: `seg ${kind}`, title: `${kind} ${((to - from) / 1000).toFixed(1)} s` });
+    seg.style.left = at(from);
+    seg.style.width = `calc(${at(to)} - ${at(from)})`;
+    return seg;
+  };
+  return job.attempts.map((a) => {
+    const created = t(a.created_at);
+    const started = t(a.started_at);
+    const finished = t(a.finished_at) ?? now;
+    const track = el("div", { className: "track" });
+    track.append(bar("queued", created, started ?? finished));
+    if (started !== null) {
+      const timeout = limits.get(a.provider);
+      const unknownFrom = timeout !== undefined && finished - started > timeout ? started + timeout : null;
+      track.append(bar("started", started, unknownFrom ?? finished));
+      if (unknownFrom !== null) track.append(bar("unknown", unknownFrom, finished));
+    }
+    const winner = job.completed_by === a.number;
+    let outcome = a.state;
+    if (winner) outcome = "★ winner";
+    else if (a.state === "discarded") {
+      outcome = job.completed_by ? `discarded — lost to #${job.completed_by}` : "discarded — job cancelled";
+    } else if (a.error) outcome = `${a.state}: ${a.error.code}`;
+    const elapsed = `${((finished - (started ?? created)) / 1000).toFixed(1)} s`;
+    return el("div", {
+      className: `lane ${a.state}${winner ? " winner" : ""}`,
+      role: "listitem",
+      dataset: { attempt: String(a.number), state: a.state },
+      "aria-label": `Attempt ${a.number} on ${a.provider}: ${a.state}${winner ? ", winner" : ""}`,
+    },
+    el("span", { className: "who" }, `#${a.number} ${a.provider}`),
+    track,
+    el("span", { className: "outcome" }, `${outcome} · ${elapsed}`));
+  });
+}
+
+// ---- start ---------------------------------------------------------------------------------------------------
+
+$("sign-in-form").addEventListener("submit", signIn);
+$("sign-out").addEventListener("click", signOut);
+$("demo-form").addEventListener("submit", demoTwice);
+$("demo-changed").addEventListener("click", demoChanged);
+window.addEventListener("hashchange", route);
+route();

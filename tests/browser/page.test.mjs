@@ -1,0 +1,101 @@
+// The page at / in Debian's headless Chromium, driven by playwright-core (no browser download). Run by
+// scripts/browser-test, which starts a local server with demo-backup qualified for summarize@1.
+//
+// It signs in, runs the double-click demo (two requests, one job; a changed input under the same key, a 409), opens
+// a job whose primary failed and whose fallback won from the jobs list, and checks the timeline: two lanes, the
+// first failed, the second the winner. Screenshots go to target/browser/.
+
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { chromium } from "playwright-core";
+
+const base = process.env.ONEJOB_URL;
+const shots = process.env.SCREENSHOTS ?? "target/browser";
+assert.ok(base, "ONEJOB_URL is not set");
+mkdirSync(shots, { recursive: true });
+
+/** A job created through the API, as another client would. */
+async function createJob(key, body) {
+  const response = await fetch(`${base}/v1/jobs`, {
+    method: "POST",
+    headers: { Authorization: "Bearer dev-token-alice", "Idempotency-Key": key, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  assert.equal(response.status, 201);
+  return (await response.json()).id;
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync"],
+});
+let page;
+try {
+  page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.setDefaultTimeout(15000);
+
+  // Sign in: a wrong token is refused, the dev token is taken.
+  await page.goto(base);
+  await page.getByLabel("API token").fill("wrong-token");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("alert").filter({ hasText: "That token was refused (unauthorized)." }).waitFor();
+  await page.getByLabel("API token").fill("dev-token-alice");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Double click" }).waitFor();
+
+  // The double-click demo: two concurrent requests under one key make one job.
+  await page.getByLabel("Text to summarise").fill("The projector broke. The meeting moved to Thursday.");
+  await page.getByRole("button", { name: "Click twice (one key)" }).click();
+  const verdict = page.locator("#demo-verdict");
+  await verdict.filter({ hasText: "2 requests → 1 job (job_" }).waitFor();
+  const statuses = await page.locator("#demo-log li").evaluateAll((items) => items.map((li) => li.dataset.status));
+  assert.deepEqual(statuses.sort(), ["200", "201"], "one created, one replayed");
+  const demoJob = (await verdict.textContent()).match(/job_[0-9a-f]{32}/)[0];
+  await page.getByRole("button", { name: "Same key, changed input" }).click();
+  await verdict.filter({ hasText: "409" }).waitFor();
+  const refused = await page.locator("#demo-log li").last().textContent();
+  assert.match(refused, /HTTP 409 · idempotency_key_reused/);
+  // The list shows the one job (live: it appears without a reload).
+  await page.locator(`#jobs tr[data-id="${demoJob}"]`).waitFor();
+  await page.screenshot({ path: `${shots}/home.png`, fullPage: true });
+
+  // A job whose primary fails over to the (qualified) fallback, opened from the list.
+  const failover = await createJob(`browser-failover-${Date.now()}`, {
+    contract: "summarize@1",
+    input: { text: "Primary fails. Fallback wins." },
+    providers: ["demo-fail", "demo-backup"],
+  });
+  await page.locator(`#jobs a[href="#/jobs/${failover}"]`).click();
+  await page.getByRole("heading", { name: failover }).waitFor();
+  const lanes = page.getByRole("listitem").filter({ has: page.locator(".track") });
+  await page.locator('#timeline .lane[data-attempt="2"][data-state="succeeded"]').waitFor();
+  assert.equal(await lanes.count(), 2, "one lane per attempt");
+  const first = page.locator('#timeline .lane[data-attempt="1"]');
+  const second = page.locator('#timeline .lane[data-attempt="2"]');
+  assert.equal(await first.getAttribute("data-state"), "failed");
+  assert.equal(await first.getAttribute("aria-label"), "Attempt 1 on demo-fail: failed");
+  assert.match(await first.locator(".outcome").textContent(), /failed: provider_error/);
+  assert.equal(await second.getAttribute("aria-label"), "Attempt 2 on demo-backup: succeeded, winner");
+  assert.ok((await second.getAttribute("class")).includes("winner"));
+  assert.match(await second.locator(".outcome").textContent(), /★ winner/);
+  assert.equal(await page.locator("#job-status").textContent(), "succeeded");
+  assert.match(await page.locator("#job-outcome").textContent(), /"summary": "Primary fails."/);
+  await page.screenshot({ path: `${shots}/job-timeline.png`, fullPage: true });
+
+  // Readable at phone width.
+  await page.setViewportSize({ width: 390, height: 844 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page is ${overflow}px wider than a phone`);
+  await page.screenshot({ path: `${shots}/job-timeline-phone.png`, fullPage: true });
+
+  assert.deepEqual(errors, [], "no script errors");
+  console.log(`page test passed; screenshots in ${shots}/`);
+} catch (e) {
+  if (page) await page.screenshot({ path: `${shots}/failure.png`, fullPage: true }).catch(() => {});
+  throw e;
+} finally {
+  await browser.close();
+}

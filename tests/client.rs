@@ -1,0 +1,367 @@
+//! `onejob jobs …` / `onejob attempts …` run as a user would (the real binary), against the real local server
+//! behind a scripted TCP proxy on loopback that can drop a connection after the server answered, or answer 503
+//! itself. The server's own counters say how many jobs were made.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use onejob::clock::SystemClock;
+use onejob::config::{Config, DemoBehavior, ProviderConfig};
+use onejob::domain::ProviderName;
+use onejob::http::auth::Tokens;
+use onejob::server::{self, Running};
+use onejob::store::sqlite::SqliteStore;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the proxy does with one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Passes the request on, waits for the server to start answering, then hangs up: the work was done, the
+    /// client never hears of it.
+    DropAnswer,
+    /// Answers 503 itself and closes.
+    Unavailable,
+    /// Passes everything through.
+    Forward,
+}
+
+/// A proxy in front of `upstream`, following `script` connection by connection, then forwarding.
+struct Proxy {
+    url: String,
+    /// The `Idempotency-Key` of each request it saw (`None` when there was none).
+    keys: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Proxy {
+    async fn spawn(upstream: std::net::SocketAddr, script: Vec<Act>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let keys = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let seen = keys.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let act = script.lock().unwrap().pop_front().unwrap_or(Act::Forward);
+                let seen = seen.clone();
+                tokio::spawn(async move { relay(client, upstream, act, seen).await });
+            }
+        });
+        Self { url, keys }
+    }
+
+    fn keys(&self) -> Vec<Option<String>> {
+        self.keys.lock().unwrap().clone()
+    }
+}
+
+async fn relay(
+    mut client: TcpStream,
+    upstream: std::net::SocketAddr,
+    act: Act,
+    seen: Arc<Mutex<Vec<Option<String>>>>,
+) {
+    let request = read_request(&mut client).await;
+    let head = String::from_utf8_lossy(&request).to_lowercase();
+    let key = head
+        .lines()
+        .find_map(|l| l.strip_prefix("idempotency-key:"))
+        .map(|k| k.trim().to_owned());
+    seen.lock().unwrap().push(key);
+    match act {
+        Act::Unavailable => {
+            let body = r#"{"type":"about:blank","title":"Service Unavailable","status":503,"code":"unavailable","detail":"proxy says no"}"#;
+            let answer = format!(
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = client.write_all(answer.as_bytes()).await;
+        }
+        Act::DropAnswer => {
+            let mut server = TcpStream::connect(upstream).await.unwrap();
+            server.write_all(&request).await.unwrap();
+            let mut first = [0u8; 1];
+            let _ = server.read(&mut first).await;
+            // Both ends close here: the server answered, the client gets nothing.
+        }
+        Act::Forward => {
+            let mut server = TcpStream::connect(upstream).await.unwrap();
+            server.write_all(&request).await.unwrap();
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        }
+    }
+}
+
+/// One HTTP/1.1 request: its head and a `content-length` body.
+async fn read_request(client: &mut TcpStream) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = client.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return buf;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + length {
+                return buf;
+            }
+        }
+    }
+}
+
+/// The local server on port 0 with instant demo providers, on a fresh SQLite file.
+struct App {
+    running: Running,
+    _dir: tempfile::TempDir,
+}
+
+impl App {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
+        let mut config = Config {
+            contracts_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts"),
+            ..Config::default()
+        };
+        for (name, behavior) in [
+            ("demo", DemoBehavior::Answer),
+            ("demo-fail", DemoBehavior::Fail),
+        ] {
+            config.providers.insert(
+                ProviderName::parse(name).unwrap(),
+                ProviderConfig::demo(behavior, 0),
+            );
+        }
+        let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let running = server::start(
+            listener,
+            &config,
+            store,
+            Arc::new(SystemClock),
+            Tokens::dev(),
+        )
+        .unwrap();
+        Self { running, _dir: dir }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.running.addr)
+    }
+
+    /// `onejob_creates_total{outcome="…"}` from the server's counters.
+    fn creates(&self, outcome: &str) -> u64 {
+        let metrics = self.running.engine.metrics.render();
+        let prefix = format!("onejob_creates_total{{outcome=\"{outcome}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |n| n.parse().unwrap())
+    }
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// `onejob <args> --url <url>` with alice's dev token, the way a user runs it.
+async fn onejob(url: &str, args: &[&str]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+        .args(args)
+        .args(["--url", url])
+        .env("ONEJOB_TOKEN", "dev-token-alice")
+        .output()
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const CREATE: [&str; 6] = [
+    "jobs",
+    "create",
+    "--contract",
+    "summarize@1",
+    "--input",
+    r#"{"text": "The projector broke. The meeting moved."}"#,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_answer_is_retried_with_the_same_key_and_makes_one_job() {
+    let app = App::start().await;
+    let proxy = Proxy::spawn(app.running.addr, vec![Act::DropAnswer]).await;
+    let run = onejob(&proxy.url, &CREATE).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("replayed (this key already made it) after 2 tries"),
+        "{}",
+        run.stderr
+    );
+    let keys = proxy.keys();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys[0].is_some());
+    assert_eq!(keys[0], keys[1], "the retry carries the same key");
+    assert_eq!((app.creates("created"), app.creates("replayed")), (1, 1));
+    // Each invocation is a new intent: a new key, a new job.
+    let again = onejob(&proxy.url, &CREATE).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_ne!(proxy.keys()[2], keys[0]);
+    assert_eq!(app.creates("created"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_and_a_4xx_is_not() {
+    let app = App::start().await;
+    let proxy = Proxy::spawn(app.running.addr, vec![Act::Unavailable, Act::Unavailable]).await;
+    let run = onejob(&proxy.url, &[&CREATE[..], &["--key", "fixed-key"]].concat()).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("created after 3 tries; key fixed-key"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(app.creates("created"), 1);
+
+    let unknown = onejob(
+        &proxy.url,
+        &["jobs", "create", "--contract", "nope@1", "--input", "{}"],
+    )
+    .await;
+    assert_eq!(unknown.code, Some(3), "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .starts_with("onejob: unknown_contract (HTTP 422): "),
+        "{}",
+        unknown.stderr
+    );
+    assert_eq!(proxy.keys().len(), 4, "the 422 was sent once");
+
+    let conflict = onejob(
+        &proxy.url,
+        &[
+            "jobs",
+            "create",
+            "--contract",
+            "summarize@1",
+            "--input",
+            r#"{"text": "other"}"#,
+            "--key",
+            "fixed-key",
+        ],
+    )
+    .await;
+    assert_eq!(conflict.code, Some(3));
+    assert!(
+        conflict
+            .stderr
+            .contains("idempotency_key_reused (HTTP 409)"),
+        "{}",
+        conflict.stderr
+    );
+    assert_eq!(proxy.keys().len(), 5, "the 409 was sent once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_say_what_happened() {
+    let app = App::start().await;
+    let url = app.url();
+    let done = onejob(&url, &[&CREATE[..], &["--wait"]].concat()).await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert!(done.stdout.contains("SUCCEEDED"), "{}", done.stdout);
+    assert!(done.stdout.contains("* winner"), "{}", done.stdout);
+    assert!(
+        done.stdout
+            .contains(r#"result: {"summary":"The projector broke."}"#),
+        "{}",
+        done.stdout
+    );
+
+    let failing = [
+        &CREATE[..],
+        &["--providers", "demo-fail", "--wait", "--json"],
+    ]
+    .concat();
+    let failed = onejob(&url, &failing).await;
+    assert_eq!(failed.code, Some(1), "{}", failed.stderr);
+    let job: Value = serde_json::from_str(&failed.stdout).unwrap();
+    assert_eq!(job["error"]["code"], "providers_exhausted");
+
+    let id = job["id"].as_str().unwrap();
+    let retried = onejob(&url, &["attempts", "retry", id, "--provider", "demo"]).await;
+    assert_eq!(retried.code, Some(0), "{}", retried.stderr);
+    let watched = onejob(&url, &["jobs", "watch", id]).await;
+    assert_eq!(watched.code, Some(0), "{}", watched.stderr);
+    assert!(watched.stdout.contains("#2 demo"), "{}", watched.stdout);
+    let cancel = onejob(&url, &["jobs", "cancel", id]).await;
+    assert_eq!(cancel.code, Some(3), "a succeeded job cannot be cancelled");
+    assert!(cancel.stderr.contains("job_finished"), "{}", cancel.stderr);
+
+    let listed = onejob(&url, &["jobs", "list", "--json"]).await;
+    let page: Value = serde_json::from_str(&listed.stdout).unwrap();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
+
+    let bad_input = onejob(
+        &url,
+        &[
+            "jobs",
+            "create",
+            "--contract",
+            "summarize@1",
+            "--input",
+            "{not json",
+        ],
+    )
+    .await;
+    assert_eq!(bad_input.code, Some(2));
+    assert!(
+        bad_input.stderr.contains("--input is not JSON"),
+        "{}",
+        bad_input.stderr
+    );
+
+    let missing = onejob(
+        &url,
+        &["jobs", "get", "job_00000000000000000000000000000000"],
+    )
+    .await;
+    assert_eq!(missing.code, Some(3));
+    assert!(
+        missing.stderr.contains("job_not_found (HTTP 404)"),
+        "{}",
+        missing.stderr
+    );
+
+    let nobody = support::stand_in::refusing().await;
+    let nobody = nobody.trim_end_matches("/v1");
+    let unreachable = onejob(nobody, &[&CREATE[..], &["--retries", "1"]].concat()).await;
+    assert_eq!(unreachable.code, Some(4), "{}", unreachable.stderr);
+    assert!(
+        unreachable.stderr.contains("gave up after 2 tries"),
+        "{}",
+        unreachable.stderr
+    );
+
+    let no_token = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+        .args(["jobs", "list", "--url", &url])
+        .env_remove("ONEJOB_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status.code(), Some(2));
+}
