@@ -57,6 +57,8 @@ macro_rules! conformance_suite {
             the_provider_call_carries_the_attempt_key_and_the_contract,
             the_sweeper_resolves_expired_leases_and_lost_messages,
             qualification_evidence_is_kept_per_pair_of_fingerprints,
+            a_create_whose_answer_was_lost_is_one_job_and_its_attempt_still_runs,
+            lost_answers_of_worker_writes_duplicate_nothing_and_lose_no_attempt,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -67,9 +67,16 @@ impl Rig {
 
     /// Creates a summarize job on the chain primary → fallback; returns it and its dispatched message.
     pub async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
+        let new = self.intent(key);
+        let job = self.engine.create_job(new).await.unwrap().job().clone();
+        (job, self.next_message())
+    }
+
+    /// The intent [`Rig::create`] sends: a summarize job on the chain primary → fallback, under `key`.
+    pub fn intent(&self, key: &str) -> NewJob {
         let input = json!({"text": "The projector broke. The meeting moved."});
         let chain = json!(["primary", "fallback"]);
-        let new = NewJob {
+        NewJob {
             owner: self.owner.clone(),
             idempotency_key: IdempotencyKey::parse(key).unwrap(),
             fingerprint: Fingerprint::of_intent("summarize@1", &input, Some(&chain)),
@@ -79,9 +86,7 @@ impl Rig {
                 ProviderName::parse("primary").unwrap(),
                 ProviderName::parse("fallback").unwrap(),
             ],
-        };
-        let job = self.engine.create_job(new).await.unwrap().job().clone();
-        (job, self.next_message())
+        }
     }
 
     /// The next message the engine dispatched; there must be one.

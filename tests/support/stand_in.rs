@@ -273,6 +273,22 @@ pub async fn hanging_up() -> String {
     format!("http://{addr}/v1")
 }
 
+/// A server that reads each request and resets the connection (TCP RST) instead of answering. Returns its base URL.
+pub async fn resetting() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = socket.read(&mut buf).await;
+            // Linger 0: closing sends a reset, not a FIN.
+            let _ = socket.set_zero_linger();
+            drop(socket);
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
 /// A base URL on which nothing listens: connections are refused before anything is sent.
 pub async fn refusing() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

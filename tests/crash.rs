@@ -1,0 +1,211 @@
+//! kill -9 mid-storm: the real `onejob serve` process on SQLite takes a storm of creates (each intent sent twice)
+//! and is killed with SIGKILL while jobs are being created and attempts are running. After a restart on the same
+//! file: every acknowledged create is there exactly once, the file passes `PRAGMA integrity_check`, and the sweeper
+//! leaves no attempt `started` past its lease.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use chrono::{Duration, TimeZone, Utc};
+use onejob::clock::ManualClock;
+use onejob::config::Config;
+use onejob::contracts::Contracts;
+use onejob::domain::{AttemptState, IdempotencyKey, JobId, Owner};
+use onejob::engine::{Engine, EngineSettings};
+use onejob::providers::Providers;
+use onejob::queue::local::LocalQueue;
+use onejob::store::JobStore;
+use onejob::store::sqlite::SqliteStore;
+use onejob::worker::sweeper::sweep;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const CONFIG: &str = r#"
+sweep_interval_ms = 60000
+[providers.demo]
+kind = "demo"
+delay_ms = 150
+timeout_ms = 2000
+late_result_ms = 1000
+[providers.demo-backup]
+kind = "demo"
+"#;
+
+/// Starts `onejob serve` on a free port; returns the process and its base URL (read from what it prints).
+async fn serve(dir: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onejob"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--db"])
+        .arg(dir.join("onejob.db"))
+        .arg("--config")
+        .arg(dir.join("onejob.toml"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RUST_LOG", "error")
+        .env_remove("ONEJOB_TOKENS")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(addr) =
+            line.strip_prefix("No tokens configured: accepting these dev tokens on ")
+        {
+            let url = format!("http://{}", addr.trim_end_matches(':'));
+            // Keep reading what it prints, so that it never writes into a closed pipe.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return (child, url);
+        }
+    }
+    panic!("the server exited before listening");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = std::fs::File::create(dir.path().join("onejob.toml")).unwrap();
+    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+    writeln!(
+        file,
+        "contracts_dir = {:?}\n{CONFIG}",
+        contracts.display().to_string()
+    )
+    .unwrap();
+    let (mut server, url) = serve(dir.path()).await;
+
+    // The storm: 8 clients, each sending every intent twice under its key, until the server dies.
+    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
+    let (count, mut counted) = tokio::sync::watch::channel(0usize);
+    let count = Arc::new(count);
+    let http = reqwest::Client::new();
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let (http, url, acknowledged, count) = (
+            http.clone(),
+            url.clone(),
+            acknowledged.clone(),
+            count.clone(),
+        );
+        clients.push(tokio::spawn(async move {
+            for i in 0.. {
+                let key = format!("storm-{c}-{i}");
+                for _ in 0..2 {
+                    let sent = http
+                        .post(format!("{url}/v1/jobs"))
+                        .bearer_auth("dev-token-alice")
+                        .header("Idempotency-Key", &key)
+                        .json(&json!({"contract": "summarize@1", "input": {"text": format!("Intent {c}-{i}.")}}))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(r) if r.status() == 201 || r.status() == 200 => {
+                            let mut acked = acknowledged.lock().unwrap();
+                            acked.insert(key.clone());
+                            count.send_replace(acked.len());
+                        }
+                        Ok(r) => panic!("{key}: HTTP {}", r.status()),
+                        Err(_) => return i,
+                    }
+                }
+            }
+            unreachable!()
+        }));
+    }
+    // Kill once a good number of creates were acknowledged, while clients keep sending.
+    counted.wait_for(|n| *n >= 150).await.unwrap();
+    server.start_kill().unwrap(); // SIGKILL
+    server.wait().await.unwrap();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+
+    // The file survived whole.
+    let db = dir.path().join("onejob.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        let (jobs, keys): (i64, i64) = conn
+            .query_row(
+                "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM jobs",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(jobs, keys, "one job per key");
+        assert!(jobs as usize >= acknowledged.len());
+    }
+
+    // After a restart, every acknowledged create is there, once.
+    let (mut restarted, url) = serve(dir.path()).await;
+    let owner = Owner::parse("alice").unwrap();
+    for key in &acknowledged {
+        let id = JobId::derive(&owner, &IdempotencyKey::parse(key).unwrap());
+        let job: serde_json::Value = http
+            .get(format!("{url}/v1/jobs/{id}"))
+            .bearer_auth("dev-token-alice")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(job["idempotency_key"], key.as_str(), "{key}: {job}");
+    }
+    restarted.start_kill().unwrap();
+    restarted.wait().await.unwrap();
+
+    // The sweeper of the next start, once every lease has passed: nothing stays `started`.
+    let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&db).unwrap());
+    let far = Utc.with_ymd_and_hms(2100, 1, 1, 0, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(far));
+    let config = Config::parse(
+        &format!(
+            "contracts_dir = {:?}\n{CONFIG}",
+            contracts.display().to_string()
+        ),
+        "test",
+    )
+    .unwrap();
+    let (queue, _messages) = LocalQueue::new();
+    let engine = Engine::new(
+        store.clone(),
+        clock.clone(),
+        Arc::new(Contracts::load(&contracts, |p| config.providers.contains_key(p)).unwrap()),
+        Arc::new(Providers::from_config(&config.providers, clock.clone())),
+        Arc::new(queue),
+        EngineSettings {
+            sweep_batch: 100_000,
+            ..EngineSettings::default()
+        },
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let started_past_lease = || -> i64 {
+        conn.query_row(
+            "SELECT COUNT(*) FROM attempts WHERE state = ?1 AND lease_expires_at < ?2",
+            rusqlite::params![
+                AttemptState::Started.as_str(),
+                (far - Duration::seconds(1)).timestamp_millis()
+            ],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    // Killed mid-attempt: some attempts were left `started` (each takes 150 ms; the kill came mid-storm).
+    let left = started_past_lease();
+    eprintln!("attempts left started by the kill: {left}");
+    assert!(
+        left > 0,
+        "the kill came between attempts; the test proved nothing"
+    );
+    sweep(&engine).await.unwrap();
+    assert_eq!(started_past_lease(), 0);
+}
