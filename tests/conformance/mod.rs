@@ -3,8 +3,10 @@
 //! expression that yields a fresh [`Fixture`].
 
 pub mod engine;
+pub mod model;
 
 pub use engine::*;
+pub use model::*;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -59,6 +61,7 @@ macro_rules! conformance_suite {
             qualification_evidence_is_kept_per_pair_of_fingerprints,
             a_create_whose_answer_was_lost_is_one_job_and_its_attempt_still_runs,
             lost_answers_of_worker_writes_duplicate_nothing_and_lose_no_attempt,
+            the_store_follows_the_model_step_by_step,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
