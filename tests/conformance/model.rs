@@ -322,7 +322,7 @@ async fn step(store: &dyn JobStore, model: &mut Model, op: &Op) {
         check_invariants(job);
     }
     // Every step takes a millisecond, so timestamps tell steps apart.
-    model.now = model.now + Duration::milliseconds(1);
+    model.now += Duration::milliseconds(1);
 }
 
 /// Runs `cases` random sequences of up to 40 steps against `store`, each on its own owner.
