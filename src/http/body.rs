@@ -49,12 +49,18 @@ pub async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result
             }
         })?
         .to_bytes();
-    if nesting_depth(&bytes) > MAX_JSON_DEPTH {
+    json_from_bytes(&bytes)
+}
+
+/// JSON text as a value, refused if it nests deeper than [`MAX_JSON_DEPTH`] levels (checked before parsing, so a
+/// hostile body never reaches the parser's recursion).
+pub fn json_from_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
+    if nesting_depth(bytes) > MAX_JSON_DEPTH {
         return Err(ApiError::JsonTooDeep {
             limit: MAX_JSON_DEPTH,
         });
     }
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::MalformedJson(e.to_string()))
+    serde_json::from_slice(bytes).map_err(|e| ApiError::MalformedJson(e.to_string()))
 }
 
 /// Reads a JSON value into a request type; unknown fields, missing fields and wrong types answer 422.

@@ -33,8 +33,9 @@ pub struct CreateJobRequest {
     /// Must satisfy the contract's input schema.
     #[schema(value_type = Object, example = json!({"text": "A long text to summarise."}))]
     pub input: Value,
-    /// Provider chain, primary first; the contract's default chain when absent.
+    /// Provider chain, primary first, no repeats; the contract's default chain when absent.
     #[serde(default)]
+    #[schema(min_items = 1)]
     pub providers: Option<Vec<String>>,
 }
 
@@ -127,7 +128,8 @@ pub(super) fn job_response(status: StatusCode, job: &Job) -> Response {
 /// Creates the job for an intent, or answers with the job the key already names.
 #[utoipa::path(
     post, path = "/v1/jobs", tag = "jobs",
-    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters naming this intent")),
+    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters naming this intent",
+            min_length = 1, max_length = 255, pattern = "^[!-~]+$")),
     request_body = CreateJobRequest,
     responses(
         (status = 201, description = "Created; attempt 1 is queued", body = JobView,
@@ -236,6 +238,7 @@ pub(super) fn job_id(raw: &str) -> Result<JobId, ApiError> {
 #[into_params(parameter_in = Query)]
 pub struct GetParams {
     /// Hold the answer up to this many seconds (at most 25) until the job changes or is settled.
+    #[param(minimum = 0, maximum = 25)]
     wait: Option<u64>,
 }
 
@@ -354,6 +357,7 @@ pub struct ListParams {
     /// Only jobs with this status.
     status: Option<JobStatus>,
     /// 1 to 100; default 20.
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<usize>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,

@@ -1,0 +1,27 @@
+//! Request body parsing for `POST /v1/jobs`: any bytes give a value or a typed refusal (never a panic, never a
+//! stack overflow); what is accepted nests at most 64 levels and is what serde_json reads; shaping it into a create
+//! request refuses unknown fields.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use onejob::http::body::{MAX_JSON_DEPTH, json_from_bytes, shaped};
+use onejob::http::error::ApiError;
+use onejob::http::jobs::CreateJobRequest;
+
+fuzz_target!(|bytes: &[u8]| {
+    match json_from_bytes(bytes) {
+        Ok(value) => {
+            assert_eq!(serde_json::from_slice::<serde_json::Value>(bytes).unwrap(), value);
+            if let Ok(request) = shaped::<CreateJobRequest>(value.clone()) {
+                let object = value.as_object().expect("a create request is an object");
+                assert!(object.keys().all(|k| ["contract", "input", "providers"].contains(&k.as_str())));
+                assert_eq!(object["contract"].as_str(), Some(request.contract.as_str()));
+            }
+        }
+        Err(ApiError::JsonTooDeep { limit }) => assert_eq!(limit, MAX_JSON_DEPTH),
+        Err(ApiError::MalformedJson(_)) => {
+            assert!(serde_json::from_slice::<serde_json::Value>(bytes).is_err());
+        }
+        Err(other) => panic!("unexpected refusal: {other:?}"),
+    }
+});
