@@ -36,7 +36,6 @@ use onejob::store::JobStore;
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Parser)]
@@ -203,37 +202,41 @@ async fn storm(intents: usize, dups: usize, conns: usize, preload_n: usize) {
     for floor in [false, true] {
         let dir = scratch(if floor { "floor" } else { "storm" });
         let db = dir.join("bench.db");
-        if preload_n > 0 && !floor {
+        if floor {
+            preload_floor(&db, preload_n);
+        } else {
             preload(&SqliteStore::open(&db).unwrap(), preload_n).await;
         }
-        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["serve", "--db"])
             .arg(&db)
             .arg("--contracts")
             .arg(contracts_dir())
             .args(if floor { vec!["--floor"] } else { vec![] })
             .stdout(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = lines
-            .next_line()
-            .await
-            .unwrap()
-            .and_then(|l| l.strip_prefix("ready ").map(str::to_owned))
-            .expect("the server says where it listens");
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        let addr = ready
+            .trim()
+            .strip_prefix("ready ")
+            .expect("the server says where it listens")
+            .to_owned();
         let path = if floor { "/floor" } else { "/v1/jobs" };
         let run = load(&format!("http://{addr}{path}"), intents, dups, conns).await;
-        let pid = child.id().unwrap();
-        let peak_rss_kib = peak_rss(pid);
-        child.start_kill().unwrap();
-        child.wait().await.unwrap();
+        let peak_rss_kib = peak_rss(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
         let rows: i64 = rusqlite::Connection::open(&db)
             .unwrap()
             .query_row(
                 if floor {
-                    "SELECT COUNT(*) FROM intents"
+                    "SELECT COUNT(*) FROM intents WHERE owner = 'alice'"
                 } else {
                     "SELECT COUNT(*) FROM jobs WHERE owner = 'alice'"
                 },
@@ -333,13 +336,7 @@ async fn serve(floor: bool, db: &Path, contracts: &Path) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     if floor {
-        let conn = rusqlite::Connection::open(db).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
-        conn.execute_batch(
-            "CREATE TABLE intents (owner TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, UNIQUE (owner, key)) STRICT",
-        )
-        .unwrap();
+        let conn = floor_db(db);
         let app = axum::Router::new()
             .route("/floor", post(floor_insert))
             .with_state(Arc::new(tokio::sync::Mutex::new(conn)));
@@ -358,6 +355,33 @@ async fn serve(floor: bool, db: &Path, contracts: &Path) {
         println!("ready {addr}");
         running.serve_until(std::future::pending()).await.unwrap();
     }
+}
+
+/// The floor's database: one table, one UNIQUE constraint, the store's durability settings.
+fn floor_db(db: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS intents \
+         (owner TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, UNIQUE (owner, key)) STRICT",
+    )
+    .unwrap();
+    conn
+}
+
+/// Fills the floor's table with `n` rows of another owner.
+fn preload_floor(db: &Path, n: usize) {
+    let mut conn = floor_db(db);
+    let tx = conn.transaction().unwrap();
+    for i in 0..n {
+        tx.execute(
+            "INSERT INTO intents (owner, key, body) VALUES ('preload', ?1, '{}')",
+            [format!("p{i}")],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
 }
 
 /// The floor: one INSERT under a UNIQUE constraint, on one connection, as the store's writer does.

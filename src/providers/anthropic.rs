@@ -6,10 +6,11 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, snippet,
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, failed,
+    snippet,
 };
 use crate::config::ProviderConfig;
-use crate::domain::{CallReport, ErrorInfo};
+use crate::domain::CallReport;
 
 /// The API version this client speaks.
 const API_VERSION: &str = "2023-06-01";
@@ -111,20 +112,10 @@ fn read_answer(text: &str) -> Reply {
     Reply { outcome, report }
 }
 
-fn failed(code: &str, message: impl Into<String>) -> ProviderOutcome {
-    ProviderOutcome::Failed(ErrorInfo::new(code, message))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn code(reply: &Reply) -> &str {
-        match &reply.outcome {
-            ProviderOutcome::Failed(e) => &e.code,
-            other => panic!("not a failure: {other:?}"),
-        }
-    }
+    use crate::providers::failure_code as code;
 
     #[test]
     fn the_answer_is_the_forced_tool_calls_input() {

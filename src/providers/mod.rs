@@ -60,7 +60,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn failed(code: &str, message: impl Into<String>) -> Self {
-        ProviderOutcome::Failed(ErrorInfo::new(code, message)).into()
+        failed(code, message).into()
     }
 }
 
@@ -225,4 +225,18 @@ pub(crate) fn snippet(text: &str) -> String {
 /// The API key named by `api_key_env`, read at each call so that a rotated key needs no restart.
 pub(crate) fn api_key(config_var: Option<&str>) -> Option<String> {
     config_var.and_then(|var| std::env::var(var).ok())
+}
+
+/// A definite failure with this code.
+pub(crate) fn failed(code: &str, message: impl Into<String>) -> ProviderOutcome {
+    ProviderOutcome::Failed(ErrorInfo::new(code, message))
+}
+
+/// The code of a failed reply; panics on any other.
+#[cfg(test)]
+pub(crate) fn failure_code(reply: &Reply) -> &str {
+    match &reply.outcome {
+        ProviderOutcome::Failed(e) => &e.code,
+        other => panic!("not a failure: {other:?}"),
+    }
 }

@@ -5,10 +5,11 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, snippet,
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, failed,
+    snippet,
 };
 use crate::config::ProviderConfig;
-use crate::domain::{CallReport, ErrorInfo};
+use crate::domain::CallReport;
 
 #[derive(Debug)]
 pub struct OpenAiProvider {
@@ -110,20 +111,10 @@ fn read_answer(text: &str) -> Reply {
     Reply { outcome, report }
 }
 
-fn failed(code: &str, message: impl Into<String>) -> ProviderOutcome {
-    ProviderOutcome::Failed(ErrorInfo::new(code, message))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn code(reply: &Reply) -> &str {
-        match &reply.outcome {
-            ProviderOutcome::Failed(e) => &e.code,
-            other => panic!("not a failure: {other:?}"),
-        }
-    }
+    use crate::providers::failure_code as code;
 
     #[test]
     fn answers_are_read_from_the_first_choice_with_model_and_usage() {

@@ -261,28 +261,25 @@ async fn respond(
 /// A server that reads each request and closes the connection without a word: the request was sent, no answer
 /// will come. Returns its base URL.
 pub async fn hanging_up() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let mut buf = vec![0u8; 64 * 1024];
-            let _ = socket.read(&mut buf).await;
-            drop(socket);
-        }
-    });
-    format!("http://{addr}/v1")
+    reading_then_closing(false).await
 }
 
 /// A server that reads each request and resets the connection (TCP RST) instead of answering. Returns its base URL.
 pub async fn resetting() -> String {
+    reading_then_closing(true).await
+}
+
+async fn reading_then_closing(reset: bool) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
             let mut buf = vec![0u8; 64 * 1024];
             let _ = socket.read(&mut buf).await;
-            // Linger 0: closing sends a reset, not a FIN.
-            let _ = socket.set_zero_linger();
+            if reset {
+                // Linger 0: closing sends a reset, not a FIN.
+                let _ = socket.set_zero_linger();
+            }
             drop(socket);
         }
     });
