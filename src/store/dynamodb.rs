@@ -74,6 +74,8 @@ enum Updated<T> {
     Written(Job),
     /// The condition failed and the domain agrees there is nothing to write (e.g. cancelling a cancelled job).
     Unchanged(T, Job),
+    /// The condition failed, yet the domain would change the item: a case the one-request write does not cover.
+    Uncovered,
 }
 
 impl<T> Updated<T> {
@@ -81,7 +83,9 @@ impl<T> Updated<T> {
     fn written(self, id: &JobId) -> Result<Job, StoreError> {
         match self {
             Self::Written(job) => Ok(job),
-            Self::Unchanged(..) => Err(DynamoError::Disagreement(id.to_string()).into()),
+            Self::Unchanged(..) | Self::Uncovered => {
+                Err(DynamoError::Disagreement(id.to_string()).into())
+            }
         }
     }
 }
@@ -271,7 +275,7 @@ impl DynamoStore {
                     if probe == job {
                         Ok(Updated::Unchanged(verdict, job))
                     } else {
-                        Err(DynamoError::Disagreement(id.to_string()).into())
+                        Ok(Updated::Uncovered)
                     }
                 }
                 other => Err(StoreError::backend(other)),
@@ -511,7 +515,12 @@ impl JobStore for DynamoStore {
         now: Timestamp,
     ) -> Result<(Completion, Job), StoreError> {
         let mut u = Update::new(number, now);
-        u.condition("#attempts.#n.#state IN (:started, :unknown, :cancelled)");
+        // A claimed attempt (it has a seen_version) that is started, unknown or cancelled. An attempt that was never
+        // claimed cannot win; its result (which no worker of ours sends) is discarded by the guarded fallback below.
+        u.condition(
+            "attribute_exists(#attempts.#n.seen_version) \
+             AND #attempts.#n.#state IN (:started, :unknown, :cancelled)",
+        );
         u.value(":started", s("started"));
         u.value(":unknown", s("unknown"));
         u.value(":cancelled", s("cancelled"));
@@ -536,12 +545,22 @@ impl JobStore for DynamoStore {
         u.remove("sweep_pk");
         u.remove("sweep_at");
         u.no_updated_at();
-        let job = self
+        let job = match self
             .update(id, None, u, |job| {
-                job.complete(number, result.clone(), report, now)
+                job.complete(number, result.clone(), report.clone(), now)
             })
             .await?
-            .written(id)?;
+        {
+            Updated::Uncovered => {
+                let (_, job) = self
+                    .read_then_write(id, None, |job| {
+                        job.complete(number, result.clone(), report.clone(), now)
+                    })
+                    .await?;
+                job
+            }
+            updated => updated.written(id)?,
+        };
         let outcome = match job.completed_by {
             Some(winner) if winner == number => Completion::Won,
             winner => Completion::Lost { winner },
@@ -667,6 +686,7 @@ impl JobStore for DynamoStore {
             Updated::Written(job) => Ok((JobCancel::Cancelled, job)),
             // Cancelled before: the domain calls that an answer, not an error, and nothing was written.
             Updated::Unchanged(outcome, job) => Ok((outcome, job)),
+            Updated::Uncovered => Err(DynamoError::Disagreement(id.to_string()).into()),
         }
     }
 }

@@ -41,6 +41,7 @@ macro_rules! conformance_suite {
             a_duplicate_claim_is_refused,
             the_attempt_that_answers_first_wins_even_if_it_left_last,
             a_result_after_the_job_was_cancelled_is_discarded,
+            a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarded,
             a_late_result_for_an_unknown_attempt_with_a_free_slot_wins,
             cancelling_a_job_is_idempotent_and_refused_once_it_succeeded,
             a_failure_and_its_failover_are_one_write,
@@ -481,6 +482,40 @@ pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn Jo
     let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
     assert_eq!((stored.version, stored.result), (1, None));
+}
+
+/// Found by the model test on DynamoDB: a job cancelled while its attempt was still queued (never claimed), then a
+/// result for that attempt. Every backend discards it the same way, and the job stays as the cancel left it.
+pub async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarded(
+    store: Arc<dyn JobStore>,
+) {
+    let job = fresh_job(store.as_ref()).await;
+    let (_, cancelled) = store.cancel_job(&job.owner, &job.id, at(1)).await.unwrap();
+    assert_eq!(cancelled.attempt(1).unwrap().state, AttemptState::Cancelled);
+    let (outcome, after) = store
+        .complete_attempt(
+            &job.id,
+            1,
+            json!({"summary": "unasked"}),
+            CallReport::default(),
+            at(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, Completion::Lost { winner: None });
+    let mut expected = cancelled.clone();
+    assert_eq!(
+        expected.complete(
+            1,
+            json!({"summary": "unasked"}),
+            CallReport::default(),
+            at(2)
+        ),
+        Ok(Completion::Lost { winner: None })
+    );
+    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    assert_eq!((&after, &stored), (&expected, &expected));
+    assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
 }
 
 pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: Arc<dyn JobStore>) {
