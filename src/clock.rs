@@ -51,6 +51,11 @@ impl ManualClock {
     pub fn advance(&self, by: Duration) {
         self.0.send_modify(|now| *now = to_millis(*now + by));
     }
+
+    /// How many sleeps are waiting on this clock.
+    pub fn sleepers(&self) -> usize {
+        self.0.receiver_count()
+    }
 }
 
 impl Clock for ManualClock {

@@ -21,6 +21,17 @@ pub struct Config {
     /// Bearer token → owner. `ONEJOB_TOKENS="tokenA=alice,tokenB=bob"` adds to (and overrides) these.
     #[serde(default)]
     pub tokens: BTreeMap<String, Owner>,
+    /// The operators' bearer token for `GET /metrics` (`ONEJOB_METRICS_TOKEN` overrides it). Without one, nobody
+    /// reads the counters (with the dev tokens, `dev-token-metrics` does).
+    #[serde(default)]
+    pub metrics_token: Option<String>,
+    /// How long a job, and the memory of its idempotency key, is kept; after it, the key makes a new job.
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u32,
+    /// The most attempts one job may have: failover stops there and a manual retry answers 409
+    /// `attempt_limit_reached`. At most 40, so that a job always fits a DynamoDB item.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts_per_job: u32,
     /// The providers jobs may run on, by name.
     #[serde(default = "default_providers")]
     pub providers: BTreeMap<ProviderName, ProviderConfig>,
@@ -196,6 +207,8 @@ pub enum ConfigError {
     Missing(String),
     #[error("providers.{name}: {message}")]
     Provider { name: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
 }
 
 fn default_contracts_dir() -> PathBuf {
@@ -205,6 +218,18 @@ fn default_contracts_dir() -> PathBuf {
 fn default_body_limit() -> usize {
     256 * 1024
 }
+
+fn default_retention_days() -> u32 {
+    30
+}
+
+fn default_max_attempts() -> u32 {
+    crate::domain::Failover::DEFAULT_MAX_ATTEMPTS
+}
+
+/// The largest `max_attempts_per_job`: with the largest input and result and every error message at its cap, a job
+/// of this many attempts still fits a DynamoDB item.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 40;
 
 fn default_worker_concurrency() -> usize {
     64
@@ -267,6 +292,9 @@ impl Default for Config {
             contracts_dir: default_contracts_dir(),
             body_limit_bytes: default_body_limit(),
             tokens: BTreeMap::new(),
+            metrics_token: None,
+            retention_days: default_retention_days(),
+            max_attempts_per_job: default_max_attempts(),
             providers: default_providers(),
             worker_concurrency: default_worker_concurrency(),
             sweep_interval_ms: default_sweep_interval_ms(),
@@ -281,6 +309,8 @@ impl Config {
         crate::engine::EngineSettings {
             lease_margin: chrono::Duration::milliseconds(self.lease_margin_ms as i64),
             redispatch_after: chrono::Duration::milliseconds(self.redispatch_after_ms as i64),
+            retention: chrono::Duration::days(i64::from(self.retention_days)),
+            max_attempts: self.max_attempts_per_job,
             ..Default::default()
         }
     }
@@ -322,6 +352,16 @@ impl Config {
                 name: name.to_string(),
                 message,
             })?;
+        }
+        if config.retention_days == 0 {
+            return Err(ConfigError::Invalid(
+                "retention_days must be at least 1".into(),
+            ));
+        }
+        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&config.max_attempts_per_job) {
+            return Err(ConfigError::Invalid(format!(
+                "max_attempts_per_job must be 1 to {MAX_ATTEMPTS_LIMIT}, so that a job fits every store"
+            )));
         }
         Ok(config)
     }

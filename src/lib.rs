@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod providers;
 pub mod qualify;
 pub mod queue;
+pub mod retry;
 pub mod server;
 pub mod store;
 pub mod telemetry;

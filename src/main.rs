@@ -311,7 +311,10 @@ async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
 async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> {
     let (store, place) = ledger.open().await?;
     let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
-    let config = Config::load(ledger.config.as_deref(), env_tokens.as_deref())?;
+    let mut config = Config::load(ledger.config.as_deref(), env_tokens.as_deref())?;
+    if let Ok(token) = std::env::var("ONEJOB_METRICS_TOKEN") {
+        config.metrics_token = Some(token);
+    }
     let tokens = server::tokens(&config, addr)?;
     let listener = server::bind(addr).await?;
     let running = server::start(listener, &config, store, Arc::new(SystemClock), tokens)?;
@@ -322,6 +325,10 @@ async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> {
         for (token, owner) in Tokens::DEV {
             println!("  Authorization: Bearer {token}   (owner {owner})");
         }
+        println!(
+            "  Authorization: Bearer {}   (operators: GET /metrics)",
+            Tokens::DEV_METRICS
+        );
     }
     running.serve_until(shutdown_signal()).await?;
     tracing::info!("onejob stopped");

@@ -13,6 +13,8 @@ pub struct Metrics {
     /// Attempts that entered each state, indexed like [`AttemptState::ALL`].
     attempts: [AtomicU64; AttemptState::ALL.len()],
     races_lost: AtomicU64,
+    /// Store writes tried again, with the same token, after the store failed (whether they had landed unknown).
+    store_retries: AtomicU64,
 }
 
 /// What a create did, for counting.
@@ -59,6 +61,15 @@ impl Metrics {
         self.races_lost.load(Ordering::Relaxed)
     }
 
+    /// A store write failed and is tried again under its token.
+    pub fn store_retry(&self) {
+        self.store_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn store_retries(&self) -> u64 {
+        self.store_retries.load(Ordering::Relaxed)
+    }
+
     /// The counts since the last call, as one CloudWatch Embedded Metric Format line (namespace `onejob`), and the
     /// counters back at zero: a Lambda container prints one after each invocation.
     pub fn drain_emf(&self, timestamp_ms: i64) -> String {
@@ -69,6 +80,7 @@ impl Metrics {
             ("CreatesReplayed", &self.replayed),
             ("CreateConflicts", &self.conflicts),
             ("RacesLost", &self.races_lost),
+            ("StoreRetries", &self.store_retries),
         ] {
             values.insert(name.into(), take(counter).into());
         }
@@ -121,6 +133,15 @@ impl Metrics {
              # TYPE onejob_races_lost_total counter\n",
         );
         let _ = writeln!(out, "onejob_races_lost_total {}", load(&self.races_lost));
+        out.push_str(
+            "# HELP onejob_store_retries_total Store writes tried again under their token after the store failed.\n\
+             # TYPE onejob_store_retries_total counter\n",
+        );
+        let _ = writeln!(
+            out,
+            "onejob_store_retries_total {}",
+            load(&self.store_retries)
+        );
         out
     }
 }
@@ -148,7 +169,7 @@ mod tests {
             .as_array()
             .unwrap()
             .len();
-        assert_eq!(names, 4 + AttemptState::ALL.len());
+        assert_eq!(names, 5 + AttemptState::ALL.len());
         let next: serde_json::Value = serde_json::from_str(&metrics.drain_emf(2_000)).unwrap();
         assert_eq!(next["RacesLost"], 0);
     }

@@ -46,7 +46,10 @@ pub enum StartError {
 /// The tokens to accept on `addr`: the configured ones; with none, the dev tokens, on loopback only.
 pub fn tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, StartError> {
     if !config.tokens.is_empty() {
-        Ok(Tokens::new(config.tokens.clone()))
+        Ok(Tokens::new(
+            config.tokens.clone(),
+            config.metrics_token.clone(),
+        ))
     } else if addr.ip().is_loopback() {
         Ok(Tokens::dev())
     } else {

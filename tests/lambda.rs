@@ -25,6 +25,15 @@ fn event(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The job the event files name (alice's key `lambda-demo-1`, created at 2026-12-01T00:00:00Z).
+const EVENTS_JOB: &str = "job_c93ad8e3d05dd0142f00a17c6f511a74_mx3xkao0";
+
+/// An event file naming `id` instead of the job the files name: the functions run on the real clock, so the job
+/// they make has the same intent but another creation time, hence another id.
+fn event_for(name: &str, id: &str) -> Value {
+    serde_json::from_str(&event(name).to_string().replace(EVENTS_JOB, id)).unwrap()
+}
+
 struct Functions {
     engine: Arc<Engine>,
     sqs: aws_sdk_sqs::Client,
@@ -138,25 +147,30 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
         "the duplicate made no second call"
     );
 
-    let (status, job) = f.api("api-get.json").await;
+    let (status, job) = f.api_event(event_for("api-get.json", &id)).await;
     assert_eq!(status, 200);
     assert_eq!(
         (&job["id"], &job["status"]),
         (&json!(id), &json!("succeeded"))
     );
     assert_eq!(job["result"], json!({"summary": "The projector broke."}));
-    let (status, other) = f.api("api-get-other-owner.json").await;
+    let (status, other) = f
+        .api_event(event_for("api-get-other-owner.json", &id))
+        .await;
     assert_eq!((status, &other["code"]), (404, &json!("job_not_found")));
 }
 
-/// The payloads are the ones the handlers are documented with: the get event names the job the create event makes
-/// (ids are derived from owner and key), and the SQS batch names it twice.
+/// The payloads are the ones the handlers are documented with: the get event names a job of the intent the create
+/// event sends (an id's intent part is derived from owner and key), and the SQS batch names it twice.
 #[tokio::test]
 async fn the_event_files_describe_one_job() {
+    let created_at = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").unwrap();
     let id = JobId::derive(
         &onejob::domain::Owner::parse("alice").unwrap(),
         &onejob::domain::IdempotencyKey::parse("lambda-demo-1").unwrap(),
+        created_at.to_utc(),
     );
+    assert_eq!(id.as_str(), EVENTS_JOB);
     assert_eq!(event("api-get.json")["rawPath"], format!("/v1/jobs/{id}"));
     let batch: SqsEvent = serde_json::from_value(event("sqs-batch-with-duplicate.json")).unwrap();
     let bodies: Vec<_> = batch
@@ -175,12 +189,16 @@ async fn the_event_files_describe_one_job() {
 #[tokio::test]
 async fn the_worker_and_sweeper_events_run_through_their_handlers() {
     let Some(f) = functions().await else { return };
-    assert_eq!(f.api("api-create.json").await.0, 201);
-    let batch: SqsEvent = serde_json::from_value(event("sqs-batch-with-duplicate.json")).unwrap();
+    let (status, created) = f.api("api-create.json").await;
+    assert_eq!(status, 201);
+    let id = created["id"].as_str().unwrap();
+    let batch: SqsEvent =
+        serde_json::from_value(event_for("sqs-batch-with-duplicate.json", id)).unwrap();
     let response = lambda::worker(&f.engine, batch, None).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(f.provider.call_count(), 1);
-    assert_eq!(f.api("api-get.json").await.1["status"], "succeeded");
+    let (_, job) = f.api_event(event_for("api-get.json", id)).await;
+    assert_eq!(job["status"], "succeeded");
 
     assert_eq!(event("schedule.json")["detail-type"], "Scheduled Event");
     let swept = lambda::sweeper(&f.engine).await.unwrap();

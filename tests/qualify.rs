@@ -14,7 +14,7 @@ use onejob::config::{Config, ProviderConfig};
 use onejob::contracts::{Contract, Contracts};
 use onejob::domain::{
     ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, NextStep, Owner, ProviderName,
-    Qualification,
+    Qualification, Stamp,
 };
 use onejob::engine::{Engine, EngineSettings};
 use onejob::providers::Providers;
@@ -329,14 +329,16 @@ fn job_after_primary() -> Job {
                 ProviderName::parse("fallback").unwrap(),
             ],
         },
-        Utc::now(),
+        chrono::Duration::days(30),
+        &Stamp::fresh(Utc::now()),
     );
     job.attempts[0].state = onejob::domain::AttemptState::Failed;
     job
 }
 
-fn gate_says(next: NextStep) -> String {
-    match next {
+/// What failover does for `job` on `engine`'s ledger.
+async fn gate_says(engine: &Engine, job: &Job) -> String {
+    match job.next_step(&engine.failover(job).await.unwrap()) {
         NextStep::Queue(provider) => format!("queue {provider}"),
         NextStep::Stop(error) => error.code,
     }
@@ -350,10 +352,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
         Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
     let original = engine(store.clone(), &contracts_dir(), openai(stand_in.base_url()));
     let job = job_after_primary();
-    assert_eq!(
-        gate_says(original.failover(&job).await.unwrap()),
-        "fallback_not_qualified"
-    );
+    assert_eq!(gate_says(&original, &job).await, "fallback_not_qualified");
 
     let name = ProviderName::parse("fallback").unwrap();
     let contract = summarize(&original.contracts);
@@ -368,10 +367,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     .await;
     assert!(evidence.passed, "{}", summary(&evidence));
     store.put_qualification(&evidence).await.unwrap();
-    assert_eq!(
-        gate_says(original.failover(&job).await.unwrap()),
-        "queue fallback"
-    );
+    assert_eq!(gate_says(&original, &job).await, "queue fallback");
 
     // The same contract with one word of its prompt changed: a new fingerprint, no evidence for it.
     let edited = tempfile::tempdir().unwrap();
@@ -386,10 +382,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
         summarize(&after_edit.contracts).fingerprint,
         contract.fingerprint
     );
-    assert_eq!(
-        gate_says(after_edit.failover(&job).await.unwrap()),
-        "fallback_not_qualified"
-    );
+    assert_eq!(gate_says(&after_edit, &job).await, "fallback_not_qualified");
 
     // The same provider on another model, or with a shorter timeout than it was qualified with.
     let other_model = ProviderConfig {
@@ -402,10 +395,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     };
     for changed in [other_model, shorter_timeout] {
         let after_swap = engine(store.clone(), &contracts_dir(), changed);
-        assert_eq!(
-            gate_says(after_swap.failover(&job).await.unwrap()),
-            "fallback_not_qualified"
-        );
+        assert_eq!(gate_says(&after_swap, &job).await, "fallback_not_qualified");
     }
 }
 

@@ -6,7 +6,7 @@ mod support;
 
 use std::sync::Arc;
 
-use conformance::{Fixture, at, new_job};
+use conformance::{Fixture, RETENTION, at, by, new_job};
 use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::{CreateOutcome, JobStore};
@@ -56,7 +56,11 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
     let mut last = counter.count();
 
     let CreateOutcome::Created(a) = store
-        .create_job(new_job("alice", "a", json!({"text": "a"})), at(0))
+        .create_job(
+            new_job("alice", "a", json!({"text": "a"})),
+            RETENTION,
+            &by(0),
+        )
         .await
         .unwrap()
     else {
@@ -64,51 +68,63 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
     };
     spent(1, "create", &mut last);
     let replay = store
-        .create_job(new_job("alice", "a", json!({"text": "a"})), at(1))
+        .create_job(
+            new_job("alice", "a", json!({"text": "a"})),
+            RETENTION,
+            &by(1),
+        )
         .await
         .unwrap();
     assert!(matches!(replay, CreateOutcome::Replayed(_)));
     spent(1, "replay", &mut last);
     let conflict = store
-        .create_job(new_job("alice", "a", json!({"text": "other"})), at(1))
+        .create_job(
+            new_job("alice", "a", json!({"text": "other"})),
+            RETENTION,
+            &by(1),
+        )
         .await
         .unwrap();
     assert!(matches!(conflict, CreateOutcome::Conflict(_)));
     spent(1, "conflict", &mut last);
 
     store
-        .claim_attempt(&a.id, 1, at(60_000), at(2))
+        .claim_attempt(&a.id, 1, at(60_000), &by(2))
         .await
         .unwrap();
     spent(1, "claim", &mut last);
-    store.mark_unknown(&a.id, 1, at(3)).await.unwrap();
+    store.mark_unknown(&a.id, 1, &by(3)).await.unwrap();
     spent(1, "mark unknown", &mut last);
     let (won, _) = store
-        .complete_attempt(&a.id, 1, json!({"summary": "a"}), usage(), at(4))
+        .complete_attempt(&a.id, 1, json!({"summary": "a"}), usage(), &by(4))
         .await
         .unwrap();
     assert_eq!(won, Completion::Won);
     spent(1, "completion (winner)", &mut last);
 
     let b = store
-        .create_job(new_job("alice", "b", json!({"text": "b"})), at(0))
+        .create_job(
+            new_job("alice", "b", json!({"text": "b"})),
+            RETENTION,
+            &by(0),
+        )
         .await
         .unwrap()
         .job()
         .clone();
     store
-        .claim_attempt(&b.id, 1, at(60_000), at(2))
+        .claim_attempt(&b.id, 1, at(60_000), &by(2))
         .await
         .unwrap();
     last = counter.count();
-    let (cancelled, _) = store.cancel_job(&b.owner, &b.id, at(3)).await.unwrap();
+    let (cancelled, _) = store.cancel_job(&b.owner, &b.id, &by(3)).await.unwrap();
     assert_eq!(cancelled, JobCancel::Cancelled);
     spent(1, "cancel", &mut last);
-    let (again, _) = store.cancel_job(&b.owner, &b.id, at(4)).await.unwrap();
+    let (again, _) = store.cancel_job(&b.owner, &b.id, &by(4)).await.unwrap();
     assert_eq!(again, JobCancel::AlreadyCancelled);
     spent(1, "cancel again", &mut last);
     let (lost, _) = store
-        .complete_attempt(&b.id, 1, json!({"summary": "late"}), usage(), at(5))
+        .complete_attempt(&b.id, 1, json!({"summary": "late"}), usage(), &by(5))
         .await
         .unwrap();
     assert_eq!(lost, Completion::Lost { winner: None });

@@ -5,7 +5,7 @@ mod support;
 
 use std::sync::Arc;
 
-use conformance::{Fixture, at, new_job};
+use conformance::{Fixture, RETENTION, by, later, new_job};
 use onejob::store::sqlite::SqliteStore;
 use onejob::store::{CreateOutcome, JobStore};
 use serde_json::json;
@@ -28,18 +28,26 @@ async fn jobs_survive_reopening_the_file() {
     let job = {
         let store = SqliteStore::open(&path).unwrap();
         let new = new_job("alice", "k", json!({"text": "kept"}));
-        let CreateOutcome::Created(job) = store.create_job(new, at(0)).await.unwrap() else {
+        let CreateOutcome::Created(job) = store.create_job(new, RETENTION, &by(0)).await.unwrap()
+        else {
             panic!("expected a new job");
         };
         job
     };
     let reopened = SqliteStore::open(&path).unwrap();
     assert_eq!(
-        reopened.get_job(&job.owner, &job.id).await.unwrap(),
+        reopened
+            .get_job(&job.owner, &job.id, later())
+            .await
+            .unwrap(),
         Some(job.clone())
     );
     let again = reopened
-        .create_job(new_job("alice", "k", json!({"text": "kept"})), at(9))
+        .create_job(
+            new_job("alice", "k", json!({"text": "kept"})),
+            RETENTION,
+            &by(9),
+        )
         .await
         .unwrap();
     assert_eq!(again, CreateOutcome::Replayed(job));
@@ -53,17 +61,23 @@ async fn the_schema_itself_allows_one_live_attempt() {
     let path = dir.path().join("onejob.db");
     let store = SqliteStore::open(&path).unwrap();
     let new = new_job("alice", "k", json!({"text": "x"}));
-    let job = store.create_job(new, at(0)).await.unwrap().job().clone();
+    let job = store
+        .create_job(new, RETENTION, &by(0))
+        .await
+        .unwrap()
+        .job()
+        .clone();
     let conn = rusqlite::Connection::open(&path).unwrap();
     let second_live = conn.execute(
-        "INSERT INTO attempts (job_id, number, provider, state, created_at) VALUES (?1, 2, 'fallback', 'queued', 0)",
+        "INSERT INTO attempts (job_id, number, provider, state, created_at, dispatched_at) \
+         VALUES (?1, 2, 'fallback', 'queued', 0, 0)",
         [job.id.as_str()],
     );
     let err = second_live.unwrap_err();
     assert!(err.to_string().contains("UNIQUE"), "{err}");
     let dup_key = conn.execute(
         "INSERT INTO jobs (id, owner, idempotency_key, fingerprint, contract, input, providers, status, version, \
-         created_at, updated_at) VALUES ('other', 'alice', 'k', '', '', '{}', '[]', 'queued', 0, 0, 0)",
+         created_at, updated_at, expires_at) VALUES ('other', 'alice', 'k', '', '', '{}', '[]', 'queued', 0, 0, 0, 0)",
         [],
     );
     assert!(dup_key.unwrap_err().to_string().contains("UNIQUE"));

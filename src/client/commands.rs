@@ -53,7 +53,7 @@ pub enum JobsCommand {
         /// The idempotency key; send the same one again to retry the same intent.
         #[arg(long)]
         key: Option<String>,
-        /// Follow the job to its end.
+        /// Follow the job until it is settled.
         #[arg(long)]
         wait: bool,
     },
@@ -69,7 +69,7 @@ pub enum JobsCommand {
     },
     /// Cancel a job (idempotent).
     Cancel { id: String },
-    /// Follow a job live until it ends.
+    /// Follow a job live until it is settled (nothing can change its outcome any more).
     Watch { id: String },
 }
 
@@ -92,13 +92,21 @@ pub enum CommandError {
     Usage(String),
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A create that did not end in an answer (or whose job could not be followed): the job may exist, and the
+    /// only way to ask for the same intent again is its key.
+    #[error("{source}; the job may exist: rerun with --key {key} to ask for this same intent")]
+    Create {
+        key: String,
+        #[source]
+        source: ClientError,
+    },
 }
 
 impl CommandError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Usage(_) => 2,
-            Self::Client(e) => e.exit_code(),
+            Self::Client(e) | Self::Create { source: e, .. } => e.exit_code(),
         }
     }
 }
@@ -145,7 +153,14 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandEr
                 providers,
             };
             let key = key.unwrap_or_else(new_key);
-            let created = client.create_job(&key, &new).await?;
+            // Printed before the first send: if this command gives up, or is killed, the key is still known, and
+            // a rerun with it cannot make a second job.
+            eprintln!("key {key}");
+            let with_key = |source| CommandError::Create {
+                key: key.clone(),
+                source,
+            };
+            let created = client.create_job(&key, &new).await.map_err(with_key)?;
             let id = created.job["id"].as_str().unwrap_or_default().to_owned();
             let how = if created.replayed {
                 "replayed (this key already made it)"
@@ -165,7 +180,8 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandEr
                 .follow(&id, |job| {
                     eprintln!("{id}: {}", job["status"].as_str().unwrap_or("?"));
                 })
-                .await?;
+                .await
+                .map_err(with_key)?;
             remote.print(&job);
             Ok(outcome(&job))
         }
@@ -251,7 +267,7 @@ fn list(page: &Value) -> String {
     out
 }
 
-/// Follows the job until it ends. On a terminal the view is redrawn in place four times a second (a spinner and
+/// Follows the job until it is settled. On a terminal the view is redrawn in place four times a second (a spinner and
 /// running clocks for live attempts); otherwise each new version is printed once.
 async fn watch(client: &Client, id: &str, json: bool) -> Result<u8, CommandError> {
     let live = std::io::stdout().is_terminal() && !json;

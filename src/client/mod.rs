@@ -8,7 +8,6 @@
 pub mod commands;
 pub mod render;
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, header};
@@ -41,21 +40,9 @@ impl RetryPolicy {
     /// How long to wait before retry `n` (0-based): a random point in `0..=min(cap, base·2ⁿ)` ("full jitter"), but
     /// no less than the server's `Retry-After`, itself capped.
     fn backoff(&self, n: u32, retry_after: Option<Duration>) -> Duration {
-        let ceiling = self
-            .base
-            .saturating_mul(2u32.saturating_pow(n))
-            .min(self.cap);
-        let jitter = ceiling.mul_f64(random_fraction());
-        jitter.max(retry_after.unwrap_or_default().min(self.cap))
+        crate::retry::full_jitter(self.base, self.cap, n)
+            .max(retry_after.unwrap_or_default().min(self.cap))
     }
-}
-
-/// A number in `0..1` from the standard library's randomly seeded hasher: enough to spread retries apart.
-fn random_fraction() -> f64 {
-    let bits = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Why a call did not give an answer.
@@ -294,6 +281,16 @@ impl Client {
                     continue;
                 }
             };
+            // A 429 or 5xx is tried again whatever its body says: a load balancer's 504 is an HTML page, and the
+            // request behind it may or may not have landed (the key makes the repeat safe).
+            if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+                last = match serde_json::from_str::<Value>(&text) {
+                    Ok(body) => refusal(status, &body).to_string(),
+                    Err(_) => format!("HTTP {status}: {}", snippet(&text)),
+                };
+                asked_to_wait = retry_after(&headers);
+                continue;
+            }
             let body: Value = if text.is_empty() {
                 Value::Null
             } else {
@@ -309,13 +306,7 @@ impl Client {
                     tries: n + 1,
                 });
             }
-            let refused = refusal(status, &body);
-            if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-                last = refused.to_string();
-                asked_to_wait = retry_after(&headers);
-                continue;
-            }
-            return Err(refused);
+            return Err(refusal(status, &body));
         }
         Err(ClientError::GaveUp { tries, last })
     }
@@ -349,12 +340,10 @@ fn snippet(text: &str) -> String {
     text.chars().take(200).collect()
 }
 
-/// Succeeded, failed or cancelled: nothing more happens without someone asking.
+/// Nothing can change the job's outcome any more without someone asking: the server's `settled`. (A failed job
+/// whose cancelled attempt may still answer is not settled yet.)
 pub fn is_settled(job: &Value) -> bool {
-    matches!(
-        job["status"].as_str(),
-        Some("succeeded" | "failed" | "cancelled")
-    )
+    job["settled"].as_bool().unwrap_or(false)
 }
 
 /// A fresh idempotency key for one intent: a UUIDv7 (time-ordered, so keys sort by when they were made).

@@ -6,6 +6,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::job::Timestamp;
+
 /// Why a value was refused at the edge. The message is meant for the client, as a problem's `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -171,39 +173,113 @@ impl<'de> Deserialize<'de> for ContractRef {
 }
 
 string_newtype!(
-    /// A job's id: `job_` and 32 lowercase hex digits, derived from (owner, idempotency key).
+    /// A job's id: `job_`, 32 lowercase hex digits derived from (owner, idempotency key), then `_` and the job's
+    /// creation time in milliseconds, base 36.
     ///
-    /// Deriving it lets every store key the job by its id alone while the id still names exactly one
-    /// intent, and keeps idempotency keys (which clients may fill with meaningful text) out of URLs.
+    /// The hex part names the intent: every store keys the job by it, so that the key's uniqueness and the job's
+    /// existence are one thing, and idempotency keys (which clients may fill with meaningful text) stay out of URLs.
+    /// The suffix names the incarnation: once a job has expired and its key is used again, the new job has a new
+    /// id, so an old id never finds the new job and provider idempotency keys (`<job id>:<attempt>`) never repeat.
+    /// Ids made before incarnations existed have no suffix; they still parse.
     JobId
 );
 
 impl JobId {
     const PREFIX: &'static str = "job_";
+    /// `job_` and 32 hex digits.
+    const INTENT_LEN: usize = 36;
 
-    /// The id of the job that (owner, key) names. Length-prefixed, so no two pairs share an input.
-    pub fn derive(owner: &Owner, key: &IdempotencyKey) -> Self {
+    /// The id of the job that (owner, key) names, created at `created_at`. Length-prefixed, so no two pairs share
+    /// an input.
+    pub fn derive(owner: &Owner, key: &IdempotencyKey, created_at: Timestamp) -> Self {
         let mut hash = Sha256::new();
         hash.update((owner.as_str().len() as u64).to_be_bytes());
         hash.update(owner.as_str());
         hash.update(key.as_str());
-        Self(format!(
-            "{}{}",
-            Self::PREFIX,
-            hex::encode(&hash.finalize()[..16])
-        ))
+        let intent = format!("{}{}", Self::PREFIX, hex::encode(&hash.finalize()[..16]));
+        Self::incarnation(&intent, created_at.timestamp_millis())
+    }
+
+    /// The id of the job of `intent` (an [`JobId::intent`]) created at `created_at_ms`.
+    pub fn incarnation(intent: &str, created_at_ms: i64) -> Self {
+        Self(format!("{intent}_{}", base36(created_at_ms.max(0) as u64)))
     }
 
     pub fn parse(raw: &str) -> Result<Self, ParseError> {
-        let hex_part = raw.strip_prefix(Self::PREFIX).unwrap_or_default();
-        if hex_part.len() == 32
+        let refuse = || ParseError(format!("not a job id: {raw:?}"));
+        let hex_part = raw.strip_prefix(Self::PREFIX).ok_or_else(refuse)?;
+        let (hex_part, suffix) = match hex_part.split_once('_') {
+            Some((hex_part, suffix)) => (hex_part, Some(suffix)),
+            None => (hex_part, None),
+        };
+        let hex_ok = hex_part.len() == 32
             && hex_part
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let suffix_ok = suffix.is_none_or(|s| {
+            (1..=13).contains(&s.len())
+                && (s == "0" || !s.starts_with('0'))
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+        });
+        if hex_ok && suffix_ok {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(refuse())
+        }
+    }
+
+    /// The part that names the intent, (owner, key): `job_` and 32 hex digits. Stores key jobs by it.
+    pub fn intent(&self) -> &str {
+        &self.0[..Self::INTENT_LEN]
+    }
+
+    /// The creation time the id carries, in milliseconds; `None` for an id from before incarnations.
+    pub fn created_at_ms(&self) -> Option<i64> {
+        let suffix = self.0.get(Self::INTENT_LEN + 1..)?;
+        i64::from_str_radix(suffix, 36).ok()
+    }
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII digits")
+}
+
+string_newtype!(
+    /// A token of one writer's intent, carried by every write that may be repeated (invariant 11): a write that
+    /// finds its own token already applied is a success, never another writer's. 32 lowercase hex digits.
+    ///
+    /// A worker step makes one for its claim and the writes that follow it; the engine makes one per API call and
+    /// keeps it across its own retries; a redelivered message or a client's new request has a new one.
+    WriteToken
+);
+
+impl WriteToken {
+    /// A fresh random token.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        if raw.len() == 32
+            && raw
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         {
             Ok(Self(raw.to_owned()))
         } else {
-            Err(ParseError(format!("not a job id: {raw:?}")))
+            Err(ParseError(format!("not a write token: {raw:?}")))
         }
     }
 }
@@ -247,20 +323,46 @@ mod tests {
     #[test]
     fn job_ids_are_scoped_to_the_owner() {
         let key = IdempotencyKey::parse("k1").unwrap();
-        let alice = JobId::derive(&Owner::parse("alice").unwrap(), &key);
-        let bob = JobId::derive(&Owner::parse("bob").unwrap(), &key);
+        let alice = JobId::derive(&Owner::parse("alice").unwrap(), &key, at(0));
+        let bob = JobId::derive(&Owner::parse("bob").unwrap(), &key, at(0));
         assert_ne!(alice, bob);
         assert_eq!(JobId::parse(alice.as_str()).unwrap(), alice);
         // The length prefix keeps ("ab", "c") and ("a", "bc") apart.
         let ab_c = JobId::derive(
             &Owner::parse("ab").unwrap(),
             &IdempotencyKey::parse("c").unwrap(),
+            at(0),
         );
         let a_bc = JobId::derive(
             &Owner::parse("a").unwrap(),
             &IdempotencyKey::parse("bc").unwrap(),
+            at(0),
         );
         assert_ne!(ab_c, a_bc);
+    }
+
+    #[test]
+    fn each_incarnation_of_an_intent_has_its_own_id() {
+        let (owner, key) = (
+            Owner::parse("alice").unwrap(),
+            IdempotencyKey::parse("k").unwrap(),
+        );
+        let first = JobId::derive(&owner, &key, at(1_800_000_000_123));
+        let second = JobId::derive(&owner, &key, at(1_802_592_000_123));
+        assert_ne!(first, second);
+        assert_eq!(first.intent(), second.intent());
+        assert_eq!(first.created_at_ms(), Some(1_800_000_000_123));
+        assert_eq!(JobId::parse(first.as_str()).unwrap(), first);
+        let legacy = JobId::parse(first.intent()).unwrap();
+        assert_eq!(
+            (legacy.intent(), legacy.created_at_ms()),
+            (first.intent(), None)
+        );
+        assert_eq!(JobId::incarnation(first.intent(), 1_800_000_000_123), first);
+    }
+
+    fn at(ms: i64) -> Timestamp {
+        chrono::TimeZone::timestamp_millis_opt(&chrono::Utc, ms).unwrap()
     }
 
     proptest! {
@@ -279,9 +381,19 @@ mod tests {
         #[test]
         fn job_ids_parse_only_in_their_own_format(raw in "\\PC{0,40}") {
             let id = JobId::parse(&raw);
-            let valid = raw.len() == 36 && raw.starts_with("job_")
-                && raw[4..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
-            prop_assert_eq!(id.is_ok(), valid);
+            let hex = |s: &str| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+            let valid = raw.len() == 36 && raw.starts_with("job_") && hex(&raw[4..]);
+            prop_assert!(!valid || id.is_ok());
+            if id.is_ok() {
+                prop_assert!(raw.starts_with("job_") && hex(&raw[4..36]));
+            }
+        }
+
+        #[test]
+        fn derived_ids_parse_and_carry_their_time(ms in 0i64..4_102_444_800_000, key in "[!-~]{1,20}") {
+            let id = JobId::derive(&Owner::parse("o").unwrap(), &IdempotencyKey::parse(&key).unwrap(), at(ms));
+            prop_assert_eq!(JobId::parse(id.as_str()).unwrap(), id.clone());
+            prop_assert_eq!(id.created_at_ms(), Some(ms));
         }
     }
 }

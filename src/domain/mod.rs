@@ -6,9 +6,10 @@ pub mod job;
 pub mod qualification;
 
 pub use fingerprint::Fingerprint;
-pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName};
+pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use job::{
-    Attempt, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Job, JobCancel,
-    JobStatus, NewJob, NextStep, Refusal, Timestamp,
+    Attempt, AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover,
+    Job, JobCancel, JobStatus, MAX_INPUT_BYTES, NewJob, NextStep, Refusal, Stamp, Timestamp,
+    expiry,
 };
 pub use qualification::{Qualification, RunEvidence, Standing};

@@ -32,7 +32,7 @@ pub struct AddAttemptRequest {
         (status = 201, description = "The new attempt, queued", body = AttemptView),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "job_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished, attempt_limit_reached", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "invalid_request, unknown_provider", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -74,7 +74,7 @@ pub async fn add_attempt(
     post, path = "/v1/jobs/{id}/attempts/{number}/cancel", tag = "attempts",
     params(("id" = String, Path, description = "The job's id"), ("number" = u32, Path, description = "The attempt's number")),
     responses(
-        (status = 200, description = "The job", body = JobView),
+        (status = 200, description = "The job (also when the attempt was already cancelled: idempotent)", body = JobView),
         (status = 400, description = "invalid_parameter: not an attempt number", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "job_not_found, attempt_not_found", body = Problem, content_type = "application/problem+json"),
@@ -92,5 +92,5 @@ pub async fn cancel_attempt(
         .parse()
         .map_err(|_| ApiError::InvalidParameter(format!("not an attempt number: {number:?}")))?;
     let job = app.engine.cancel_attempt(&owner, &id, number).await?;
-    Ok(job_response(StatusCode::OK, &job))
+    Ok(job_response(&app, StatusCode::OK, &job))
 }

@@ -13,40 +13,57 @@ use super::AppState;
 use super::error::ApiError;
 use crate::domain::Owner;
 
-/// Bearer token → owner.
+/// Bearer token → owner, and the operators' token that reads `/metrics`.
 #[derive(Debug, Clone, Default)]
-pub struct Tokens(BTreeMap<String, Owner>);
+pub struct Tokens {
+    owners: BTreeMap<String, Owner>,
+    /// Counters cover every owner's activity: only this token reads them. None: nobody does.
+    metrics: Option<String>,
+}
 
 impl Tokens {
     /// Accepted only on a loopback address, when no token is configured; printed at start-up.
     pub const DEV: [(&'static str, &'static str); 2] =
         [("dev-token-alice", "alice"), ("dev-token-bob", "bob")];
+    /// The operators' token that goes with the dev tokens.
+    pub const DEV_METRICS: &'static str = "dev-token-metrics";
 
-    pub fn new(tokens: BTreeMap<String, Owner>) -> Self {
-        Self(tokens)
+    pub fn new(owners: BTreeMap<String, Owner>, metrics: Option<String>) -> Self {
+        Self { owners, metrics }
     }
 
     pub fn dev() -> Self {
-        Self(
-            Self::DEV
-                .into_iter()
-                .map(|(token, owner)| {
-                    (
-                        token.to_owned(),
-                        Owner::parse(owner).expect("valid dev owner"),
-                    )
-                })
-                .collect(),
-        )
+        let owners = Self::DEV
+            .into_iter()
+            .map(|(token, owner)| {
+                (
+                    token.to_owned(),
+                    Owner::parse(owner).expect("valid dev owner"),
+                )
+            })
+            .collect();
+        Self::new(owners, Some(Self::DEV_METRICS.to_owned()))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.owners.is_empty()
     }
 
     fn owner(&self, token: &str) -> Option<&Owner> {
-        self.0.get(token)
+        self.owners.get(token)
     }
+}
+
+/// The bearer token of a request, if it sent one.
+fn bearer(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
 }
 
 /// How requests are authenticated.
@@ -61,17 +78,7 @@ pub enum Auth {
 impl Auth {
     fn owner(&self, parts: &Parts) -> Option<Owner> {
         match self {
-            Self::Tokens(tokens) => {
-                let token = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| {
-                        let (scheme, token) = v.split_once(' ')?;
-                        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-                    })?;
-                tokens.owner(token).cloned()
-            }
+            Self::Tokens(tokens) => tokens.owner(bearer(parts)?).cloned(),
             Self::JwtClaims => match parts.extensions.get::<RequestContext>()? {
                 RequestContext::ApiGatewayV2(context) => {
                     let sub = context
@@ -102,5 +109,25 @@ impl FromRequestParts<AppState> for Caller {
             .owner(parts)
             .map(Caller)
             .ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// A request with the operators' token (`/metrics`). An owner's token is known but not enough: 403.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Auth::Tokens(tokens) = state.auth.as_ref() else {
+            // Behind API Gateway, counters leave as CloudWatch metrics, not through the API.
+            return Err(ApiError::Forbidden);
+        };
+        match bearer(parts) {
+            Some(token) if tokens.metrics.as_deref() == Some(token) => Ok(Operator),
+            Some(token) if tokens.owner(token).is_some() => Err(ApiError::Forbidden),
+            _ => Err(ApiError::Unauthorized),
+        }
     }
 }

@@ -4,7 +4,8 @@
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -14,9 +15,14 @@ use crate::domain::IdempotencyKey;
 pub const MAX_JSON_DEPTH: usize = 64;
 
 pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
-    let raw = headers
-        .get("idempotency-key")
-        .ok_or(ApiError::MissingIdempotencyKey)?;
+    let mut sent = headers.get_all("idempotency-key").iter();
+    let raw = sent.next().ok_or(ApiError::MissingIdempotencyKey)?;
+    if sent.next().is_some() {
+        // Two keys name two intents, or one said twice; a proxy may keep either. Neither is guessed.
+        return Err(ApiError::InvalidIdempotencyKey(
+            "send exactly one Idempotency-Key header".into(),
+        ));
+    }
     let text = raw.to_str().map_err(|_| {
         ApiError::InvalidIdempotencyKey(
             "the Idempotency-Key may hold only visible ASCII characters (0x21-0x7E)".into(),
@@ -53,14 +59,88 @@ pub async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result
 }
 
 /// JSON text as a value, refused if it nests deeper than [`MAX_JSON_DEPTH`] levels (checked before parsing, so a
-/// hostile body never reaches the parser's recursion).
+/// hostile body never reaches the parser's recursion) or if any object names a member twice (parsers disagree on
+/// which one counts, so a proxy could read another intent than onejob does).
 pub fn json_from_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
     if nesting_depth(bytes) > MAX_JSON_DEPTH {
         return Err(ApiError::JsonTooDeep {
             limit: MAX_JSON_DEPTH,
         });
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::MalformedJson(e.to_string()))
+    let mut parser = serde_json::Deserializer::from_slice(bytes);
+    let value = Strict::deserialize(&mut parser)
+        .and_then(|Strict(value)| parser.end().map(|()| value))
+        .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+    Ok(value)
+}
+
+/// A JSON value read with one rule more than `serde_json`'s: an object may not name a member twice.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if members.contains_key(&name) {
+                return Err(de::Error::custom(format!(
+                    "the member {name:?} appears twice in one object"
+                )));
+            }
+            let Strict(value) = map.next_value()?;
+            members.insert(name, value);
+        }
+        Ok(Value::Object(members))
+    }
 }
 
 /// Reads a JSON value into a request type; unknown fields, missing fields and wrong types answer 422.
@@ -126,6 +206,28 @@ mod tests {
     }
 
     #[test]
+    fn a_member_named_twice_anywhere_is_refused() {
+        for body in [
+            r#"{"contract": "a@1", "contract": "b@1"}"#,
+            r#"{"input": {"text": "x", "text": "y"}}"#,
+            r#"[1, {"a": [{"k": 1, "k": 1}]}]"#,
+        ] {
+            let refused = json_from_bytes(body.as_bytes());
+            assert!(
+                matches!(refused, Err(ApiError::MalformedJson(_))),
+                "{body}: {refused:?}"
+            );
+        }
+        let fine =
+            json_from_bytes(br#"{"a": {"k": 1}, "b": {"k": 1.5, "n": null}, "c": [true, "s"]}"#);
+        assert_eq!(
+            fine.unwrap(),
+            serde_json::json!({"a": {"k": 1}, "b": {"k": 1.5, "n": null}, "c": [true, "s"]})
+        );
+        assert!(json_from_bytes(b"{} {}").is_err(), "trailing data");
+    }
+
+    #[test]
     fn json_content_types() {
         for (value, ok) in [
             ("application/json", true),
@@ -169,6 +271,11 @@ mod tests {
         #[test]
         fn the_scanner_agrees_with_the_parsed_depth(value in arb_json()) {
             prop_assert_eq!(nesting_depth(value.to_string().as_bytes()), depth_of(&value));
+        }
+
+        #[test]
+        fn the_strict_reader_reads_what_serde_json_writes(value in arb_json()) {
+            prop_assert_eq!(json_from_bytes(value.to_string().as_bytes()).unwrap(), value);
         }
     }
 }

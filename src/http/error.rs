@@ -14,6 +14,10 @@ pub enum ApiError {
     /// 401 `unauthorized`: no bearer token, or one that names no owner.
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// 403 `forbidden`: a valid credential that does not reach this endpoint (`/metrics` wants the operators'
+    /// token).
+    #[error("this endpoint is for operators: send the metrics token")]
+    Forbidden,
     /// 400 `missing_idempotency_key`.
     #[error("this request needs an Idempotency-Key header")]
     MissingIdempotencyKey,
@@ -26,7 +30,10 @@ pub enum ApiError {
     /// 413 `body_too_large`.
     #[error("the body is larger than {limit} bytes")]
     BodyTooLarge { limit: usize },
-    /// 400 `malformed_json`: not JSON at all.
+    /// 413 `input_too_large`: the input, as stored, is longer than a job may keep.
+    #[error("the input is {size} bytes of JSON as stored; at most {limit} are kept")]
+    InputTooLarge { size: usize, limit: usize },
+    /// 400 `malformed_json`: not JSON at all, or an object names a member twice.
     #[error("the body is not valid JSON: {0}")]
     MalformedJson(String),
     /// 400 `json_too_deep`.
@@ -55,6 +62,9 @@ pub enum ApiError {
     /// 409 `attempt_in_progress`: an attempt is still `queued`, `started` or `unknown`.
     #[error("attempt {number} is still {}; resolve or cancel it first", .state.as_str())]
     AttemptInProgress { number: u32, state: AttemptState },
+    /// 409 `attempt_limit_reached`: the job has as many attempts as one job may have.
+    #[error("the job already has {limit} attempts, the most one job may have")]
+    AttemptLimitReached { limit: u32 },
     /// 409 `attempt_not_cancellable`: the attempt already ended.
     #[error("attempt {number} is already {}", .state.as_str())]
     AttemptNotCancellable { number: u32, state: AttemptState },
@@ -82,12 +92,14 @@ impl ApiError {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
             Self::MissingIdempotencyKey => (StatusCode::BAD_REQUEST, "missing_idempotency_key"),
             Self::InvalidIdempotencyKey(_) => (StatusCode::BAD_REQUEST, "invalid_idempotency_key"),
             Self::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             Self::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::InputTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "input_too_large"),
             Self::MalformedJson(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
             Self::JsonTooDeep { .. } => (StatusCode::BAD_REQUEST, "json_too_deep"),
             Self::InvalidRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
@@ -100,6 +112,7 @@ impl ApiError {
             Self::JobFinished { .. } => (StatusCode::CONFLICT, "job_finished"),
             Self::AttemptInProgress { .. } => (StatusCode::CONFLICT, "attempt_in_progress"),
             Self::AttemptNotCancellable { .. } => (StatusCode::CONFLICT, "attempt_not_cancellable"),
+            Self::AttemptLimitReached { .. } => (StatusCode::CONFLICT, "attempt_limit_reached"),
             Self::AttemptNotFound(_) => (StatusCode::NOT_FOUND, "attempt_not_found"),
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -128,7 +141,8 @@ pub struct Problem {
     /// Set on `job_finished`: the status that makes the job finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_status: Option<JobStatus>,
-    /// Set on `body_too_large` and `json_too_deep`: the limit that was passed.
+    /// Set on `body_too_large`, `input_too_large`, `json_too_deep` and `attempt_limit_reached`: the limit that was
+    /// passed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
 }
@@ -157,9 +171,10 @@ impl IntoResponse for ApiError {
             Self::InvalidInput(ref errors) => problem.errors = Some(errors.clone()),
             Self::IdempotencyKeyReused { ref job_id } => problem.job_id = Some(job_id.to_string()),
             Self::JobFinished { status } => problem.job_status = Some(status),
-            Self::BodyTooLarge { limit } | Self::JsonTooDeep { limit } => {
-                problem.limit = Some(limit)
-            }
+            Self::BodyTooLarge { limit }
+            | Self::JsonTooDeep { limit }
+            | Self::InputTooLarge { limit, .. } => problem.limit = Some(limit),
+            Self::AttemptLimitReached { limit } => problem.limit = Some(limit as usize),
             _ => {}
         }
         let mut response = (status, axum::Json(problem)).into_response();
@@ -187,6 +202,9 @@ impl From<StoreError> for ApiError {
                 Self::AttemptInProgress { number, state }
             }
             StoreError::Refused(Refusal::NoSuchAttempt { number }) => Self::AttemptNotFound(number),
+            StoreError::Refused(Refusal::AttemptLimitReached { limit }) => {
+                Self::AttemptLimitReached { limit }
+            }
             // The API's only attempt transition is the out-of-band cancel.
             StoreError::Refused(Refusal::InvalidTransition { number, from, .. }) => {
                 Self::AttemptNotCancellable {

@@ -19,7 +19,7 @@ use super::body;
 use super::error::{ApiError, Problem};
 use crate::domain::{
     Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, Job, JobId, JobStatus,
-    NewJob, ProviderName, Timestamp,
+    MAX_INPUT_BYTES, NewJob, ProviderName, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, ListQuery};
 
@@ -59,10 +59,20 @@ pub struct JobView {
     pub result: Option<Value>,
     pub error: Option<ErrorInfo>,
     pub attempts: Vec<AttemptView>,
+    /// Nothing can change the job's outcome any more without someone asking (a manual retry of a failed job):
+    /// it succeeded, was cancelled, or failed with no attempt left that could still answer. Wait until this.
+    pub settled: bool,
+    /// While a failed job's cancelled attempt could still answer and win: when that chance ends (the job is
+    /// settled from then on, unless it changes). Null otherwise.
+    #[schema(format = DateTime)]
+    pub settles_at: Option<String>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
     pub updated_at: String,
+    /// When the job is gone and its idempotency key free again (the retention period after its creation).
+    #[schema(format = DateTime)]
+    pub expires_at: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -85,8 +95,10 @@ pub(super) fn rfc3339(t: Timestamp) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-impl From<&Job> for JobView {
-    fn from(job: &Job) -> Self {
+impl JobView {
+    /// The job as it reads at `now` (whether it is settled depends on the time).
+    pub fn new(job: &Job, now: Timestamp) -> Self {
+        let settles_at = job.settles_at();
         Self {
             id: job.id.to_string(),
             idempotency_key: job.idempotency_key.to_string(),
@@ -100,8 +112,11 @@ impl From<&Job> for JobView {
             result: job.result.clone(),
             error: job.error.clone(),
             attempts: job.attempts.iter().map(AttemptView::from).collect(),
+            settled: job.is_settled(now),
+            settles_at: settles_at.filter(|at| *at > now).map(rfc3339),
             created_at: rfc3339(job.created_at),
             updated_at: rfc3339(job.updated_at),
+            expires_at: rfc3339(job.expires_at),
         }
     }
 }
@@ -121,8 +136,9 @@ impl From<&Attempt> for AttemptView {
     }
 }
 
-pub(super) fn job_response(status: StatusCode, job: &Job) -> Response {
-    (status, Json(JobView::from(job))).into_response()
+pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Response {
+    let view = JobView::new(job, app.engine.clock.now());
+    (status, Json(view)).into_response()
 }
 
 /// Creates the job for an intent, or answers with the job the key already names.
@@ -154,6 +170,15 @@ pub async fn create_job(
     let key = body::idempotency_key(&headers)?;
     let request: CreateJobRequest =
         body::shaped(body::json_value(&headers, body, app.body_limit).await?)?;
+    // What is stored is the input's own JSON text, which may be longer than it was sent (`1e5` is kept as
+    // `100000.0`): it must fit what every store keeps of a job.
+    let stored = request.input.to_string().len();
+    if stored > MAX_INPUT_BYTES {
+        return Err(ApiError::InputTooLarge {
+            size: stored,
+            limit: MAX_INPUT_BYTES,
+        });
+    }
     let contract = ContractRef::parse(&request.contract)
         .ok()
         .and_then(|r| app.engine.contracts.get(&r))
@@ -182,7 +207,7 @@ pub async fn create_job(
     match app.engine.create_job(new).await? {
         CreateOutcome::Created(job) => {
             tracing::info!(job_id = %job.id, contract = %job.contract, "job created");
-            let mut response = job_response(StatusCode::CREATED, &job);
+            let mut response = job_response(&app, StatusCode::CREATED, &job);
             let location = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id))
                 .expect("a job id is a valid header value");
             response.headers_mut().insert(header::LOCATION, location);
@@ -190,7 +215,7 @@ pub async fn create_job(
         }
         CreateOutcome::Replayed(job) => {
             tracing::info!(job_id = %job.id, "create replayed");
-            let mut response = job_response(StatusCode::OK, &job);
+            let mut response = job_response(&app, StatusCode::OK, &job);
             response
                 .headers_mut()
                 .insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -252,7 +277,8 @@ const POLL_EVERY: Duration = Duration::seconds(1);
 ///
 /// With `?wait=N` the answer waits (up to N seconds) until the job differs from what the client has seen: the
 /// version named by `If-None-Match`, else the job as it is when the request arrives (a settled job then answers at
-/// once). If nothing changed in time, the answer is 304 when the client named a version, else the job as it is.
+/// once). A failed job that is not settled yet changes when it settles. If nothing changed in time, the answer is
+/// 304 when the client named a version (`If-None-Match`), else 200 with the job as it is.
 #[utoipa::path(
     get, path = "/v1/jobs/{id}", tag = "jobs",
     params(("id" = String, Path, description = "The job's id"), GetParams,
@@ -286,32 +312,41 @@ pub async fn get_job(
     let mut changes = engine.subscribe();
     let read = || async {
         let job = engine
-            .store
             .get_job(&owner, &id)
             .await?
             .ok_or(ApiError::JobNotFound)?;
-        Ok::<_, ApiError>(Tagged::new(&job))
+        Ok::<_, ApiError>(Tagged::new(&job, engine.clock.now()))
     };
     let first = read().await?;
     // What the client has seen: the version it names, else the job as it is now (unless that is settled).
-    let seen = match headers.get(header::IF_NONE_MATCH) {
-        Some(tag) => tag.as_bytes().to_vec(),
-        None if wait == 0 || first.view.status.is_settled() => return Ok(first.into_response()),
+    let named = headers
+        .get(header::IF_NONE_MATCH)
+        .map(|tag| tag.as_bytes().to_vec());
+    let seen = match &named {
+        Some(tag) => tag.clone(),
+        None if wait == 0 || first.view.settled => return Ok(first.into_response()),
         None => first.etag.as_bytes().to_vec(),
     };
+    // A 304 answers only a request that named a version (RFC 9110 §15.4.5).
+    let answer = |tagged: Tagged| match &named {
+        Some(_) => tagged.or_not_modified(&seen),
+        None => tagged.into_response(),
+    };
     if first.etag.as_bytes() != seen || wait == 0 {
-        return Ok(first.or_not_modified(&seen));
+        return Ok(answer(first));
     }
     let mut deadline = engine.clock.sleep(Duration::seconds(wait as i64));
     loop {
+        // A failed job that is not settled yet becomes settled without a write: wake up then.
+        let settling = first_settles(&first, engine.clock.now());
         tokio::select! {
-            () = &mut deadline => return Ok(read().await?.or_not_modified(&seen)),
+            () = &mut deadline => return Ok(answer(read().await?)),
             change = changes.recv() => match change {
                 Ok(changed) if changed != id => continue,
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return Ok(read().await?.or_not_modified(&seen)),
+                Err(RecvError::Closed) => return Ok(answer(read().await?)),
             },
-            () = engine.clock.sleep(POLL_EVERY) => {}
+            () = engine.clock.sleep(POLL_EVERY.min(settling)) => {}
         }
         let now = read().await?;
         if now.etag.as_bytes() != seen {
@@ -320,18 +355,32 @@ pub async fn get_job(
     }
 }
 
+/// How long until the job `tagged` shows settles, if it is waiting to (else a long time).
+fn first_settles(tagged: &Tagged, now: Timestamp) -> Duration {
+    tagged
+        .settles_at
+        .map_or(Duration::days(1), |at| (at - now).max(Duration::zero()))
+}
+
 /// A job's view with its entity tag: a hash of exactly what the client would see.
 struct Tagged {
     view: JobView,
     etag: String,
+    /// When an unsettled failed job settles.
+    settles_at: Option<Timestamp>,
 }
 
 impl Tagged {
-    fn new(job: &Job) -> Self {
-        let view = JobView::from(job);
+    fn new(job: &Job, now: Timestamp) -> Self {
+        let view = JobView::new(job, now);
         let bytes = serde_json::to_vec(&view).expect("a job view always serialises");
         let etag = format!("\"{}\"", &hex::encode(Sha256::digest(bytes))[..32]);
-        Self { view, etag }
+        let settles_at = job.settles_at().filter(|at| !view.settled && *at > now);
+        Self {
+            view,
+            etag,
+            settles_at,
+        }
     }
 
     /// 304 if the client already has this version, else the job.
@@ -404,9 +453,10 @@ pub async fn list_jobs(
         limit,
         cursor,
     };
-    let page = app.engine.store.list_jobs(&owner, &query).await?;
+    let page = app.engine.list_jobs(&owner, &query).await?;
+    let now = app.engine.clock.now();
     Ok(Json(JobList {
-        jobs: page.jobs.iter().map(JobView::from).collect(),
+        jobs: page.jobs.iter().map(|job| JobView::new(job, now)).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))
 }
@@ -429,5 +479,5 @@ pub async fn cancel_job(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let job = app.engine.cancel_job(&owner, &job_id(&id)?).await?;
-    Ok(job_response(StatusCode::OK, &job))
+    Ok(job_response(&app, StatusCode::OK, &job))
 }

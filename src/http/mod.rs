@@ -19,7 +19,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::domain::{ErrorInfo, Standing};
 use crate::engine::Engine;
-use auth::{Auth, Caller};
+use auth::{Auth, Caller, Operator};
 use error::{ApiError, Problem};
 
 /// What every handler may use; cheap to clone.
@@ -148,10 +148,16 @@ async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<Contract
     Json(ContractList { contracts })
 }
 
-/// Counters in the Prometheus text format: creates by outcome, attempts by state, races lost.
+/// Counters in the Prometheus text format: creates by outcome, attempts by state, races lost, store writes tried
+/// again. They cover every owner's activity, so only the operators' metrics token reads them.
 #[utoipa::path(get, path = "/metrics", tag = "meta",
-    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
-async fn metrics(State(app): State<AppState>) -> impl axum::response::IntoResponse {
+    responses(
+        (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "forbidden: an owner's token, not the metrics token", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+async fn metrics(State(app): State<AppState>, _: Operator) -> impl axum::response::IntoResponse {
     (
         [(
             axum::http::header::CONTENT_TYPE,

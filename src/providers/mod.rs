@@ -170,8 +170,11 @@ impl Providers {
 /// Sends one HTTP call and reads the body of a 2xx answer. Anything else is already the reply:
 /// - refused or unreachable: nothing was sent, so nothing was done → failed (`connection_failed`);
 /// - lost after sending, or while reading the answer → lost (`connection_lost`): the attempt becomes unknown;
-/// - an error status → failed: `rate_limited` (429), `provider_error` (5xx), `provider_refused` (other 4xx), with
-///   `Retry-After` kept in the report for the operator. A retry is a new attempt, never a hidden loop.
+/// - a gateway's timeout (408, 502, 504, 524) → lost (`gateway_timeout`): a proxy or load balancer gave up waiting,
+///   the provider behind it may still run and bill the call, so the attempt becomes unknown (invariant 5);
+/// - another error status, said by the provider's own API → failed: `rate_limited` (429), `provider_error` (500,
+///   503 and the other 5xx), `provider_refused` (other 4xx), with `Retry-After` kept in the report for the
+///   operator. A retry is a new attempt, never a hidden loop.
 pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Reply> {
     let response = match call.send().await {
         Ok(response) => response,
@@ -197,6 +200,13 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     if status.is_success() {
         return Ok(text);
     }
+    if is_gateway_timeout(status) {
+        return Err(ProviderOutcome::Lost(ErrorInfo::new(
+            "gateway_timeout",
+            format!("HTTP {status} from a gateway: {}", snippet(&text)),
+        ))
+        .into());
+    }
     let code = if status == StatusCode::TOO_MANY_REQUESTS {
         "rate_limited"
     } else if status.is_server_error() {
@@ -215,6 +225,12 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
             ..CallReport::default()
         },
     })
+}
+
+/// A gateway that stopped waiting for the provider behind it: 408 Request Timeout, 502 Bad Gateway, 504 Gateway
+/// Timeout, and Cloudflare's 524 A Timeout Occurred.
+fn is_gateway_timeout(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 502 | 504 | 524)
 }
 
 /// The start of a text, for error messages.

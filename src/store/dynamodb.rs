@@ -1,23 +1,23 @@
-//! The DynamoDB store: one table, one item per job, keyed by the job's id (itself derived from owner and
+//! The DynamoDB store: one table, one item per job, keyed by the intent part of the job's id (derived from owner and
 //! idempotency key, so the item's existence *is* the (owner, key) uniqueness).
 //!
 //! # Item
 //!
 //! | attribute | type | meaning |
 //! |---|---|---|
-//! | `pk` | S | the job id (table hash key) |
+//! | `pk` | S | the intent part of the job id, `job_<32 hex>` (table hash key); the id adds the creation time |
 //! | `owner`, `created_key` | S, S | GSI `by_owner`: owner → `<created_at ms, 13 digits>#<id>`, newest first |
 //! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
 //! | `input` | S | the input, as JSON text |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, started_at?, finished_at?, error?, report?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, started_at?, finished_at?, error?, report?, origin?, writer?}` |
 //! | `status` | S | the status while the job is open (`queued`, `running`, `unknown`, `failed`) |
-//! | `slot` | M | the result slot, absent while open: `{attempt, result?, at}`; attempt 0 = the job was cancelled |
+//! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
-//! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep`: `QUEUED#s` / `STARTED#s` (s = shard 0–7) → since / lease end |
+//! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep`: `QUEUED#s` / `STARTED#s` (s = shard 0–7) → last dispatch / lease end |
 //! | `created_at`, `updated_at` | N | milliseconds |
-//! | `expires_at` | N | TTL, seconds: the item (and so the key's memory) goes after the retention period |
+//! | `expires_at` | N | seconds: the end of the retention, and the table's TTL attribute |
 //!
 //! Qualification evidence lives in the same table, one item per (contract fingerprint, provider fingerprint):
 //! `pk = qualification#<contract fp>#<provider fp>`, `passed` (BOOL), `evidence` (S, JSON). It has no TTL.
@@ -28,13 +28,30 @@
 //! (`SET slot = if_not_exists(slot, :mine)`) for the winner and the loser alike: the loser's payload is never
 //! written. A live attempt of a cancelled job reads as `cancelled`.
 //!
+//! # Retention
+//!
+//! DynamoDB's TTL deletes an item within about two days of `expires_at`; until then it is still there. So every
+//! request treats it as gone itself: a create's condition lets it be overwritten (`attribute_not_exists(pk) OR
+//! expires_at <= :now`), every write's condition asks `expires_at > :now`, and reads drop what they find expired.
+//! Every write's condition also names the incarnation (`created_at` from the id), so a message for an expired job's
+//! attempt never touches the job that took its key afterwards.
+//!
+//! # Writes that may be repeated
+//!
+//! Each write carries its writer's token into the attempt it makes (`origin`) or moves (`writer`). The SDK retries a
+//! request whose answer was lost; the retry's condition then fails, the item comes back, and the domain, seeing its
+//! own token there, answers as the first write did (invariant 11).
+//!
 //! # Requests
 //!
-//! create, replay and conflict: one `PutItem` (`attribute_not_exists(pk)`, the old item returned on failure).
-//! claim, time-out, completion, job cancel: one conditional `UpdateItem` each; when its condition fails, the old
-//! item comes back with the error and the domain's own rules say why. fail, attempt cancel and add attempt read
-//! the item (consistently) and write it back guarded by `rev`. Listings and sweeps are `Query`s on the two indexes;
-//! nothing scans.
+//! create, replay and conflict: one `PutItem` (the old item returned on a failed condition). claim, time-out,
+//! completion, re-dispatch and job cancel: one conditional `UpdateItem` each; when its condition fails, the old
+//! item comes back with the error and the domain's own rules say why — a refusal, a repeat of a write that landed,
+//! or (rarely: the late answer of a cancelled attempt) a case the one-request form does not cover, written in full
+//! from that returned item and guarded by `rev`. fail, attempt cancel and add attempt read the item (consistently)
+//! and write it back guarded by `rev`. Listings and sweeps are `Query`s on the two indexes; nothing scans.
+//! Listings read the `by_owner` index, which is eventually consistent: a job created a moment ago may be missing
+//! from a listing for a moment (reading it by id is always consistent).
 
 use std::collections::HashMap;
 
@@ -48,14 +65,14 @@ use aws_sdk_dynamodb::types::{
     KeyType, PointInTimeRecoverySpecification, Projection, ProjectionType, ReturnValue,
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
 };
-use chrono::{TimeZone, Utc};
+use chrono::{Duration, TimeZone, Utc};
 use serde_json::Value;
 
 use super::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 use crate::domain::{
-    Attempt, AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo, Fingerprint,
-    IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner, ProviderName,
-    Qualification, Refusal, Timestamp,
+    Attempt, AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ContractRef,
+    ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
+    Owner, ProviderName, Qualification, Refusal, Stamp, Timestamp, WriteToken,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -64,28 +81,23 @@ const OWNER_INDEX: &str = "by_owner";
 const SWEEP_INDEX: &str = "sweep";
 /// Sweep entries spread over this many partitions, so no index key grows hot.
 const SWEEP_SHARDS: u32 = 8;
-/// How long a job (and the memory of its key) is kept before DynamoDB's TTL removes it.
-const RETENTION_DAYS: i64 = 30;
 /// How often a read-then-write transition retries when another write slipped in between.
 const RETRIES: usize = 8;
 
-/// What a conditional update did.
-enum Updated<T> {
-    Written(Job),
-    /// The condition failed and the domain agrees there is nothing to write (e.g. cancelling a cancelled job).
-    Unchanged(T, Job),
-    /// The condition failed, yet the domain would change the item: a case the one-request write does not cover.
-    Uncovered,
+/// The two kinds of sweep entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// A `queued` attempt of an open job, by when it was last dispatched.
+    Queued,
+    /// A `started` attempt of a job not cancelled, by the end of its lease.
+    Started,
 }
 
-impl<T> Updated<T> {
-    /// The job after a write that must have happened.
-    fn written(self, id: &JobId) -> Result<Job, StoreError> {
+impl Sweep {
+    fn as_str(self) -> &'static str {
         match self {
-            Self::Written(job) => Ok(job),
-            Self::Unchanged(..) | Self::Uncovered => {
-                Err(DynamoError::Disagreement(id.to_string()).into())
-            }
+            Self::Queued => "QUEUED",
+            Self::Started => "STARTED",
         }
     }
 }
@@ -103,10 +115,6 @@ enum DynamoError {
     Corrupt(String, String),
     #[error("job {0} kept changing under a guarded write")]
     Contended(String),
-    #[error(
-        "the condition of a write on job {0} failed, yet the domain allows it on the item returned"
-    )]
-    Disagreement(String),
 }
 
 impl From<DynamoError> for StoreError {
@@ -221,7 +229,7 @@ impl DynamoStore {
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", s(id.as_str()))
+            .key("pk", s(id.intent()))
             .consistent_read(true)
             .send()
             .await
@@ -229,27 +237,35 @@ impl DynamoStore {
         Ok(out.item)
     }
 
-    /// One conditional `UpdateItem`: `Ok(Written(job after))`; or, when the condition failed, the domain's verdict
-    /// on the item as it was: a refusal, or `Ok(Unchanged(..))` when the domain accepts it as a no-op.
+    /// One conditional `UpdateItem` on the job `id` names (that incarnation, not expired at `now`), answering the
+    /// job after it. When the condition failed, the domain decides on the item as it was (and its answer comes
+    /// back too): a refusal; nothing to write (a no-op, or this very write landed before); or, when the domain
+    /// would still change the item, the write done in full from that item, guarded by `rev`.
     async fn update<T>(
         &self,
         id: &JobId,
         owner: Option<&Owner>,
+        now: Timestamp,
         update: Update,
-        explain: impl FnOnce(&mut Job) -> Result<T, Refusal>,
-    ) -> Result<Updated<T>, StoreError> {
+        apply: impl Fn(&mut Job) -> Result<T, Refusal>,
+    ) -> Result<(Option<T>, Job), StoreError> {
+        let created_at = id.created_at_ms().ok_or(StoreError::NotFound)?;
         let (expression, condition, names, values) = update.finish();
         let mut request = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key("pk", s(id.as_str()))
+            .key("pk", s(id.intent()))
             .update_expression(expression)
-            .condition_expression(condition)
+            .condition_expression(format!(
+                "({condition}) AND created_at = :created AND expires_at > :now_s"
+            ))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values));
+            .set_expression_attribute_values(Some(values))
+            .expression_attribute_values(":created", n(created_at))
+            .expression_attribute_values(":now_s", n(now.timestamp()));
         if let Some(owner) = owner {
             request = request.expression_attribute_values(":owner", s(owner.as_str()));
         }
@@ -259,57 +275,60 @@ impl DynamoStore {
                     .attributes
                     .as_ref()
                     .ok_or_else(|| corrupt(id, "no item returned"))?;
-                Ok(Updated::Written(decode(item)?))
+                Ok((None, decode(item)?))
             }
             Err(e) => match e.into_service_error() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
                     let Some(old) = failed.item else {
                         return Err(StoreError::NotFound);
                     };
-                    let job = decode(&old)?;
-                    if owner.is_some_and(|o| *o != job.owner) {
-                        return Err(StoreError::NotFound);
-                    }
-                    let mut probe = job.clone();
-                    let verdict = explain(&mut probe)?;
-                    if probe == job {
-                        Ok(Updated::Unchanged(verdict, job))
-                    } else {
-                        Ok(Updated::Uncovered)
-                    }
+                    let (out, job) = self
+                        .read_then_write(id, owner, now, Some(old), apply)
+                        .await?;
+                    Ok((Some(out), job))
                 }
                 other => Err(StoreError::backend(other)),
             },
         }
     }
 
-    /// Reads the job, applies a domain transition and writes the whole item back, guarded by `rev`; retries if
-    /// another write slipped in between.
+    /// Reads the job (or starts from `first`, an item already in hand), applies a domain transition and, if it
+    /// changed the job, writes the whole item back guarded by `rev`; retries if another write slipped in between.
+    /// A transition that changes nothing (a repeat of a write that landed, a no-op) writes nothing.
     async fn read_then_write<T>(
         &self,
         id: &JobId,
         owner: Option<&Owner>,
+        now: Timestamp,
+        mut first: Option<Item>,
         apply: impl Fn(&mut Job) -> Result<T, Refusal>,
     ) -> Result<(T, Job), StoreError> {
         for _ in 0..RETRIES {
-            let item = self.read_item(id).await?.ok_or(StoreError::NotFound)?;
-            let mut job = decode(&item)?;
-            if owner.is_some_and(|o| *o != job.owner) {
+            let item = match first.take() {
+                Some(item) => item,
+                None => self.read_item(id).await?.ok_or(StoreError::NotFound)?,
+            };
+            let job = decode(&item)?;
+            if job.id != *id || job.is_expired(now) || owner.is_some_and(|o| *o != job.owner) {
                 return Err(StoreError::NotFound);
             }
-            let out = apply(&mut job)?;
+            let mut after = job.clone();
+            let out = apply(&mut after)?;
+            if after == job {
+                return Ok((out, job));
+            }
             let rev = number(&item, "rev").unwrap_or(0);
             let written = self
                 .client
                 .put_item()
                 .table_name(&self.table)
-                .set_item(Some(encode(&job, rev + 1)))
+                .set_item(Some(encode(&after, rev + 1)))
                 .condition_expression("rev = :rev")
                 .expression_attribute_values(":rev", n(rev))
                 .send()
                 .await;
             match written {
-                Ok(_) => return Ok((out, job)),
+                Ok(_) => return Ok((out, after)),
                 Err(e)
                     if matches!(
                         e.as_service_error(),
@@ -323,8 +342,9 @@ impl DynamoStore {
 
     async fn sweep_query(
         &self,
-        kind: &str,
+        kind: Sweep,
         before: Timestamp,
+        now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
         let mut found = Vec::new();
@@ -335,7 +355,7 @@ impl DynamoStore {
                 .table_name(&self.table)
                 .index_name(SWEEP_INDEX)
                 .key_condition_expression("sweep_pk = :pk AND sweep_at < :before")
-                .expression_attribute_values(":pk", s(&format!("{kind}#{shard}")))
+                .expression_attribute_values(":pk", s(&format!("{}#{shard}", kind.as_str())))
                 .expression_attribute_values(":before", n(before.timestamp_millis()))
                 .limit(limit as i32)
                 .send()
@@ -343,8 +363,14 @@ impl DynamoStore {
                 .map_err(sdk)?;
             for item in out.items() {
                 let job = decode(item)?;
+                if job.is_expired(now) {
+                    continue;
+                }
                 let at = number(item, "sweep_at").unwrap_or_default();
-                if let Some(live) = job.live_attempt() {
+                if let Some(live) = job
+                    .live_attempt()
+                    .filter(|a| sweep_kind(&job, a) == Some(kind))
+                {
                     found.push((
                         at,
                         AttemptRef {
@@ -362,14 +388,21 @@ impl DynamoStore {
 
 #[async_trait]
 impl JobStore for DynamoStore {
-    async fn create_job(&self, new: NewJob, now: Timestamp) -> Result<CreateOutcome, StoreError> {
-        let job = Job::new(new, now);
+    async fn create_job(
+        &self,
+        new: NewJob,
+        retention: Duration,
+        stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError> {
+        let job = Job::new(new, retention, stamp);
         let put = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(encode(&job, 1)))
-            .condition_expression("attribute_not_exists(pk)")
+            // No job under this key, or only one past its retention (which DynamoDB's TTL has yet to delete).
+            .condition_expression("attribute_not_exists(pk) OR expires_at <= :now_s")
+            .expression_attribute_values(":now_s", n(stamp.now.timestamp()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -381,7 +414,9 @@ impl JobStore for DynamoStore {
                         .item
                         .ok_or_else(|| corrupt(&job.id, "the existing item was not returned"))?;
                     let existing = decode(&old)?;
-                    Ok(if existing.fingerprint == job.fingerprint {
+                    Ok(if existing.created_by(&stamp.token) {
+                        CreateOutcome::Created(existing)
+                    } else if existing.fingerprint == job.fingerprint {
                         CreateOutcome::Replayed(existing)
                     } else {
                         CreateOutcome::Conflict(existing)
@@ -392,18 +427,29 @@ impl JobStore for DynamoStore {
         }
     }
 
-    async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError> {
+    async fn get_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
         match self.read_item(id).await? {
             None => Ok(None),
-            Some(item) => Ok(Some(decode(&item)?).filter(|job| job.owner == *owner)),
+            Some(item) => Ok(Some(decode(&item)?)
+                .filter(|job| job.id == *id && job.owner == *owner && !job.is_expired(now))),
         }
     }
 
-    async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError> {
+    async fn list_jobs(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
         let mut jobs = Vec::new();
         let mut start = query.cursor.as_ref().map(|c| {
             HashMap::from([
-                ("pk".to_owned(), s(c.id.as_str())),
+                ("pk".to_owned(), s(c.id.intent())),
                 ("owner".to_owned(), s(owner.as_str())),
                 (
                     "created_key".to_owned(),
@@ -411,7 +457,14 @@ impl JobStore for DynamoStore {
                 ),
             ])
         });
-        // A status filter may leave pages short: keep reading until the page is full or the owner has no more.
+        let (filter, status) = match query.status {
+            Some(status) => {
+                let (filter, value) = status_filter(status);
+                (format!("expires_at > :now_s AND {filter}"), Some(value))
+            }
+            None => ("expires_at > :now_s".to_owned(), None),
+        };
+        // A filter may leave pages short: keep reading until the page is full or the owner has no more.
         loop {
             let mut request = self
                 .client
@@ -421,14 +474,13 @@ impl JobStore for DynamoStore {
                 .key_condition_expression("#owner = :owner")
                 .expression_attribute_names("#owner", "owner")
                 .expression_attribute_values(":owner", s(owner.as_str()))
+                .filter_expression(&filter)
+                .expression_attribute_values(":now_s", n(now.timestamp()))
                 .scan_index_forward(false)
                 .limit((query.limit + 1) as i32)
                 .set_exclusive_start_key(start.take());
-            if let Some(status) = query.status {
-                let (filter, value) = status_filter(status);
-                request = request
-                    .filter_expression(filter)
-                    .expression_attribute_values(":status", value);
+            if let Some(value) = &status {
+                request = request.expression_attribute_values(":status", value.clone());
                 if filter.contains("#status") {
                     request = request.expression_attribute_names("#status", "status");
                 }
@@ -453,11 +505,12 @@ impl JobStore for DynamoStore {
         &self,
         owner: &Owner,
         id: &JobId,
-        provider: ProviderName,
-        now: Timestamp,
+        provider: Option<ProviderName>,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<(u32, Job), StoreError> {
-        self.read_then_write(id, Some(owner), |job| {
-            job.add_attempt(provider.clone(), now)
+        self.read_then_write(id, Some(owner), stamp.now, None, |job| {
+            job.add_attempt(provider.clone(), failover, stamp)
         })
         .await
     }
@@ -467,9 +520,9 @@ impl JobStore for DynamoStore {
         id: &JobId,
         number: u32,
         lease_expires_at: Timestamp,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
-        let mut u = Update::new(number, now);
+        let mut u = Update::new(number, stamp);
         u.condition("#attempts.#n.#state = :queued AND attribute_not_exists(slot)");
         u.value(":queued", s("queued"));
         u.set("#attempts.#n.#state = :started");
@@ -480,30 +533,38 @@ impl JobStore for DynamoStore {
         u.value(":lease", n(lease_expires_at.timestamp_millis()));
         u.set("#status = :running");
         u.value(":running", s("running"));
-        u.sweep("STARTED", id, lease_expires_at);
-        self.update(id, None, u, |job| job.claim(number, lease_expires_at, now))
+        u.sweep(Sweep::Started, id, lease_expires_at);
+        Ok(self
+            .update(id, None, stamp.now, u, |job| {
+                job.claim(number, lease_expires_at, stamp)
+            })
             .await?
-            .written(id)
+            .1)
     }
 
     async fn mark_unknown(
         &self,
         id: &JobId,
         number: u32,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
-        let mut u = Update::new(number, now);
-        u.condition("#attempts.#n.#state = :started AND attribute_not_exists(slot)");
+        let mut u = Update::new(number, stamp);
+        // A started attempt, unless the job was cancelled (a slot held by attempt 0).
+        u.condition(
+            "#attempts.#n.#state = :started AND (attribute_not_exists(slot) OR slot.attempt > :zero)",
+        );
         u.value(":started", s("started"));
         u.set("#attempts.#n.#state = :unknown");
         u.value(":unknown", s("unknown"));
-        u.remove("#attempts.#n.lease_expires_at");
         u.set("#status = :unknown");
         u.remove("sweep_pk");
         u.remove("sweep_at");
-        self.update(id, None, u, |job| job.mark_unknown(number, now))
+        Ok(self
+            .update(id, None, stamp.now, u, |job| {
+                job.mark_unknown(number, stamp)
+            })
             .await?
-            .written(id)
+            .1)
     }
 
     async fn complete_attempt(
@@ -512,18 +573,18 @@ impl JobStore for DynamoStore {
         number: u32,
         result: Value,
         report: CallReport,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(Completion, Job), StoreError> {
-        let mut u = Update::new(number, now);
-        // A claimed attempt (it has a seen_version) that is started, unknown or cancelled. An attempt that was never
-        // claimed cannot win; its result (which no worker of ours sends) is discarded by the guarded fallback below.
+        let now = stamp.now;
+        let mut u = Update::new(number, stamp);
+        // A claimed attempt that is still live: no other attempt is, so the job's sweep entry is this attempt's
+        // own. Any other case (an attempt cancelled meanwhile, never claimed, or this write landed before) is
+        // decided by the domain on the item the failed condition returns.
         u.condition(
-            "attribute_exists(#attempts.#n.seen_version) \
-             AND #attempts.#n.#state IN (:started, :unknown, :cancelled)",
+            "attribute_exists(#attempts.#n.seen_version) AND #attempts.#n.#state IN (:started, :unknown)",
         );
         u.value(":started", s("started"));
         u.value(":unknown", s("unknown"));
-        u.value(":cancelled", s("cancelled"));
         // The compare-and-swap: the slot is taken only if it is free; a loser leaves it as it was.
         u.set("slot = if_not_exists(slot, :mine)");
         u.value(
@@ -541,26 +602,14 @@ impl JobStore for DynamoStore {
             u.set("#attempts.#n.report = :report");
             u.value(":report", s(&json_text(&report)));
         }
-        u.remove("#attempts.#n.lease_expires_at");
         u.remove("sweep_pk");
         u.remove("sweep_at");
         u.no_updated_at();
-        let job = match self
-            .update(id, None, u, |job| {
-                job.complete(number, result.clone(), report.clone(), now)
+        let (_, job) = self
+            .update(id, None, now, u, |job| {
+                job.complete(number, result.clone(), report.clone(), stamp)
             })
-            .await?
-        {
-            Updated::Uncovered => {
-                let (_, job) = self
-                    .read_then_write(id, None, |job| {
-                        job.complete(number, result.clone(), report.clone(), now)
-                    })
-                    .await?;
-                job
-            }
-            updated => updated.written(id)?,
-        };
+            .await?;
         let outcome = match job.completed_by {
             Some(winner) if winner == number => Completion::Won,
             winner => Completion::Lost { winner },
@@ -574,12 +623,12 @@ impl JobStore for DynamoStore {
         number: u32,
         error: ErrorInfo,
         report: CallReport,
-        next: NextStep,
-        now: Timestamp,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
         let (_, job) = self
-            .read_then_write(id, None, |job| {
-                job.fail(number, error.clone(), report.clone(), next.clone(), now)
+            .read_then_write(id, None, stamp.now, None, |job| {
+                job.fail(number, error.clone(), report.clone(), failover, stamp)
             })
             .await?;
         Ok(job)
@@ -590,15 +639,27 @@ impl JobStore for DynamoStore {
         owner: &Owner,
         id: &JobId,
         number: u32,
-        next: NextStep,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        let (_, job) = self
-            .read_then_write(id, Some(owner), |job| {
-                job.cancel_attempt(number, next.clone(), now)
-            })
-            .await?;
-        Ok(job)
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(AttemptCancel, Job), StoreError> {
+        self.read_then_write(id, Some(owner), stamp.now, None, |job| {
+            job.cancel_attempt(number, failover, stamp)
+        })
+        .await
+    }
+
+    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
+        let mut u = Update::new(number, &Stamp::fresh(now));
+        u.condition("#attempts.#n.#state = :queued AND attribute_not_exists(slot)");
+        u.value(":queued", s("queued"));
+        u.set("#attempts.#n.dispatched_at = :now");
+        u.set("sweep_at = :now");
+        u.no_updated_at();
+        u.no_writer();
+        Ok(self
+            .update(id, None, now, u, |job| job.redispatch(number, now))
+            .await?
+            .1)
     }
 
     async fn expired_leases(
@@ -606,15 +667,21 @@ impl JobStore for DynamoStore {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        self.sweep_query("STARTED", now, limit).await
+        self.sweep_query(Sweep::Started, now, now, limit).await
     }
 
     async fn stale_queued(
         &self,
         before: Timestamp,
+        now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        self.sweep_query("QUEUED", before, limit).await
+        self.sweep_query(Sweep::Queued, before, now, limit).await
+    }
+
+    async fn purge_expired(&self, _now: Timestamp, _limit: usize) -> Result<usize, StoreError> {
+        // DynamoDB's TTL deletes expired items; until it does, every request here treats them as gone.
+        Ok(0)
     }
 
     async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
@@ -664,9 +731,9 @@ impl JobStore for DynamoStore {
         &self,
         owner: &Owner,
         id: &JobId,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(JobCancel, Job), StoreError> {
-        let mut u = Update::new(0, now);
+        let mut u = Update::new(0, stamp);
         u.condition("#owner = :owner AND attribute_not_exists(slot)");
         u.name("#owner", "owner");
         u.set("slot = :closed");
@@ -674,20 +741,18 @@ impl JobStore for DynamoStore {
             ":closed",
             AttributeValue::M(HashMap::from([
                 ("attempt".to_owned(), n(0)),
-                ("at".to_owned(), n(now.timestamp_millis())),
+                ("at".to_owned(), n(stamp.now.timestamp_millis())),
+                ("token".to_owned(), s(stamp.token.as_str())),
             ])),
         );
         u.remove("sweep_pk");
         u.remove("sweep_at");
-        match self
-            .update(id, Some(owner), u, |job| job.cancel(now))
-            .await?
-        {
-            Updated::Written(job) => Ok((JobCancel::Cancelled, job)),
-            // Cancelled before: the domain calls that an answer, not an error, and nothing was written.
-            Updated::Unchanged(outcome, job) => Ok((outcome, job)),
-            Updated::Uncovered => Err(DynamoError::Disagreement(id.to_string()).into()),
-        }
+        u.no_writer();
+        // Cancelled before: the domain calls that an answer, not an error, and nothing is written.
+        let (outcome, job) = self
+            .update(id, Some(owner), stamp.now, u, |job| job.cancel(stamp))
+            .await?;
+        Ok((outcome.unwrap_or(JobCancel::Cancelled), job))
     }
 }
 
@@ -699,11 +764,13 @@ struct Update {
     names: HashMap<String, String>,
     values: HashMap<String, AttributeValue>,
     touch: bool,
+    writer: bool,
 }
 
 impl Update {
-    /// An update of attempt `number`, bumping `rev` and (unless told otherwise) `updated_at`.
-    fn new(number: u32, now: Timestamp) -> Self {
+    /// An update of attempt `number` by the write `stamp`, bumping `rev` and (unless told otherwise) `updated_at`
+    /// and the attempt's `writer`.
+    fn new(number: u32, stamp: &Stamp) -> Self {
         Self {
             sets: vec!["rev = rev + :one".into()],
             removes: Vec::new(),
@@ -717,9 +784,11 @@ impl Update {
             values: HashMap::from([
                 (":one".to_owned(), n(1)),
                 (":zero".to_owned(), n(0)),
-                (":now".to_owned(), n(now.timestamp_millis())),
+                (":now".to_owned(), n(stamp.now.timestamp_millis())),
+                (":token".to_owned(), s(stamp.token.as_str())),
             ]),
             touch: true,
+            writer: true,
         }
     }
 
@@ -748,14 +817,17 @@ impl Update {
         self.touch = false;
     }
 
-    fn sweep(&mut self, kind: &str, id: &JobId, at: Timestamp) {
+    /// Leaves the attempt's `writer` alone: the write does not move an attempt.
+    fn no_writer(&mut self) {
+        self.writer = false;
+    }
+
+    fn sweep(&mut self, kind: Sweep, id: &JobId, at: Timestamp) {
         self.set("sweep_pk = :sweep_pk, sweep_at = :sweep_at");
         self.value(":sweep_pk", s(&sweep_key(kind, id)));
         self.value(":sweep_at", n(at.timestamp_millis()));
     }
-}
 
-impl Update {
     fn finish(
         mut self,
     ) -> (
@@ -766,6 +838,9 @@ impl Update {
     ) {
         if self.touch {
             self.sets.push("updated_at = :now".into());
+        }
+        if self.writer {
+            self.sets.push("#attempts.#n.writer = :token".into());
         }
         let mut expression = format!("SET {}", self.sets.join(", "));
         if !self.removes.is_empty() {
@@ -788,13 +863,25 @@ fn contains_placeholder(text: &str, placeholder: &str) -> bool {
     })
 }
 
-fn sweep_key(kind: &str, id: &JobId) -> String {
+fn sweep_key(kind: Sweep, id: &JobId) -> String {
     let shard = id
-        .as_str()
+        .intent()
         .bytes()
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
         % SWEEP_SHARDS;
-    format!("{kind}#{shard}")
+    format!("{}#{shard}", kind.as_str())
+}
+
+/// The sweep entry a live attempt of `job` has, if any: a queued attempt of an open job (its message may be
+/// lost), a started attempt of a job not cancelled (its worker may have died; also after another attempt won).
+fn sweep_kind(job: &Job, live: &Attempt) -> Option<Sweep> {
+    match live.state {
+        AttemptState::Queued if job.completed_by.is_none() && job.cancelled_at.is_none() => {
+            Some(Sweep::Queued)
+        }
+        AttemptState::Started if job.cancelled_at.is_none() => Some(Sweep::Started),
+        _ => None,
+    }
 }
 
 fn created_key(created_at_ms: i64, id: &JobId) -> String {
@@ -833,13 +920,17 @@ fn millis(ms: i64) -> Timestamp {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }
 
+fn seconds(s: i64) -> Timestamp {
+    Utc.timestamp_opt(s, 0).single().unwrap_or_default()
+}
+
 /// The item for a job as the domain sees it. Attempt states are written as they are.
 fn encode(job: &Job, rev: i64) -> Item {
     let mut item = Item::new();
     let mut put = |k: &str, v: AttributeValue| {
         item.insert(k.to_owned(), v);
     };
-    put("pk", s(job.id.as_str()));
+    put("pk", s(job.id.intent()));
     put("owner", s(job.owner.as_str()));
     put(
         "created_key",
@@ -855,10 +946,7 @@ fn encode(job: &Job, rev: i64) -> Item {
     );
     put("created_at", n(job.created_at.timestamp_millis()));
     put("updated_at", n(job.updated_at.timestamp_millis()));
-    put(
-        "expires_at",
-        n((job.created_at + chrono::Duration::days(RETENTION_DAYS)).timestamp()),
-    );
+    put("expires_at", n(job.expires_at.timestamp()));
     put("rev", n(rev));
     put("status", s(job.status().as_str()));
     put(
@@ -873,19 +961,18 @@ fn encode(job: &Job, rev: i64) -> Item {
     if let Some(error) = &job.error {
         put("error", s(&json_text(error)));
     }
-    // A live attempt of a settled job is never swept (on SQLite neither): its claim would be refused anyway.
-    if let Some(live) = job.live_attempt().filter(|_| !job.status().is_settled()) {
-        match live.state {
-            AttemptState::Queued => {
-                put("sweep_pk", s(&sweep_key("QUEUED", &job.id)));
-                put("sweep_at", n(live.created_at.timestamp_millis()));
-            }
-            AttemptState::Started => {
-                put("sweep_pk", s(&sweep_key("STARTED", &job.id)));
-                let lease = live.lease_expires_at.unwrap_or(job.updated_at);
-                put("sweep_at", n(lease.timestamp_millis()));
-            }
-            _ => {}
+    if let Some(live) = job.live_attempt() {
+        let at = match sweep_kind(job, live) {
+            Some(Sweep::Queued) => Some((Sweep::Queued, live.dispatched_at)),
+            Some(Sweep::Started) => Some((
+                Sweep::Started,
+                live.lease_expires_at.unwrap_or(job.updated_at),
+            )),
+            None => None,
+        };
+        if let Some((kind, at)) = at {
+            put("sweep_pk", s(&sweep_key(kind, &job.id)));
+            put("sweep_at", n(at.timestamp_millis()));
         }
     }
     if job.version > 0 {
@@ -895,6 +982,9 @@ fn encode(job: &Job, rev: i64) -> Item {
         }
         let at = job.cancelled_at.unwrap_or(job.updated_at);
         slot.insert("at".to_owned(), n(at.timestamp_millis()));
+        if let Some(token) = &job.cancelled_by {
+            slot.insert("token".to_owned(), s(token.as_str()));
+        }
         put("slot", AttributeValue::M(slot));
     }
     item
@@ -905,6 +995,10 @@ fn encode_attempt(a: &Attempt) -> AttributeValue {
         ("provider".to_owned(), s(a.provider.as_str())),
         ("state".to_owned(), s(a.state.as_str())),
         ("created_at".to_owned(), n(a.created_at.timestamp_millis())),
+        (
+            "dispatched_at".to_owned(),
+            n(a.dispatched_at.timestamp_millis()),
+        ),
     ]);
     let mut opt = |k: &str, v: Option<AttributeValue>| {
         if let Some(v) = v {
@@ -923,6 +1017,8 @@ fn encode_attempt(a: &Attempt) -> AttributeValue {
     );
     opt("error", a.error.as_ref().map(|e| s(&json_text(e))));
     opt("report", a.report.as_ref().map(|r| s(&json_text(r))));
+    opt("origin", a.origin.as_ref().map(|t| s(t.as_str())));
+    opt("writer", a.writer.as_ref().map(|t| s(t.as_str())));
     AttributeValue::M(m)
 }
 
@@ -930,9 +1026,11 @@ fn encode_attempt(a: &Attempt) -> AttributeValue {
 fn decode(item: &Item) -> Result<Job, StoreError> {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).map(String::as_str);
     let raw_id = text("pk").unwrap_or_default();
-    let id = JobId::parse(raw_id)
+    let intent = JobId::parse(raw_id)
         .map_err(|e| StoreError::backend(DynamoError::Corrupt(raw_id.into(), e.to_string())))?;
-    let bad = |what: &str| corrupt(&id, what);
+    let bad = |what: &str| corrupt(&intent, what);
+    let created_at = number(item, "created_at").ok_or_else(|| bad("created_at"))?;
+    let id = JobId::incarnation(intent.intent(), created_at);
     let field = |k: &str| text(k).ok_or_else(|| bad(k));
     let slot = item.get("slot").and_then(|v| v.as_m().ok());
     let slot_attempt = slot.and_then(|m| number(m, "attempt")).map(|a| a as u32);
@@ -984,9 +1082,14 @@ fn decode(item: &Item) -> Result<Job, StoreError> {
             .map(|e| serde_json::from_str(e).map_err(|_| bad("error")))
             .transpose()?,
         cancelled_at,
+        cancelled_by: match slot.filter(|_| cancelled_at.is_some()) {
+            Some(slot) => token(slot, "token").ok_or_else(|| bad("slot.token"))?,
+            None => None,
+        },
         attempts,
-        created_at: millis(number(item, "created_at").ok_or_else(|| bad("created_at"))?),
+        created_at: millis(created_at),
         updated_at: slot_at.map_or(updated_at, |at| at.max(updated_at)),
+        expires_at: seconds(number(item, "expires_at").ok_or_else(|| bad("expires_at"))?),
         id,
     })
 }
@@ -1003,7 +1106,6 @@ fn decode_attempt(
     let number: u32 = key.parse().ok()?;
     let stored = m.get("state")?.as_s().ok()?;
     let mut finished_at = at("finished_at");
-    let mut lease_expires_at = at("lease_expires_at");
     let state = match stored.as_str() {
         "answered" if completed_by == Some(number) => AttemptState::Succeeded,
         "answered" => AttemptState::Discarded,
@@ -1013,7 +1115,6 @@ fn decode_attempt(
                 // The job was cancelled while this attempt was live.
                 Some(when) if state.is_live() => {
                     finished_at = Some(when);
-                    lease_expires_at = None;
                     AttemptState::Cancelled
                 }
                 _ => state,
@@ -1025,8 +1126,9 @@ fn decode_attempt(
         provider: ProviderName::parse(m.get("provider")?.as_s().ok()?).ok()?,
         state,
         seen_version: number_of("seen_version").map(|v| v as u64),
-        lease_expires_at,
+        lease_expires_at: at("lease_expires_at"),
         created_at: at("created_at")?,
+        dispatched_at: at("dispatched_at").or(at("created_at"))?,
         started_at: at("started_at"),
         finished_at,
         error: match m.get("error") {
@@ -1037,7 +1139,17 @@ fn decode_attempt(
             Some(r) => Some(serde_json::from_str::<CallReport>(r.as_s().ok()?).ok()?),
             None => None,
         },
+        origin: token(m, "origin")?,
+        writer: token(m, "writer")?,
     })
+}
+
+/// An optional token attribute of an attempt: `Some(None)` when absent, `None` when unreadable.
+fn token(m: &Item, name: &str) -> Option<Option<WriteToken>> {
+    match m.get(name) {
+        None => Some(None),
+        Some(v) => WriteToken::parse(v.as_s().ok()?).ok().map(Some),
+    }
 }
 
 fn json_text(value: &impl serde::Serialize) -> String {

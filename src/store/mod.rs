@@ -13,9 +13,12 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use chrono::Duration;
+
 use crate::domain::{
-    AttemptRef, CallReport, Completion, ErrorInfo, Fingerprint, Job, JobCancel, JobId, JobStatus,
-    NewJob, NextStep, Owner, ParseError, ProviderName, Qualification, Refusal, Timestamp,
+    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
+    JobCancel, JobId, JobStatus, NewJob, Owner, ParseError, ProviderName, Qualification, Refusal,
+    Stamp, Timestamp,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -114,42 +117,61 @@ impl StoreError {
 }
 
 /// The job ledger. Methods taking an `owner` answer [`StoreError::NotFound`] for another owner's job; the others
-/// are the worker's and address a job by id alone.
+/// are the worker's and address a job by id alone. A job past its retention is gone for every method: reads do not
+/// find it, writes answer `NotFound`, and a create under its key makes a new job.
+///
+/// Every write takes a [`Stamp`]. A write repeated with its stamp's token — by the backend's own client, by the
+/// engine, after an answer was lost — answers as it did the first time and writes nothing again (invariant 11).
 #[async_trait]
 pub trait JobStore: Send + Sync + Debug {
-    /// Creates the job (with attempt 1 queued) unless (owner, key) exists; the database's uniqueness decides.
-    async fn create_job(&self, new: NewJob, now: Timestamp) -> Result<CreateOutcome, StoreError>;
+    /// Creates the job (with attempt 1 queued, kept for `retention`) unless (owner, key) names a job that is not
+    /// expired; the database's uniqueness decides. A repeat of a create that landed is `Created` again.
+    async fn create_job(
+        &self,
+        new: NewJob,
+        retention: Duration,
+        stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError>;
 
-    /// A consistent read of one job with its attempts.
-    async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError>;
+    /// A consistent read of one job with its attempts, unless it expired before `now`.
+    async fn get_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError>;
 
-    async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError>;
+    /// The owner's jobs that have not expired by `now`, newest first.
+    async fn list_jobs(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError>;
 
-    /// Queues a new attempt; refused while one is live or once the job has its outcome. Returns its number.
+    /// Queues a new attempt (on `provider`, or as [`Job::add_attempt`] chooses); refused while one is live, once
+    /// the job has its outcome, or at the attempt limit. Returns its number.
     async fn add_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
-        provider: ProviderName,
-        now: Timestamp,
+        provider: Option<ProviderName>,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<(u32, Job), StoreError>;
 
-    /// `queued` → `started` with a lease; a duplicate or late claim is refused.
+    /// `queued` → `started` with a lease; a duplicate or late claim (another token) is refused.
     async fn claim_attempt(
         &self,
         id: &JobId,
         number: u32,
         lease_expires_at: Timestamp,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError>;
 
     /// `started` → `unknown`.
-    async fn mark_unknown(
-        &self,
-        id: &JobId,
-        number: u32,
-        now: Timestamp,
-    ) -> Result<Job, StoreError>;
+    async fn mark_unknown(&self, id: &JobId, number: u32, stamp: &Stamp)
+    -> Result<Job, StoreError>;
 
     /// Compare-and-swap on the result slot; the loser becomes `discarded` and the job is left as it was.
     async fn complete_attempt(
@@ -158,43 +180,53 @@ pub trait JobStore: Send + Sync + Debug {
         number: u32,
         result: Value,
         report: CallReport,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(Completion, Job), StoreError>;
 
-    /// `started` | `unknown` → `failed`, and in the same write `next`: the failover attempt, or the job's error.
+    /// `started` | `unknown` → `failed`, and in the same write the failover `failover` allows.
     async fn fail_attempt(
         &self,
         id: &JobId,
         number: u32,
         error: ErrorInfo,
         report: CallReport,
-        next: NextStep,
-        now: Timestamp,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError>;
 
-    /// A live attempt → `cancelled`, and in the same write `next`.
+    /// A live attempt → `cancelled`, and in the same write the failover `failover` allows.
     async fn cancel_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
         number: u32,
-        next: NextStep,
-        now: Timestamp,
-    ) -> Result<Job, StoreError>;
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(AttemptCancel, Job), StoreError>;
 
-    /// `started` attempts whose lease ended before `now`, oldest lease first, at most `limit`.
+    /// Records that a `queued` attempt was handed to the queue again at `now`.
+    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError>;
+
+    /// `started` attempts whose lease ended before `now` (in jobs not cancelled, not expired), oldest lease first,
+    /// at most `limit`.
     async fn expired_leases(
         &self,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError>;
 
-    /// Attempts still `queued` that were queued before `before`, oldest first, at most `limit`.
+    /// Attempts still `queued` in open jobs that were last dispatched before `before` (not expired by `now`),
+    /// oldest first, at most `limit`.
     async fn stale_queued(
         &self,
         before: Timestamp,
+        now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError>;
+
+    /// Deletes up to `limit` jobs that expired before `now`; how many went. A backend that expires items by itself
+    /// (DynamoDB's TTL) deletes nothing here: its reads already treat them as gone.
+    async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError>;
 
     /// Stores qualification evidence, replacing any earlier one for the same pair of fingerprints.
     async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError>;
@@ -211,6 +243,6 @@ pub trait JobStore: Send + Sync + Debug {
         &self,
         owner: &Owner,
         id: &JobId,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(JobCancel, Job), StoreError>;
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{TimeZone, Utc};
+use chrono::{Duration as Retention, TimeZone, Utc};
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
@@ -21,9 +21,9 @@ use tokio::sync::Mutex;
 
 use super::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 use crate::domain::{
-    Attempt, AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo, Fingerprint,
-    IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, NextStep, Owner, ProviderName,
-    Qualification, Refusal, Timestamp,
+    Attempt, AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ContractRef,
+    ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
+    Owner, ProviderName, Qualification, Refusal, Stamp, Timestamp, WriteToken,
 };
 
 const SCHEMA: &str = "
@@ -43,9 +43,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancelled_at    INTEGER,
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    cancelled_by    TEXT,
     UNIQUE (owner, idempotency_key)
 ) STRICT;
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
 CREATE TABLE IF NOT EXISTS attempts (
     job_id           TEXT NOT NULL REFERENCES jobs (id),
     number           INTEGER NOT NULL,
@@ -58,21 +61,15 @@ CREATE TABLE IF NOT EXISTS attempts (
     finished_at      INTEGER,
     error            TEXT,
     report           TEXT,
+    dispatched_at    INTEGER NOT NULL,
+    origin           TEXT,
+    writer           TEXT,
     PRIMARY KEY (job_id, number)
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
     ON attempts (job_id) WHERE state IN ('queued', 'started', 'unknown');
 CREATE INDEX IF NOT EXISTS started_by_lease ON attempts (lease_expires_at) WHERE state = 'started';
-CREATE INDEX IF NOT EXISTS queued_by_age ON attempts (created_at) WHERE state = 'queued';
-";
-
-/// What version 2 added to version 1: what providers report about calls, and qualification evidence.
-const SCHEMA_1_TO_2: &str = "
-ALTER TABLE attempts ADD COLUMN report TEXT;
-";
-
-/// Tables that version 2 added.
-const SCHEMA_2: &str = "
+CREATE INDEX IF NOT EXISTS queued_by_dispatch ON attempts (dispatched_at) WHERE state = 'queued';
 CREATE TABLE IF NOT EXISTS qualifications (
     contract_fingerprint TEXT NOT NULL,
     provider_fingerprint TEXT NOT NULL,
@@ -81,13 +78,39 @@ CREATE TABLE IF NOT EXISTS qualifications (
 ) STRICT;
 ";
 
+/// What version 2 added to version 1: what providers report about calls, and qualification evidence.
+const SCHEMA_1_TO_2: &str = "
+ALTER TABLE attempts ADD COLUMN report TEXT;
+CREATE TABLE IF NOT EXISTS qualifications (
+    contract_fingerprint TEXT NOT NULL,
+    provider_fingerprint TEXT NOT NULL,
+    evidence             TEXT NOT NULL,
+    PRIMARY KEY (contract_fingerprint, provider_fingerprint)
+) STRICT;
+";
+
+/// What version 3 added to version 2: retention (jobs made before keep the default 30 days), when a queued attempt
+/// was last dispatched, and the tokens of the writes that made and moved each attempt and cancelled each job.
+const SCHEMA_2_TO_3: &str = "
+ALTER TABLE jobs ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN cancelled_by TEXT;
+UPDATE jobs SET expires_at = ((created_at + 2592000000 + 999) / 1000) * 1000;
+CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
+ALTER TABLE attempts ADD COLUMN dispatched_at INTEGER NOT NULL DEFAULT 0;
+UPDATE attempts SET dispatched_at = created_at;
+ALTER TABLE attempts ADD COLUMN origin TEXT;
+ALTER TABLE attempts ADD COLUMN writer TEXT;
+DROP INDEX IF EXISTS queued_by_age;
+CREATE INDEX IF NOT EXISTS queued_by_dispatch ON attempts (dispatched_at) WHERE state = 'queued';
+";
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
-                           completed_by, result, error, cancelled_at, created_at, updated_at";
+                           completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by";
 const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
-                               finished_at, error, report";
+                               finished_at, error, report, dispatched_at, origin, writer";
 
 /// How many connections serve reads beside the writer.
 const READERS: usize = 4;
@@ -182,16 +205,19 @@ impl SqliteStore {
         .map_err(StoreError::backend)?
     }
 
-    /// Loads a job, applies one domain transition and writes back exactly what it changed, in one transaction.
+    /// Loads a job (not expired by `now`), applies one domain transition and writes back exactly what it changed,
+    /// in one transaction. A transition that finds its own write already applied changes nothing, so nothing is
+    /// written.
     async fn transition<T: Send + 'static>(
         &self,
         owner: Option<Owner>,
         id: &JobId,
+        now: Timestamp,
         apply: impl FnOnce(&mut Job) -> Result<T, Refusal> + Send + 'static,
     ) -> Result<(T, Job), StoreError> {
         let id = id.clone();
         self.write(move |tx| {
-            let before = load_job(tx, &id)?
+            let before = load_job(tx, &id, now)?
                 .filter(|job| owner.as_ref().is_none_or(|o| *o == job.owner))
                 .ok_or(StoreError::NotFound)?;
             let mut after = before.clone();
@@ -203,14 +229,19 @@ impl SqliteStore {
     }
 }
 
-/// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, a version-1 file
-/// the columns and tables added since. A newer file is refused rather than misread.
+/// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
+/// columns and tables added since its version. A newer file is refused rather than misread.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     match version {
         0 => tx.execute_batch(SCHEMA)?,
-        1 => tx.execute_batch(SCHEMA_1_TO_2)?,
+        1 | 2 => {
+            if version == 1 {
+                tx.execute_batch(SCHEMA_1_TO_2)?;
+            }
+            tx.execute_batch(SCHEMA_2_TO_3)?;
+        }
         SCHEMA_VERSION => {}
         newer => {
             return Err(SqliteError::Corrupt(
@@ -220,7 +251,6 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             .into());
         }
     }
-    tx.execute_batch(SCHEMA_2)?;
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
@@ -237,37 +267,17 @@ fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
 
 #[async_trait]
 impl JobStore for SqliteStore {
-    async fn create_job(&self, new: NewJob, now: Timestamp) -> Result<CreateOutcome, StoreError> {
-        let job = Job::new(new, now);
+    async fn create_job(
+        &self,
+        new: NewJob,
+        retention: Retention,
+        stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError> {
+        let job = Job::new(new, retention, stamp);
+        let token = stamp.token.clone();
+        let now = stamp.now;
         self.write(move |tx| {
-            let inserted = tx.execute(
-                &format!(
-                    "INSERT INTO jobs ({JOB_COLUMNS}, status) VALUES \
-                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
-                     ON CONFLICT DO NOTHING"
-                ),
-                params![
-                    job.id.as_str(),
-                    job.owner.as_str(),
-                    job.idempotency_key.as_str(),
-                    job.fingerprint.to_string(),
-                    job.contract.to_string(),
-                    job.input.to_string(),
-                    json_text(&job.providers),
-                    job.version as i64,
-                    job.completed_by,
-                    job.result.as_ref().map(Value::to_string),
-                    job.error.as_ref().map(json_text),
-                    job.cancelled_at.map(|t| t.timestamp_millis()),
-                    job.created_at.timestamp_millis(),
-                    job.updated_at.timestamp_millis(),
-                    job.status().as_str(),
-                ],
-            )?;
-            if inserted == 1 {
-                for attempt in &job.attempts {
-                    insert_attempt(tx, &job.id, attempt)?;
-                }
+            if insert_job(tx, &job)? {
                 return Ok(CreateOutcome::Created(job));
             }
             let existing = tx
@@ -280,10 +290,18 @@ impl JobStore for SqliteStore {
                 .ok_or(SqliteError::GuardFailed(
                     "jobs (insert conflicted, yet no row)",
                 ))?;
-            let existing = load_job(tx, &parse_job_id(&existing)?)?.ok_or(
-                SqliteError::GuardFailed("jobs (row vanished in transaction)"),
-            )?;
-            Ok(if existing.fingerprint == job.fingerprint {
+            let existing = parse_job_id(&existing)?;
+            let Some(existing) = load_job(tx, &existing, now)? else {
+                // Expired: gone, and its key is free again.
+                delete_jobs(tx, &[existing])?;
+                if !insert_job(tx, &job)? {
+                    return Err(SqliteError::GuardFailed("jobs (expired row came back)").into());
+                }
+                return Ok(CreateOutcome::Created(job));
+            };
+            Ok(if existing.created_by(&token) {
+                CreateOutcome::Created(existing)
+            } else if existing.fingerprint == job.fingerprint {
                 CreateOutcome::Replayed(existing)
             } else {
                 CreateOutcome::Conflict(existing)
@@ -292,19 +310,29 @@ impl JobStore for SqliteStore {
         .await
     }
 
-    async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError> {
+    async fn get_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
         let (owner, id) = (owner.clone(), id.clone());
-        self.read(move |conn| Ok(load_job(conn, &id)?.filter(|job| job.owner == owner)))
+        self.read(move |conn| Ok(load_job(conn, &id, now)?.filter(|job| job.owner == owner)))
             .await
     }
 
-    async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError> {
+    async fn list_jobs(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
         let (owner, query) = (owner.clone(), query.clone());
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {JOB_COLUMNS} FROM jobs \
                  WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
-                   AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) \
+                   AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) AND expires_at > ?6 \
                  ORDER BY created_at DESC, id DESC LIMIT ?5"
             ))?;
             let rows = stmt
@@ -315,6 +343,7 @@ impl JobStore for SqliteStore {
                         query.cursor.as_ref().map(|c| c.created_at_ms),
                         query.cursor.as_ref().map(|c| c.id.as_str().to_owned()),
                         query.limit as i64 + 1,
+                        now.timestamp_millis(),
                     ],
                     JobRow::read,
                 )?
@@ -339,11 +368,13 @@ impl JobStore for SqliteStore {
         &self,
         owner: &Owner,
         id: &JobId,
-        provider: ProviderName,
-        now: Timestamp,
+        provider: Option<ProviderName>,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<(u32, Job), StoreError> {
-        self.transition(Some(owner.clone()), id, move |job| {
-            job.add_attempt(provider, now)
+        let (failover, stamp) = (failover.clone(), stamp.clone());
+        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
+            job.add_attempt(provider, &failover, &stamp)
         })
         .await
     }
@@ -353,11 +384,12 @@ impl JobStore for SqliteStore {
         id: &JobId,
         number: u32,
         lease_expires_at: Timestamp,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
+        let stamp = stamp.clone();
         let (_, job) = self
-            .transition(None, id, move |job| {
-                job.claim(number, lease_expires_at, now)
+            .transition(None, id, stamp.now, move |job| {
+                job.claim(number, lease_expires_at, &stamp)
             })
             .await?;
         Ok(job)
@@ -367,10 +399,13 @@ impl JobStore for SqliteStore {
         &self,
         id: &JobId,
         number: u32,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
+        let stamp = stamp.clone();
         let (_, job) = self
-            .transition(None, id, move |job| job.mark_unknown(number, now))
+            .transition(None, id, stamp.now, move |job| {
+                job.mark_unknown(number, &stamp)
+            })
             .await?;
         Ok(job)
     }
@@ -381,10 +416,11 @@ impl JobStore for SqliteStore {
         number: u32,
         result: Value,
         report: CallReport,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(Completion, Job), StoreError> {
-        self.transition(None, id, move |job| {
-            job.complete(number, result, report, now)
+        let stamp = stamp.clone();
+        self.transition(None, id, stamp.now, move |job| {
+            job.complete(number, result, report, &stamp)
         })
         .await
     }
@@ -395,12 +431,13 @@ impl JobStore for SqliteStore {
         number: u32,
         error: ErrorInfo,
         report: CallReport,
-        next: NextStep,
-        now: Timestamp,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
+        let (failover, stamp) = (failover.clone(), stamp.clone());
         let (_, job) = self
-            .transition(None, id, move |job| {
-                job.fail(number, error, report, next, now)
+            .transition(None, id, stamp.now, move |job| {
+                job.fail(number, error, report, &failover, &stamp)
             })
             .await?;
         Ok(job)
@@ -411,13 +448,19 @@ impl JobStore for SqliteStore {
         owner: &Owner,
         id: &JobId,
         number: u32,
-        next: NextStep,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(AttemptCancel, Job), StoreError> {
+        let (failover, stamp) = (failover.clone(), stamp.clone());
+        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
+            job.cancel_attempt(number, &failover, &stamp)
+        })
+        .await
+    }
+
+    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
         let (_, job) = self
-            .transition(Some(owner.clone()), id, move |job| {
-                job.cancel_attempt(number, next, now)
-            })
+            .transition(None, id, now, move |job| job.redispatch(number, now))
             .await?;
         Ok(job)
     }
@@ -430,9 +473,11 @@ impl JobStore for SqliteStore {
         self.read(move |conn| {
             attempt_refs(
                 conn,
-                "SELECT job_id, number FROM attempts WHERE state = 'started' AND lease_expires_at < ?1 \
-                   AND job_id IN (SELECT id FROM jobs WHERE completed_by IS NULL AND cancelled_at IS NULL) \
-                 ORDER BY lease_expires_at LIMIT ?2",
+                "SELECT a.job_id, a.number FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                 WHERE a.state = 'started' AND a.lease_expires_at < ?1 \
+                   AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
+                 ORDER BY a.lease_expires_at LIMIT ?3",
+                now,
                 now,
                 limit,
             )
@@ -443,17 +488,37 @@ impl JobStore for SqliteStore {
     async fn stale_queued(
         &self,
         before: Timestamp,
+        now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
         self.read(move |conn| {
             attempt_refs(
                 conn,
-                "SELECT job_id, number FROM attempts WHERE state = 'queued' AND created_at < ?1 \
-                   AND job_id IN (SELECT id FROM jobs WHERE completed_by IS NULL AND cancelled_at IS NULL) \
-                 ORDER BY created_at LIMIT ?2",
+                "SELECT a.job_id, a.number FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                 WHERE a.state = 'queued' AND a.dispatched_at < ?1 \
+                   AND j.completed_by IS NULL AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
+                 ORDER BY a.dispatched_at LIMIT ?3",
                 before,
+                now,
                 limit,
             )
+        })
+        .await
+    }
+
+    async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |tx| {
+            let ids = tx
+                .prepare_cached("SELECT id FROM jobs WHERE expires_at <= ?1 LIMIT ?2")?
+                .query_map(params![now.timestamp_millis(), limit as i64], |row| {
+                    row.get::<_, String>(0)
+                })?
+                .collect::<Result<Vec<_>, _>>()?
+                .iter()
+                .map(|id| parse_job_id(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            delete_jobs(tx, &ids)?;
+            Ok(ids.len())
         })
         .await
     }
@@ -462,10 +527,13 @@ impl JobStore for SqliteStore {
         &self,
         owner: &Owner,
         id: &JobId,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(JobCancel, Job), StoreError> {
-        self.transition(Some(owner.clone()), id, move |job| job.cancel(now))
-            .await
+        let stamp = stamp.clone();
+        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
+            job.cancel(&stamp)
+        })
+        .await
     }
 
     async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
@@ -506,28 +574,78 @@ impl JobStore for SqliteStore {
     }
 }
 
+/// Inserts the job and its attempts unless (owner, key) is taken; whether it did.
+fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreError> {
+    let inserted = tx.execute(
+        &format!(
+            "INSERT INTO jobs ({JOB_COLUMNS}, status) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+             ON CONFLICT DO NOTHING"
+        ),
+        params![
+            job.id.as_str(),
+            job.owner.as_str(),
+            job.idempotency_key.as_str(),
+            job.fingerprint.to_string(),
+            job.contract.to_string(),
+            job.input.to_string(),
+            json_text(&job.providers),
+            job.version as i64,
+            job.completed_by,
+            job.result.as_ref().map(Value::to_string),
+            job.error.as_ref().map(json_text),
+            job.cancelled_at.map(|t| t.timestamp_millis()),
+            job.created_at.timestamp_millis(),
+            job.updated_at.timestamp_millis(),
+            job.expires_at.timestamp_millis(),
+            job.cancelled_by.as_ref().map(WriteToken::as_str),
+            job.status().as_str(),
+        ],
+    )?;
+    if inserted == 1 {
+        for attempt in &job.attempts {
+            insert_attempt(tx, &job.id, attempt)?;
+        }
+    }
+    Ok(inserted == 1)
+}
+
+fn delete_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Result<(), StoreError> {
+    for id in ids {
+        tx.execute("DELETE FROM attempts WHERE job_id = ?1", [id.as_str()])?;
+        tx.execute("DELETE FROM jobs WHERE id = ?1", [id.as_str()])?;
+    }
+    Ok(())
+}
+
 /// Writes what a transition changed. Every statement is guarded by the state it replaces and must change exactly
 /// one row; the job row's guard `version = ? AND completed_by IS ?` is the result slot's compare-and-swap.
 fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), StoreError> {
+    // The status is derived from the attempts too: two transitions in one millisecond change it without
+    // changing any other column of the row.
     let job_changed = (
+        after.status(),
         after.version,
         after.completed_by,
         &after.result,
         &after.error,
         after.cancelled_at,
         after.updated_at,
+        &after.cancelled_by,
     ) != (
+        before.status(),
         before.version,
         before.completed_by,
         &before.result,
         &before.error,
         before.cancelled_at,
         before.updated_at,
+        &before.cancelled_by,
     );
     if job_changed {
         let changed = tx.execute(
             "UPDATE jobs SET status = ?1, version = ?2, completed_by = ?3, result = ?4, error = ?5, \
-                             cancelled_at = ?6, updated_at = ?7 \
+                             cancelled_at = ?6, updated_at = ?7, cancelled_by = ?11 \
              WHERE id = ?8 AND version = ?9 AND completed_by IS ?10",
             params![
                 after.status().as_str(),
@@ -540,6 +658,7 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
                 after.id.as_str(),
                 before.version as i64,
                 before.completed_by,
+                after.cancelled_by.as_ref().map(WriteToken::as_str),
             ],
         )?;
         if changed != 1 {
@@ -552,8 +671,9 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
             Some(old) if old != attempt => {
                 let changed = tx.execute(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
-                                         finished_at = ?5, error = ?6, report = ?7 \
-                     WHERE job_id = ?8 AND number = ?9 AND state = ?10",
+                                         finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
+                                         writer = ?9 \
+                     WHERE job_id = ?10 AND number = ?11 AND state = ?12",
                     params![
                         attempt.state.as_str(),
                         attempt.seen_version.map(|v| v as i64),
@@ -562,6 +682,8 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
                         attempt.finished_at.map(|t| t.timestamp_millis()),
                         attempt.error.as_ref().map(json_text),
                         attempt.report.as_ref().map(json_text),
+                        attempt.dispatched_at.timestamp_millis(),
+                        attempt.writer.as_ref().map(WriteToken::as_str),
                         after.id.as_str(),
                         attempt.number,
                         old.state.as_str(),
@@ -579,7 +701,7 @@ fn write_back(tx: &Transaction<'_>, before: &Job, after: &Job) -> Result<(), Sto
 
 fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
     tx.execute(
-        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
         params![
             job_id.as_str(),
             a.number,
@@ -592,6 +714,9 @@ fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(
             a.finished_at.map(|t| t.timestamp_millis()),
             a.error.as_ref().map(json_text),
             a.report.as_ref().map(json_text),
+            a.dispatched_at.timestamp_millis(),
+            a.origin.as_ref().map(WriteToken::as_str),
+            a.writer.as_ref().map(WriteToken::as_str),
         ],
     )?;
     Ok(())
@@ -601,11 +726,17 @@ fn attempt_refs(
     conn: &Connection,
     sql: &str,
     bound: Timestamp,
+    now: Timestamp,
     limit: usize,
 ) -> Result<Vec<AttemptRef>, StoreError> {
     let mut stmt = conn.prepare_cached(sql)?;
+    let params = params![
+        bound.timestamp_millis(),
+        now.timestamp_millis(),
+        limit as i64
+    ];
     let rows = stmt
-        .query_map(params![bound.timestamp_millis(), limit as i64], |row| {
+        .query_map(params, |row| {
             Ok((row.get::<_, String>(0)?, row.get::<_, u32>(1)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -619,10 +750,13 @@ fn attempt_refs(
         .collect()
 }
 
-fn load_job(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
+/// The job, unless it expired by `now` (then it is gone, though its row may wait for the next purge).
+fn load_job(conn: &Connection, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
     let row = conn
-        .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"))?
-        .query_row([id.as_str()], JobRow::read)
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1 AND expires_at > ?2"
+        ))?
+        .query_row(params![id.as_str(), now.timestamp_millis()], JobRow::read)
         .optional()?;
     match row {
         None => Ok(None),
@@ -659,6 +793,8 @@ struct JobRow {
     cancelled_at: Option<i64>,
     created_at: i64,
     updated_at: i64,
+    expires_at: i64,
+    cancelled_by: Option<String>,
 }
 
 impl JobRow {
@@ -678,6 +814,8 @@ impl JobRow {
             cancelled_at: row.get(11)?,
             created_at: row.get(12)?,
             updated_at: row.get(13)?,
+            expires_at: row.get(14)?,
+            cancelled_by: row.get(15)?,
         })
     }
 
@@ -700,6 +838,8 @@ impl JobRow {
             attempts,
             created_at: millis(self.created_at)?,
             updated_at: millis(self.updated_at)?,
+            expires_at: millis(self.expires_at)?,
+            cancelled_by: self.cancelled_by.as_deref().map(token).transpose()?,
         })
     }
 }
@@ -716,6 +856,9 @@ struct AttemptRow {
     finished_at: Option<i64>,
     error: Option<String>,
     report: Option<String>,
+    dispatched_at: i64,
+    origin: Option<String>,
+    writer: Option<String>,
 }
 
 impl AttemptRow {
@@ -731,6 +874,9 @@ impl AttemptRow {
             finished_at: row.get(7)?,
             error: row.get(8)?,
             report: row.get(9)?,
+            dispatched_at: row.get(10)?,
+            origin: row.get(11)?,
+            writer: row.get(12)?,
         })
     }
 
@@ -749,6 +895,9 @@ impl AttemptRow {
             finished_at: self.finished_at.map(millis).transpose()?,
             error: self.error.map(|e| from_json("error", &e)).transpose()?,
             report: self.report.map(|r| from_json("report", &r)).transpose()?,
+            dispatched_at: millis(self.dispatched_at)?,
+            origin: self.origin.as_deref().map(token).transpose()?,
+            writer: self.writer.as_deref().map(token).transpose()?,
         })
     }
 }
@@ -759,6 +908,10 @@ fn corrupt(column: &'static str, detail: impl std::fmt::Display) -> StoreError {
 
 fn parse_job_id(raw: &str) -> Result<JobId, StoreError> {
     JobId::parse(raw).map_err(|e| corrupt("id", e))
+}
+
+fn token(raw: &str) -> Result<WriteToken, StoreError> {
+    WriteToken::parse(raw).map_err(|e| corrupt("token", e))
 }
 
 fn millis(ms: i64) -> Result<Timestamp, StoreError> {

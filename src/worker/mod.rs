@@ -11,8 +11,8 @@ use tracing::Instrument;
 
 use crate::checks::{self, Prepared};
 use crate::contracts::Contract;
-use crate::domain::{AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Job, Timestamp};
-use crate::engine::Engine;
+use crate::domain::{AttemptRef, CallReport, Completion, ErrorInfo, Job, Timestamp, WriteToken};
+use crate::engine::{AnswerLost, Engine};
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
 use crate::store::StoreError;
 
@@ -37,7 +37,11 @@ pub enum Processed {
 /// - no answer within `timeout_ms` makes the attempt `unknown`; the step keeps listening `late_result_ms` more and
 ///   completes by compare-and-swap if the answer comes.
 ///
-/// An `Err` is a store failure: the message should be delivered again (the claim makes that safe).
+/// Every write of the step carries one token, made here: a claim whose answer was lost is found again as this
+/// step's own, and an answer the step holds is written for as long as it can still matter (see [`Engine`]).
+///
+/// An `Err` is a store failure: the message should be delivered again. A redelivery is a new step with a new
+/// token: if the claim had landed, it is refused, and after the lease the attempt is `unknown`.
 pub async fn process_attempt(
     engine: &Engine,
     message: &AttemptRef,
@@ -45,18 +49,15 @@ pub async fn process_attempt(
     process_attempt_until(engine, message, None).await
 }
 
-/// [`process_attempt`], listening for a late answer no later than `deadline` (a Lambda's remaining time).
+/// [`process_attempt`], listening for a late answer and writing answers no later than `deadline` (a Lambda's
+/// remaining time).
 pub async fn process_attempt_until(
     engine: &Engine,
     message: &AttemptRef,
     deadline: Option<Timestamp>,
 ) -> Result<Processed, StoreError> {
-    let now = engine.clock.now();
-    let job = match engine
-        .store
-        .claim_attempt(&message.job_id, message.number, now + engine.lease(), now)
-        .await
-    {
+    let token = WriteToken::new();
+    let job = match engine.claim(message, &token).await {
         Ok(job) => job,
         Err(StoreError::Refused(refusal)) => {
             tracing::info!(job_id = %message.job_id, attempt = message.number, %refusal, "message dropped: attempt not queued");
@@ -68,8 +69,6 @@ pub async fn process_attempt_until(
         }
         Err(e) => return Err(e),
     };
-    engine.metrics.attempt(AttemptState::Started);
-    engine.changed(&job);
     let attempt = job
         .attempt(message.number)
         .expect("the claimed attempt exists");
@@ -77,8 +76,9 @@ pub async fn process_attempt_until(
     Step {
         engine,
         job: &job,
-        number: message.number,
+        message,
         deadline,
+        token,
     }
     .run()
     .instrument(span)
@@ -90,16 +90,18 @@ struct Step<'a> {
     engine: &'a Engine,
     /// The job as the claim left it.
     job: &'a Job,
-    number: u32,
-    /// No listening past this point.
+    message: &'a AttemptRef,
+    /// No listening, and no writing, past this point.
     deadline: Option<Timestamp>,
+    /// The token of every write of this step.
+    token: WriteToken,
 }
 
 impl Step<'_> {
     async fn run(&self) -> Result<Processed, StoreError> {
         let attempt = self
             .job
-            .attempt(self.number)
+            .attempt(self.message.number)
             .expect("the claimed attempt exists");
         let Some(contract) = self.engine.contracts.get(&self.job.contract) else {
             return self
@@ -123,7 +125,7 @@ impl Step<'_> {
                 )
                 .await;
         };
-        let key = format!("{}:{}", self.job.id, self.number);
+        let key = format!("{}:{}", self.job.id, self.message.number);
         let prepared = match checks::prepare(contract, provider, &self.job.input, key) {
             Ok(prepared) => prepared,
             Err(e) => return self.fail(e, CallReport::default()).await,
@@ -153,17 +155,23 @@ impl Step<'_> {
                 .min(deadline - clock.now())
                 .max(chrono::Duration::zero());
         }
+        let late_end = clock.now() + late;
         let late_window = clock.sleep(late);
         tracing::warn!(
             timeout_ms = provider.config.timeout_ms,
             "no answer in time: attempt unknown"
         );
-        self.mark_unknown().await?;
+        // Written while the window runs; if the store will not take it, listening goes on all the same (an answer
+        // that comes is worth more), and the sweeper makes the attempt unknown after its lease.
+        let marked = self
+            .engine
+            .mark_unknown(self.message, &self.token, late_end)
+            .await;
         tokio::select! {
             outcome = &mut call => Ok(Some(outcome)),
             () = late_window => {
                 tracing::warn!(late_result_ms = provider.config.late_result_ms, "no late answer either: attempt stays unknown");
-                Ok(None)
+                marked.map(|_| None)
             }
         }
     }
@@ -184,8 +192,11 @@ impl Step<'_> {
             }
             ProviderOutcome::Failed(error) => self.fail(error, report).await,
             ProviderOutcome::Lost(error) => {
-                tracing::warn!(error = %error.message, "connection lost after sending: attempt unknown");
-                self.mark_unknown().await?;
+                tracing::warn!(code = %error.code, error = %error.message, "the provider may have done the work: attempt unknown");
+                let until = self.engine.answer_deadline(self.deadline);
+                self.engine
+                    .mark_unknown(self.message, &self.token, until)
+                    .await?;
                 Ok(Processed::Unknown)
             }
         }
@@ -196,85 +207,50 @@ impl Step<'_> {
         output: serde_json::Value,
         report: CallReport,
     ) -> Result<Processed, StoreError> {
-        let engine = self.engine;
-        let now = engine.clock.now();
-        match engine
-            .store
-            .complete_attempt(&self.job.id, self.number, output, report, now)
+        let until = self.engine.answer_deadline(self.deadline);
+        let number = self.message.number;
+        match self
+            .engine
+            .complete(&self.job.id, number, output, report, &self.token, until)
             .await
         {
-            Ok((Completion::Won, job)) => {
-                tracing::info!("result claimed");
-                engine.metrics.attempt(AttemptState::Succeeded);
-                engine.changed(&job);
-                Ok(Processed::Succeeded)
-            }
-            Ok((Completion::Lost { winner }, job)) => {
-                // `winner` is the attempt holding the result slot; none when the job was cancelled instead.
-                let winner_text =
-                    winner.map_or_else(|| "none (job cancelled)".to_owned(), |w| w.to_string());
-                tracing::warn!(job_id = %job.id, loser = self.number, winner = %winner_text, "race lost: result discarded");
-                engine.metrics.race_lost();
-                engine.changed(&job);
-                Ok(Processed::Discarded { winner })
-            }
-            Err(StoreError::Refused(refusal)) => {
+            Ok(Completion::Won) => Ok(Processed::Succeeded),
+            Ok(Completion::Lost { winner }) => Ok(Processed::Discarded { winner }),
+            Err(AnswerLost {
+                source: StoreError::Refused(refusal),
+                ..
+            }) => {
                 tracing::warn!(%refusal, "result for an attempt that already ended: dropped");
                 Ok(Processed::Dropped)
             }
-            Err(e) => Err(e),
+            Err(lost) => Err(lost.source),
         }
     }
 
     async fn fail(&self, error: ErrorInfo, report: CallReport) -> Result<Processed, StoreError> {
-        let engine = self.engine;
         tracing::warn!(code = %error.code, message = %error.message, "attempt failed");
-        // The claimed copy is current enough: while this attempt is live, no other can be added.
-        let next = engine.failover(self.job).await?;
-        match engine
-            .store
-            .fail_attempt(
-                &self.job.id,
-                self.number,
+        let until = self.engine.answer_deadline(self.deadline);
+        match self
+            .engine
+            .fail(
+                self.job,
+                self.message.number,
                 error,
                 report,
-                next,
-                engine.clock.now(),
+                &self.token,
+                until,
             )
             .await
         {
-            Ok(job) => {
-                engine.metrics.attempt(AttemptState::Failed);
-                if let Some(error) = &job.error {
-                    tracing::warn!(code = %error.code, "no failover: {}", error.message);
-                }
-                engine.changed(&job);
-                engine.dispatch_queued(&job).await;
-                Ok(Processed::Failed)
-            }
-            Err(StoreError::Refused(refusal)) => {
+            Ok(_) => Ok(Processed::Failed),
+            Err(AnswerLost {
+                source: StoreError::Refused(refusal),
+                ..
+            }) => {
                 tracing::info!(%refusal, "failure for an attempt that already ended: dropped");
                 Ok(Processed::Dropped)
             }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// `started` → `unknown`. Refused if someone resolved the attempt meanwhile, which is fine: keep listening.
-    async fn mark_unknown(&self) -> Result<(), StoreError> {
-        let engine = self.engine;
-        match engine
-            .store
-            .mark_unknown(&self.job.id, self.number, engine.clock.now())
-            .await
-        {
-            Ok(job) => {
-                engine.metrics.attempt(AttemptState::Unknown);
-                engine.changed(&job);
-                Ok(())
-            }
-            Err(StoreError::Refused(_)) => Ok(()),
-            Err(e) => Err(e),
+            Err(lost) => Err(lost.source),
         }
     }
 }

@@ -1,12 +1,11 @@
 //! The sweeper step, run every few seconds by the local server (and by a scheduled Lambda): `started` attempts
-//! whose lease expired become `unknown` (never `failed`: the provider may have done the work), and `queued`
-//! attempts that nobody claimed are dispatched again (the claim drops any duplicate).
+//! whose lease expired become `unknown` (never `failed`: the provider may have done the work), `queued` attempts
+//! that nobody claimed are dispatched again (the claim drops any duplicate), and jobs past their retention go.
 
 use std::sync::Arc;
 
 use chrono::Duration;
 
-use crate::domain::AttemptState;
 use crate::engine::Engine;
 use crate::store::StoreError;
 
@@ -15,8 +14,10 @@ use crate::store::StoreError;
 pub struct Swept {
     /// `started` attempts past their lease, now `unknown`.
     pub expired: usize,
-    /// `queued` attempts dispatched again.
+    /// `queued` attempts dispatched again (each at most once per `redispatch_after`).
     pub redispatched: usize,
+    /// Jobs past their retention deleted (SQLite; DynamoDB's TTL deletes by itself).
+    pub purged: usize,
 }
 
 pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
@@ -24,35 +25,26 @@ pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
     let batch = engine.settings.sweep_batch;
     let mut swept = Swept::default();
     for attempt in engine.store.expired_leases(now, batch).await? {
-        match engine
-            .store
-            .mark_unknown(&attempt.job_id, attempt.number, now)
-            .await
-        {
-            Ok(job) => {
-                tracing::warn!(job_id = %attempt.job_id, attempt = attempt.number, "lease expired: attempt unknown");
-                engine.metrics.attempt(AttemptState::Unknown);
-                engine.changed(&job);
-                swept.expired += 1;
-            }
-            // Its worker got there first.
-            Err(StoreError::Refused(_)) => {}
-            Err(e) => return Err(e),
+        if engine.expire_lease(&attempt).await? {
+            swept.expired += 1;
         }
     }
-    let queued_before = now - engine.settings.redispatch_after;
-    for attempt in engine.store.stale_queued(queued_before, batch).await? {
-        match engine.dispatcher.dispatch(&attempt).await {
-            Ok(()) => swept.redispatched += 1,
-            Err(e) => {
-                tracing::warn!(job_id = %attempt.job_id, attempt = attempt.number, error = %e, "re-dispatch failed")
-            }
+    let dispatched_before = now - engine.settings.redispatch_after;
+    for attempt in engine
+        .store
+        .stale_queued(dispatched_before, now, batch)
+        .await?
+    {
+        if engine.redispatch(&attempt).await? {
+            swept.redispatched += 1;
         }
     }
+    swept.purged = engine.store.purge_expired(now, batch).await?;
     if swept != Swept::default() {
         tracing::info!(
             expired = swept.expired,
             redispatched = swept.redispatched,
+            purged = swept.purged,
             "sweep"
         );
     }

@@ -131,7 +131,7 @@ impl TestApp {
 
     async fn spawn_on(backend: Backend, config: Config, clock: Arc<ManualClock>) -> Self {
         let store = backend.open();
-        let tokens = Tokens::new(config.tokens.clone());
+        let tokens = Tokens::new(config.tokens.clone(), config.metrics_token.clone());
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let running = server::start(listener, &config, store, clock.clone(), tokens).unwrap();
         Self {

@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use onejob::clock::Clock;
 use onejob::domain::{AttemptRef, AttemptState, Job, JobStatus, ProviderName, Refusal};
-use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
+use onejob::store::{JobStore, StoreError};
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
-use crate::support::faulty::{Call, Fault, FaultyStore};
 use crate::support::record_qualified;
 use crate::support::rig::Rig;
 use crate::support::stand_in::{
@@ -330,7 +329,12 @@ pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dy
     let now = rig.clock.now();
     rig.engine
         .store
-        .claim_attempt(&crashed.id, message.number, now + rig.engine.lease(), now)
+        .claim_attempt(
+            &crashed.id,
+            message.number,
+            now + rig.engine.lease(),
+            &onejob::domain::Stamp::fresh(now),
+        )
         .await
         .unwrap();
     // This one's message was lost.
@@ -360,98 +364,4 @@ pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dy
         1,
         "the crashed attempt was not called again"
     );
-}
-
-/// Fault injection on the create: a write that failed before reaching the store left nothing, and its retry creates;
-/// a write that committed but whose answer was lost is found by the retry under the same key (one job), and its
-/// attempt — never dispatched, since the create "failed" — is dispatched by the sweeper and runs once.
-pub async fn a_create_whose_answer_was_lost_is_one_job_and_its_attempt_still_runs(
-    store: Arc<dyn JobStore>,
-) {
-    let primary = answering("A").await;
-    let fallback = answering("B").await;
-    let plan = vec![(Call::Create, Fault::Before), (Call::Create, Fault::After)];
-    let faulty = FaultyStore::new(store.clone(), plan);
-    let mut rig = rig(faulty.clone(), &primary, &fallback).await;
-    let intent = rig.intent("k");
-    let id = onejob::domain::JobId::derive(&intent.owner, &intent.idempotency_key);
-    for _ in 0..2 {
-        let failed = rig.engine.create_job(intent.clone()).await;
-        assert!(matches!(failed, Err(StoreError::Backend(_))), "{failed:?}");
-        assert!(rig.no_message(), "a create that failed dispatches nothing");
-    }
-    assert!(faulty.spent());
-    let retried = rig.engine.create_job(intent.clone()).await.unwrap();
-    let CreateOutcome::Replayed(job) = retried else {
-        panic!("the retry finds the committed job: {retried:?}")
-    };
-    assert_eq!((job.id.clone(), job.attempts.len()), (id, 1));
-    assert!(rig.no_message(), "a replay dispatches nothing");
-
-    rig.advance(30_001);
-    let swept = sweep(&rig.engine).await.unwrap();
-    assert_eq!(swept.redispatched, 1);
-    let message = rig.next_message();
-    assert_eq!(rig.process(&message).await, Processed::Succeeded);
-    assert_eq!(primary.call_count(), 1);
-    let query = ListQuery {
-        status: None,
-        limit: 10,
-        cursor: None,
-    };
-    let page = store.list_jobs(&intent.owner, &query).await.unwrap();
-    assert_eq!(page.jobs.len(), 1, "one job for one intent");
-    assert_eq!(page.jobs[0].status(), JobStatus::Succeeded);
-}
-
-/// Fault injection on the worker's writes: a claim that failed before the store is redelivered and claimed; a
-/// failure (with its failover) that committed but lost its answer is not repeated — the redelivered message is
-/// dropped — and the failover attempt, never dispatched, is dispatched by the sweeper; a completion that lost its
-/// answer is not repeated either. Each provider is called exactly once.
-pub async fn lost_answers_of_worker_writes_duplicate_nothing_and_lose_no_attempt(
-    store: Arc<dyn JobStore>,
-) {
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
-    let fallback = answering("B").await;
-    let plan = vec![
-        (Call::Claim, Fault::Before),
-        (Call::Fail, Fault::After),
-        (Call::Complete, Fault::After),
-    ];
-    let faulty = FaultyStore::new(store, plan);
-    let mut rig = rig(faulty.clone(), &primary, &fallback).await;
-    let (job, first) = rig.create("k").await;
-    let engine = rig.engine.clone();
-    let step = |message: AttemptRef| {
-        let engine = engine.clone();
-        async move { onejob::worker::process_attempt(&engine, &message).await }
-    };
-    assert!(step(first.clone()).await.is_err(), "the claim failed");
-    assert_eq!(primary.call_count(), 0);
-    assert!(
-        step(first.clone()).await.is_err(),
-        "the failure's answer was lost"
-    );
-    assert_eq!(primary.call_count(), 1);
-    assert!(rig.no_message(), "the failover attempt was not dispatched");
-    assert_eq!(step(first).await.unwrap(), Processed::Dropped);
-
-    rig.advance(30_001);
-    assert_eq!(sweep(&rig.engine).await.unwrap().redispatched, 1);
-    let second = rig.next_message();
-    assert_eq!(second.number, 2);
-    assert!(
-        step(second.clone()).await.is_err(),
-        "the completion's answer was lost"
-    );
-    assert_eq!(step(second).await.unwrap(), Processed::Dropped);
-    assert!(faulty.spent());
-
-    let done = rig.job(&job).await;
-    assert_eq!(
-        (done.status(), done.completed_by, done.result.clone()),
-        (JobStatus::Succeeded, Some(2), Some(summary("B")))
-    );
-    assert_eq!(done.attempts.len(), 2);
-    assert_eq!((primary.call_count(), fallback.call_count()), (1, 1));
 }

@@ -3,19 +3,21 @@
 //! expression that yields a fresh [`Fixture`].
 
 pub mod engine;
+pub mod faults;
 pub mod model;
 
 pub use engine::*;
+pub use faults::*;
 pub use model::*;
 
 use std::any::Any;
 use std::sync::Arc;
 
-use chrono::{TimeZone, Utc};
+use chrono::{Duration, TimeZone, Utc};
 use onejob::domain::{
-    AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo, Fingerprint,
-    IdempotencyKey, Job, JobCancel, JobStatus, NewJob, NextStep, Owner, ProviderName,
-    Qualification, Refusal, RunEvidence, Timestamp,
+    AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ContractRef, ErrorInfo,
+    Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobStatus, NewJob, Owner, ProviderName,
+    Qualification, Refusal, RunEvidence, Stamp, Timestamp,
 };
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use serde_json::{Value, json};
@@ -60,8 +62,17 @@ macro_rules! conformance_suite {
             the_provider_call_carries_the_attempt_key_and_the_contract,
             the_sweeper_resolves_expired_leases_and_lost_messages,
             qualification_evidence_is_kept_per_pair_of_fingerprints,
-            a_create_whose_answer_was_lost_is_one_job_and_its_attempt_still_runs,
-            lost_answers_of_worker_writes_duplicate_nothing_and_lose_no_attempt,
+            a_create_that_fails_either_side_of_its_write_is_created_once,
+            a_claim_that_fails_either_side_of_its_write_calls_the_provider_once,
+            a_completion_that_fails_either_side_of_its_write_keeps_the_answer,
+            a_failure_that_fails_either_side_of_its_write_fails_over_at_once,
+            a_time_out_that_fails_either_side_of_its_write_is_unknown,
+            an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at_once,
+            a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt,
+            a_job_cancel_that_fails_either_side_of_its_write_cancels,
+            a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_once,
+            an_answer_is_written_through_a_store_outage,
+            an_answer_the_store_never_takes_is_given_up_after_the_budget,
             the_store_follows_the_model_step_by_step,
         );
     };
@@ -142,7 +153,11 @@ pub fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
 }
 
 async fn created(store: &dyn JobStore, new: NewJob, now: Timestamp) -> Job {
-    match store.create_job(new, now).await.unwrap() {
+    match store
+        .create_job(new, RETENTION, &Stamp::fresh(now))
+        .await
+        .unwrap()
+    {
         CreateOutcome::Created(job) => job,
         other => panic!("expected Created, got {other:?}"),
     }
@@ -155,7 +170,7 @@ async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
         cursor: None,
     };
     store
-        .list_jobs(&owner(owner_name), &query)
+        .list_jobs(&owner(owner_name), &query, later())
         .await
         .unwrap()
         .jobs
@@ -170,14 +185,39 @@ async fn fresh_job(store: &dyn JobStore) -> Job {
 async fn claimed_job(store: &dyn JobStore) -> Job {
     let job = fresh_job(store).await;
     store
-        .claim_attempt(&job.id, 1, lease(), at(1))
+        .claim_attempt(&job.id, 1, lease(), &by(1))
         .await
         .unwrap()
 }
 
-/// A failover decision that queues nothing.
-fn stop() -> NextStep {
-    NextStep::Stop(ErrorInfo::new("providers_exhausted", "no provider left"))
+/// Failover to nobody: no provider is qualified.
+fn stop() -> Failover {
+    to_any(&[])
+}
+
+/// Failover that may go to `qualified`.
+fn to(qualified: &str) -> Failover {
+    to_any(&[qualified])
+}
+
+fn to_any(qualified: &[&str]) -> Failover {
+    Failover {
+        qualified: qualified.iter().map(|p| provider(p)).collect(),
+        max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
+    }
+}
+
+/// How long the suite's jobs are kept.
+pub const RETENTION: Duration = Duration::days(30);
+
+/// A write of its own (a fresh token) at `at(ms)`.
+pub fn by(ms: i64) -> Stamp {
+    Stamp::fresh(at(ms))
+}
+
+/// When the suite reads: after every write of a case, well before any job expires.
+pub fn later() -> Timestamp {
+    at(3_600_000)
 }
 
 fn lease() -> Timestamp {
@@ -192,7 +232,8 @@ pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStor
             store
                 .create_job(
                     new_job("alice", "double-click", json!({"text": "hi"})),
-                    at(i),
+                    RETENTION,
+                    &by(i),
                 )
                 .await
                 .unwrap()
@@ -225,11 +266,18 @@ pub async fn a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged(
     )
     .await;
     let outcome = store
-        .create_job(new_job("alice", "k", json!({"text": "b"})), at(5))
+        .create_job(
+            new_job("alice", "k", json!({"text": "b"})),
+            RETENTION,
+            &by(5),
+        )
         .await
         .unwrap();
     assert_eq!(outcome, CreateOutcome::Conflict(original.clone()));
-    let stored = store.get_job(&original.owner, &original.id).await.unwrap();
+    let stored = store
+        .get_job(&original.owner, &original.id, later())
+        .await
+        .unwrap();
     assert_eq!(stored, Some(original));
     assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
 }
@@ -242,20 +290,29 @@ pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
     )
     .await;
     let bob_owner = owner("bob");
-    assert_eq!(store.get_job(&bob_owner, &alice.id).await.unwrap(), None);
+    assert_eq!(
+        store.get_job(&bob_owner, &alice.id, later()).await.unwrap(),
+        None
+    );
     assert!(matches!(
-        store.cancel_job(&bob_owner, &alice.id, at(1)).await,
+        store.cancel_job(&bob_owner, &alice.id, &by(1)).await,
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
         store
-            .add_attempt(&bob_owner, &alice.id, provider("fallback"), at(1))
+            .add_attempt(
+                &bob_owner,
+                &alice.id,
+                Some(provider("fallback")),
+                &stop(),
+                &by(1)
+            )
             .await,
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
         store
-            .cancel_attempt(&bob_owner, &alice.id, 1, stop(), at(1))
+            .cancel_attempt(&bob_owner, &alice.id, 1, &stop(), &by(1))
             .await,
         Err(StoreError::NotFound)
     ));
@@ -267,7 +324,10 @@ pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
     )
     .await;
     assert_ne!(bob.id, alice.id);
-    let alice_now = store.get_job(&alice.owner, &alice.id).await.unwrap();
+    let alice_now = store
+        .get_job(&alice.owner, &alice.id, later())
+        .await
+        .unwrap();
     assert_eq!(alice_now, Some(alice));
     assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
     assert_eq!(all_jobs(store.as_ref(), "bob").await, vec![bob]);
@@ -286,23 +346,32 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
             other => panic!("expected attempt_in_progress, got {other:?}"),
         }
     };
-    let add = || store.add_attempt(&job.owner, &job.id, provider("fallback"), at(1));
+    let (nowhere, one) = (stop(), by(1));
+    let add = || {
+        store.add_attempt(
+            &job.owner,
+            &job.id,
+            Some(provider("fallback")),
+            &nowhere,
+            &one,
+        )
+    };
     refused(1, AttemptState::Queued)(add().await);
     store
-        .claim_attempt(&job.id, 1, lease(), at(2))
+        .claim_attempt(&job.id, 1, lease(), &by(2))
         .await
         .unwrap();
     refused(1, AttemptState::Started)(add().await);
-    let unknown = store.mark_unknown(&job.id, 1, at(3)).await.unwrap();
+    let unknown = store.mark_unknown(&job.id, 1, &by(3)).await.unwrap();
     assert_eq!(unknown.status(), JobStatus::Unknown);
     refused(1, AttemptState::Unknown)(add().await);
     assert_eq!(
-        store.get_job(&job.owner, &job.id).await.unwrap(),
+        store.get_job(&job.owner, &job.id, later()).await.unwrap(),
         Some(unknown)
     );
 
     store
-        .cancel_attempt(&job.owner, &job.id, 1, stop(), at(4))
+        .cancel_attempt(&job.owner, &job.id, 1, &stop(), &by(4))
         .await
         .unwrap();
     // Released: many concurrent requests for the next attempt, exactly one gets it.
@@ -311,7 +380,13 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
         let (store, job) = (store.clone(), job.clone());
         tasks.spawn(async move {
             store
-                .add_attempt(&job.owner, &job.id, provider("fallback"), at(5))
+                .add_attempt(
+                    &job.owner,
+                    &job.id,
+                    Some(provider("fallback")),
+                    &stop(),
+                    &by(5),
+                )
                 .await
         });
     }
@@ -325,7 +400,11 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
                 ..
             }))
     )));
-    let job = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let job = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(job.attempts.len(), 2);
     assert_eq!(job.attempts[1].state, AttemptState::Queued);
 }
@@ -334,18 +413,18 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
 /// attempt 2 (fallback) claimed. Both may now deliver a result.
 async fn two_claimed_attempts(store: &dyn JobStore, job: &Job) {
     store
-        .claim_attempt(&job.id, 1, lease(), at(1))
+        .claim_attempt(&job.id, 1, lease(), &by(1))
         .await
         .unwrap();
-    store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
-    let failover = NextStep::Queue(provider("fallback"));
-    let job = store
-        .cancel_attempt(&job.owner, &job.id, 1, failover, at(3))
+    store.mark_unknown(&job.id, 1, &by(2)).await.unwrap();
+    let (cancel, job) = store
+        .cancel_attempt(&job.owner, &job.id, 1, &to("fallback"), &by(3))
         .await
         .unwrap();
+    assert_eq!(cancel, AttemptCancel::Cancelled);
     assert_eq!(job.attempt(2).unwrap().state, AttemptState::Queued);
     store
-        .claim_attempt(&job.id, 2, lease(), at(5))
+        .claim_attempt(&job.id, 2, lease(), &by(5))
         .await
         .unwrap();
 }
@@ -369,7 +448,7 @@ pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobSt
                         number,
                         json!({"summary": number}),
                         CallReport::default(),
-                        at(10),
+                        &by(10),
                     )
                     .await
                     .unwrap();
@@ -391,7 +470,11 @@ pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobSt
                 winner: Some(winner)
             }
         )));
-        let job = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+        let job = store
+            .get_job(&job.owner, &job.id, later())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(job.result, Some(json!({"summary": winner})));
         assert_eq!((job.completed_by, job.version), (Some(winner), 1));
         assert_eq!(job.attempt(winner).unwrap().state, AttemptState::Succeeded);
@@ -404,7 +487,7 @@ pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
     let mut tasks = JoinSet::new();
     for _ in 0..10 {
         let (store, id) = (store.clone(), job.id.clone());
-        tasks.spawn(async move { store.claim_attempt(&id, 1, lease(), at(1)).await });
+        tasks.spawn(async move { store.claim_attempt(&id, 1, lease(), &by(1)).await });
     }
     let results = tasks.join_all().await;
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
@@ -416,7 +499,11 @@ pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
                 ..
             }))
     )));
-    let job = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let job = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(job.attempts[0].seen_version, Some(0));
     assert_eq!(job.attempts[0].lease_expires_at, Some(lease()));
     assert_eq!(job.status(), JobStatus::Running);
@@ -432,7 +519,7 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
             2,
             json!({"summary": "B"}),
             CallReport::default(),
-            at(6),
+            &by(6),
         )
         .await
         .unwrap();
@@ -445,7 +532,7 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
         retry_after_s: None,
     };
     let (lost, after_a) = store
-        .complete_attempt(&job.id, 1, json!({"summary": "A"}), paid.clone(), at(7))
+        .complete_attempt(&job.id, 1, json!({"summary": "A"}), paid.clone(), &by(7))
         .await
         .unwrap();
     assert_eq!(lost, Completion::Lost { winner: Some(2) });
@@ -454,7 +541,11 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
         (after_a.version, after_a.completed_by, after_a.updated_at),
         (after_b.version, after_b.completed_by, after_b.updated_at)
     );
-    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let stored = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
     assert_eq!(stored.attempt(1).unwrap().report, Some(paid));
     assert_eq!(stored.attempt(2).unwrap().report, None);
@@ -463,7 +554,7 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
 
 pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn JobStore>) {
     let job = claimed_job(store.as_ref()).await;
-    let (cancel, cancelled) = store.cancel_job(&job.owner, &job.id, at(2)).await.unwrap();
+    let (cancel, cancelled) = store.cancel_job(&job.owner, &job.id, &by(2)).await.unwrap();
     assert_eq!(cancel, JobCancel::Cancelled);
     assert_eq!(cancelled.version, 1);
     let (outcome, after) = store
@@ -472,14 +563,18 @@ pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn Jo
             1,
             json!({"summary": "late"}),
             CallReport::default(),
-            at(3),
+            &by(3),
         )
         .await
         .unwrap();
     assert_eq!(outcome, Completion::Lost { winner: None });
     assert_eq!(after.status(), JobStatus::Cancelled);
     assert_eq!(after.result, None);
-    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let stored = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
     assert_eq!((stored.version, stored.result), (1, None));
 }
@@ -490,15 +585,16 @@ pub async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarde
     store: Arc<dyn JobStore>,
 ) {
     let job = fresh_job(store.as_ref()).await;
-    let (_, cancelled) = store.cancel_job(&job.owner, &job.id, at(1)).await.unwrap();
+    let (_, cancelled) = store.cancel_job(&job.owner, &job.id, &by(1)).await.unwrap();
     assert_eq!(cancelled.attempt(1).unwrap().state, AttemptState::Cancelled);
+    let unasked = by(2);
     let (outcome, after) = store
         .complete_attempt(
             &job.id,
             1,
             json!({"summary": "unasked"}),
             CallReport::default(),
-            at(2),
+            &unasked,
         )
         .await
         .unwrap();
@@ -509,31 +605,39 @@ pub async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarde
             1,
             json!({"summary": "unasked"}),
             CallReport::default(),
-            at(2)
+            &unasked
         ),
         Ok(Completion::Lost { winner: None })
     );
-    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let stored = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((&after, &stored), (&expected, &expected));
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
 }
 
 pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: Arc<dyn JobStore>) {
     let job = claimed_job(store.as_ref()).await;
-    store.mark_unknown(&job.id, 1, at(2)).await.unwrap();
+    store.mark_unknown(&job.id, 1, &by(2)).await.unwrap();
     let (outcome, after) = store
         .complete_attempt(
             &job.id,
             1,
             json!({"summary": "late"}),
             CallReport::default(),
-            at(3),
+            &by(3),
         )
         .await
         .unwrap();
     assert_eq!(outcome, Completion::Won);
     assert_eq!(after.status(), JobStatus::Succeeded);
-    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let stored = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.result, Some(json!({"summary": "late"})));
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Succeeded);
     // A second delivery of the same result is refused: the attempt already ended.
@@ -544,7 +648,7 @@ pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: A
                 1,
                 json!({"summary": "again"}),
                 CallReport::default(),
-                at(4)
+                &by(4)
             )
             .await,
         Err(StoreError::Refused(Refusal::InvalidTransition {
@@ -563,8 +667,8 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
         at(0),
     )
     .await;
-    let (first, once) = store.cancel_job(&job.owner, &job.id, at(1)).await.unwrap();
-    let (second, twice) = store.cancel_job(&job.owner, &job.id, at(2)).await.unwrap();
+    let (first, once) = store.cancel_job(&job.owner, &job.id, &by(1)).await.unwrap();
+    let (second, twice) = store.cancel_job(&job.owner, &job.id, &by(2)).await.unwrap();
     assert_eq!(
         (first, second),
         (JobCancel::Cancelled, JobCancel::AlreadyCancelled)
@@ -573,7 +677,13 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
     assert_eq!(twice.attempts[0].state, AttemptState::Cancelled);
     assert!(matches!(
         store
-            .add_attempt(&job.owner, &job.id, provider("fallback"), at(3))
+            .add_attempt(
+                &job.owner,
+                &job.id,
+                Some(provider("fallback")),
+                &stop(),
+                &by(3)
+            )
             .await,
         Err(StoreError::Refused(Refusal::JobFinished {
             status: JobStatus::Cancelled
@@ -587,7 +697,7 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
     )
     .await;
     store
-        .claim_attempt(&done.id, 1, lease(), at(1))
+        .claim_attempt(&done.id, 1, lease(), &by(1))
         .await
         .unwrap();
     store
@@ -596,12 +706,12 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
             1,
             json!({"summary": "x"}),
             CallReport::default(),
-            at(2),
+            &by(2),
         )
         .await
         .unwrap();
     assert!(matches!(
-        store.cancel_job(&done.owner, &done.id, at(3)).await,
+        store.cancel_job(&done.owner, &done.id, &by(3)).await,
         Err(StoreError::Refused(Refusal::JobFinished {
             status: JobStatus::Succeeded
         }))
@@ -617,8 +727,8 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
                 1,
                 ErrorInfo::new("x", "queued"),
                 CallReport::default(),
-                stop(),
-                at(1)
+                &stop(),
+                &by(1)
             )
             .await,
         Err(StoreError::Refused(Refusal::InvalidTransition {
@@ -627,7 +737,7 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
         }))
     ));
     store
-        .claim_attempt(&job.id, 1, lease(), at(1))
+        .claim_attempt(&job.id, 1, lease(), &by(1))
         .await
         .unwrap();
     let error = ErrorInfo::new("rate_limited", "HTTP 429 (Retry-After: 30 s)");
@@ -635,12 +745,22 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
         retry_after_s: Some(30),
         ..CallReport::default()
     };
-    let failover = NextStep::Queue(provider("fallback"));
     let after = store
-        .fail_attempt(&job.id, 1, error.clone(), limited.clone(), failover, at(2))
+        .fail_attempt(
+            &job.id,
+            1,
+            error.clone(),
+            limited.clone(),
+            &to("fallback"),
+            &by(2),
+        )
         .await
         .unwrap();
-    let stored = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+    let stored = store
+        .get_job(&job.owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored, after);
     assert_eq!(stored.status(), JobStatus::Queued);
     let first = stored.attempt(1).unwrap();
@@ -656,25 +776,24 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
     );
 
     store
-        .claim_attempt(&job.id, 2, lease(), at(3))
+        .claim_attempt(&job.id, 2, lease(), &by(3))
         .await
         .unwrap();
-    let exhausted = ErrorInfo::new("providers_exhausted", "all tried");
     let failed = store
         .fail_attempt(
             &job.id,
             2,
             ErrorInfo::new("provider_error", "HTTP 503"),
             CallReport::default(),
-            NextStep::Stop(exhausted.clone()),
-            at(4),
+            &to_any(&["primary", "fallback"]),
+            &by(4),
         )
         .await
         .unwrap();
     assert_eq!(failed.status(), JobStatus::Failed);
-    assert_eq!(failed.error, Some(exhausted));
+    assert_eq!(failed.error.as_ref().unwrap().code, "providers_exhausted");
     assert_eq!(
-        store.get_job(&job.owner, &job.id).await.unwrap(),
+        store.get_job(&job.owner, &job.id, later()).await.unwrap(),
         Some(failed)
     );
 }
@@ -706,11 +825,11 @@ pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn J
     )
     .await;
     store
-        .claim_attempt(&short.id, 1, at(1_000), at(1))
+        .claim_attempt(&short.id, 1, at(1_000), &by(1))
         .await
         .unwrap();
     store
-        .claim_attempt(&long.id, 1, at(90_000), at(1))
+        .claim_attempt(&long.id, 1, at(90_000), &by(1))
         .await
         .unwrap();
 
@@ -724,7 +843,7 @@ pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn J
     );
     assert_eq!(store.expired_leases(at(999), 10).await.unwrap(), vec![]);
 
-    let stale = store.stale_queued(at(1_000), 10).await.unwrap();
+    let stale = store.stale_queued(at(1_000), later(), 10).await.unwrap();
     assert_eq!(
         stale,
         vec![AttemptRef {
@@ -733,12 +852,16 @@ pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn J
         }]
     );
     assert_eq!(
-        store.stale_queued(at(9_000), 1).await.unwrap().len(),
+        store
+            .stale_queued(at(9_000), later(), 1)
+            .await
+            .unwrap()
+            .len(),
         1,
         "the limit holds"
     );
 
-    store.mark_unknown(&short.id, 1, at(2_000)).await.unwrap();
+    store.mark_unknown(&short.id, 1, &by(2_000)).await.unwrap();
     assert_eq!(store.expired_leases(at(2_000), 10).await.unwrap(), vec![]);
 }
 
@@ -752,7 +875,7 @@ pub async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
         )
         .await;
         store
-            .claim_attempt(&job.id, 1, lease(), at(1))
+            .claim_attempt(&job.id, 1, lease(), &by(1))
             .await
             .unwrap();
         let mut readers = JoinSet::new();
@@ -760,7 +883,11 @@ pub async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
             let (store, job) = (store.clone(), job.clone());
             readers.spawn(async move {
                 loop {
-                    let seen = store.get_job(&job.owner, &job.id).await.unwrap().unwrap();
+                    let seen = store
+                        .get_job(&job.owner, &job.id, later())
+                        .await
+                        .unwrap()
+                        .unwrap();
                     let failed = seen.attempt(1).unwrap().state == AttemptState::Failed;
                     assert_eq!(failed, seen.error.is_some(), "a torn read: {seen:?}");
                     if failed {
@@ -776,8 +903,8 @@ pub async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
                 1,
                 ErrorInfo::new("provider_error", "500"),
                 CallReport::default(),
-                stop(),
-                at(2),
+                &stop(),
+                &by(2),
             )
             .await
             .unwrap();
@@ -802,7 +929,7 @@ pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobS
     .await;
     let cancelled = &all_jobs(store.as_ref(), "alice").await[3];
     store
-        .cancel_job(&cancelled.owner, &cancelled.id, at(9000))
+        .cancel_job(&cancelled.owner, &cancelled.id, &by(9000))
         .await
         .unwrap();
 
@@ -814,7 +941,10 @@ pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobS
             limit: 3,
             cursor,
         };
-        let page = store.list_jobs(&owner("alice"), &query).await.unwrap();
+        let page = store
+            .list_jobs(&owner("alice"), &query, later())
+            .await
+            .unwrap();
         assert!(page.jobs.len() <= 3);
         seen.extend(page.jobs.iter().map(|j| j.idempotency_key.to_string()));
         match page.next_cursor {
@@ -829,7 +959,10 @@ pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobS
         limit: 10,
         cursor: None,
     };
-    let page = store.list_jobs(&owner("alice"), &query).await.unwrap();
+    let page = store
+        .list_jobs(&owner("alice"), &query, later())
+        .await
+        .unwrap();
     let keys: Vec<_> = page
         .jobs
         .iter()

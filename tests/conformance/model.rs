@@ -1,31 +1,39 @@
-//! The model-based test: random sequences of every store operation — creates (new, duplicate, conflicting),
-//! claims (first and duplicate), time-outs, completions (late, out of order, after a cancel), failures with their
-//! failover, attempt cancels, manual retries, job cancels, sweeps — applied to a store and to a plain in-memory
-//! reference model (a map of jobs moved by the domain's own transitions). After every step the SPEC §3 invariants
-//! hold in the store, and the store's job equals the model's, field by field. Shrunk failures print the steps.
+//! The model-based test: random sequences of every store operation — creates (new, duplicate, conflicting, after
+//! expiry), claims (first and duplicate), time-outs, completions (late, out of order, after a cancel), failures with
+//! their failover, attempt cancels, manual retries, job cancels, re-dispatches, sweeps — applied to a store and to a
+//! plain in-memory reference model (a map of jobs moved by the domain's own transitions). Any write may fail before
+//! it reaches the store or land and lose its answer; it is then repeated with the same token, as the engine does,
+//! and must answer as the model says the write did (invariant 11). Steps may share a millisecond. After every step
+//! the SPEC §3 invariants hold in the store, and the store's job equals the model's, field by field. Shrunk
+//! failures print the steps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::Duration;
 use onejob::domain::{
-    AttemptRef, AttemptState, CallReport, ErrorInfo, Fingerprint, IdempotencyKey, Job, JobId,
-    NewJob, NextStep, Owner, ProviderName, Refusal, Timestamp,
+    AttemptRef, AttemptState, CallReport, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job,
+    JobId, JobStatus, NewJob, Owner, ProviderName, Refusal, Stamp, Timestamp,
 };
-use onejob::store::{CreateOutcome, JobStore, StoreError};
+use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestRunner};
 use serde_json::json;
 
 use super::at;
+use crate::support::faulty::{Call, Fault, FaultyStore};
 
 const KEYS: usize = 3;
 const PROVIDERS: [&str; 3] = ["p0", "p1", "p2"];
+/// Short, so that sequences see jobs expire and keys come back.
+const MODEL_RETENTION: Duration = Duration::seconds(8);
+/// Few, so that sequences reach the limit.
+const MAX_ATTEMPTS: u32 = 4;
 
-/// One step. Jobs are named by key index; attempts by number.
+/// One write. Jobs are named by key index; attempts by number.
 #[derive(Debug, Clone)]
-enum Op {
+enum Write {
     /// Same key and input as before: a replay; same key, other input: a conflict.
     Create {
         key: usize,
@@ -43,44 +51,72 @@ enum Op {
         key: usize,
         attempt: u32,
     },
+    /// `qualified`: a bit per provider.
     Fail {
         key: usize,
         attempt: u32,
-        next: Option<usize>,
+        qualified: u8,
     },
     CancelAttempt {
         key: usize,
         attempt: u32,
-        next: Option<usize>,
+        qualified: u8,
     },
     Retry {
         key: usize,
-        provider: usize,
+        provider: Option<usize>,
+        qualified: u8,
     },
     CancelJob {
         key: usize,
     },
-    /// Moves time on, then asks the sweep queries.
-    Sweep {
-        advance_ms: i64,
+    Redispatch {
+        key: usize,
+        attempt: u32,
     },
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// One step: a write (maybe faulted, maybe in the same millisecond as the last step), or a sweep.
+#[derive(Debug, Clone)]
+enum Op {
+    Write {
+        write: Write,
+        fault: Option<Fault>,
+        same_ms: bool,
+    },
+    /// Moves time on, then asks the sweep queries.
+    Sweep { advance_ms: i64 },
+}
+
+fn write() -> impl Strategy<Value = Write> {
     let key = 0..KEYS;
-    let attempt = 1..4u32;
-    let next = proptest::option::of(0..PROVIDERS.len());
+    let attempt = 1..5u32;
+    let mask = 0..8u8;
     prop_oneof![
-        3 => (key.clone(), 0..2u8).prop_map(|(key, input)| Op::Create { key, input }),
-        3 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Op::Claim { key, attempt }),
-        1 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Op::TimeOut { key, attempt }),
-        3 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Op::Complete { key, attempt }),
-        2 => (key.clone(), attempt.clone(), next.clone())
-            .prop_map(|(key, attempt, next)| Op::Fail { key, attempt, next }),
-        1 => (key.clone(), attempt.clone(), next)
-            .prop_map(|(key, attempt, next)| Op::CancelAttempt { key, attempt, next }),
-        1 => (key.clone(), 0..PROVIDERS.len()).prop_map(|(key, provider)| Op::Retry { key, provider }),
-        1 => key.prop_map(|key| Op::CancelJob { key }),
+        3 => (key.clone(), 0..2u8).prop_map(|(key, input)| Write::Create { key, input }),
+        3 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Write::Claim { key, attempt }),
+        1 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Write::TimeOut { key, attempt }),
+        3 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Write::Complete { key, attempt }),
+        2 => (key.clone(), attempt.clone(), mask.clone())
+            .prop_map(|(key, attempt, qualified)| Write::Fail { key, attempt, qualified }),
+        1 => (key.clone(), attempt.clone(), mask.clone())
+            .prop_map(|(key, attempt, qualified)| Write::CancelAttempt { key, attempt, qualified }),
+        1 => (key.clone(), proptest::option::of(0..PROVIDERS.len()), mask)
+            .prop_map(|(key, provider, qualified)| Write::Retry { key, provider, qualified }),
+        1 => key.clone().prop_map(|key| Write::CancelJob { key }),
+        1 => (key, attempt).prop_map(|(key, attempt)| Write::Redispatch { key, attempt }),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let fault = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(Fault::Before)),
+        1 => Just(Some(Fault::After)),
+    ];
+    prop_oneof![
+        12 => (write(), fault, any::<bool>())
+            .prop_map(|(write, fault, same_ms)| Op::Write { write, fault, same_ms }),
         1 => (0..3_000i64).prop_map(|advance_ms| Op::Sweep { advance_ms }),
     ]
 }
@@ -89,14 +125,18 @@ fn provider(i: usize) -> ProviderName {
     ProviderName::parse(PROVIDERS[i]).unwrap()
 }
 
-fn next_step(next: Option<usize>) -> NextStep {
-    match next {
-        Some(i) => NextStep::Queue(provider(i)),
-        None => NextStep::Stop(ErrorInfo::new("providers_exhausted", "model says stop")),
+fn failover(qualified: u8) -> Failover {
+    Failover {
+        qualified: (0..PROVIDERS.len())
+            .filter(|i| qualified & (1 << i) != 0)
+            .map(provider)
+            .collect::<BTreeSet<_>>(),
+        max_attempts: MAX_ATTEMPTS,
     }
 }
 
-/// The reference: jobs by key, moved by the domain's transitions, and the clock.
+/// The reference: jobs by key (expired ones stay until a create replaces them), moved by the domain's transitions,
+/// and the clock.
 struct Model {
     owner: Owner,
     jobs: BTreeMap<usize, Job>,
@@ -108,8 +148,17 @@ impl Model {
         IdempotencyKey::parse(&format!("key-{key}")).unwrap()
     }
 
+    /// The id a step uses for `key`: its job's (even expired), else the id it would have had at the start.
     fn id(&self, key: usize) -> JobId {
-        JobId::derive(&self.owner, &self.key(key))
+        self.jobs.get(&key).map_or_else(
+            || JobId::derive(&self.owner, &self.key(key), at(0)),
+            |job| job.id.clone(),
+        )
+    }
+
+    /// The job `key` names now, unless it expired.
+    fn live(&self, key: usize) -> Option<&Job> {
+        self.jobs.get(&key).filter(|job| !job.is_expired(self.now))
     }
 
     fn new_job(&self, key: usize, input: u8) -> NewJob {
@@ -127,27 +176,22 @@ impl Model {
         }
     }
 
-    /// Applies `apply` to the model's job `key`: `Err(None)` when there is no such job.
+    /// Applies `apply` to the model's job `key`: `Err(None)` when there is no such job (or it expired).
     fn apply<T>(
         &mut self,
         key: usize,
         apply: impl FnOnce(&mut Job) -> Result<T, Refusal>,
     ) -> Result<T, Option<Refusal>> {
-        let job = self.jobs.get_mut(&key).ok_or(None)?;
+        let now = self.now;
+        let job = self
+            .jobs
+            .get_mut(&key)
+            .filter(|job| !job.is_expired(now))
+            .ok_or(None)?;
         let mut after = job.clone();
         let out = apply(&mut after).map_err(Some)?;
         *job = after;
         Ok(out)
-    }
-}
-
-/// What the store said, reduced to what the model can also say.
-fn verdict<T>(outcome: Result<T, StoreError>) -> Result<(), Option<Refusal>> {
-    match outcome {
-        Ok(_) => Ok(()),
-        Err(StoreError::Refused(refusal)) => Err(Some(refusal)),
-        Err(StoreError::NotFound) => Err(None),
-        Err(e @ StoreError::Backend(_)) => panic!("the store failed: {e:?}"),
     }
 }
 
@@ -165,166 +209,343 @@ fn check_invariants(job: &Job) {
     assert_eq!(winners.first().copied(), job.completed_by, "{job:?}");
     assert_eq!(job.result.is_some(), job.completed_by.is_some(), "{job:?}");
     assert!(job.version <= 1, "{job:?}");
-    // A cancel ends every live attempt. (A result may win while a later attempt is still live — a cancelled
-    // attempt answering while the slot was free, SPEC §4 — and that attempt's result is discarded when it lands.)
+    assert!(
+        job.attempts.len() <= MAX_ATTEMPTS as usize,
+        "past the limit: {job:?}"
+    );
+    // A cancel ends every live attempt; a result ends every queued one. (A result may win while a later attempt
+    // is still started — a cancelled attempt answering while the slot was free, SPEC §4.)
     if job.cancelled_at.is_some() {
         assert_eq!(live, 0, "a cancelled job with a live attempt: {job:?}");
     }
+    if job.completed_by.is_some() {
+        assert!(
+            job.attempts.iter().all(|a| a.state != AttemptState::Queued),
+            "a succeeded job with a queued attempt: {job:?}"
+        );
+    }
 }
 
-async fn step(store: &dyn JobStore, model: &mut Model, op: &Op) {
-    let now = model.now;
+/// What a write answered: its answer (as text, to compare outcomes of any type), or its refusal.
+type Said = Result<String, Option<Refusal>>;
+
+/// The write on the store, as it stands.
+async fn on_store(
+    store: &dyn JobStore,
+    model: &Model,
+    write: &Write,
+    stamp: &Stamp,
+) -> Result<String, StoreError> {
+    let now = stamp.now;
     let lease = now + Duration::seconds(1);
-    let (key, said, expected) = match *op {
-        Op::Create { key, input } => {
-            let new = model.new_job(key, input);
-            let outcome = store.create_job(new.clone(), now).await.unwrap();
-            let expected = match model.jobs.get(&key) {
-                None => {
-                    model.jobs.insert(key, Job::new(new, now));
-                    "created"
-                }
-                Some(job) if job.fingerprint == new.fingerprint => "replayed",
-                Some(_) => "conflict",
-            };
-            let said = match &outcome {
-                CreateOutcome::Created(_) => "created",
-                CreateOutcome::Replayed(_) => "replayed",
-                CreateOutcome::Conflict(_) => "conflict",
-            };
-            assert_eq!(said, expected, "{op:?}");
-            assert_eq!(outcome.job(), &model.jobs[&key], "{op:?}");
-            (key, Ok(()), Ok(()))
+    let owner = &model.owner;
+    let answer = |a: &dyn std::fmt::Debug| format!("{a:?}");
+    Ok(match *write {
+        Write::Create { key, input } => answer(
+            &store
+                .create_job(model.new_job(key, input), MODEL_RETENTION, stamp)
+                .await?,
+        ),
+        Write::Claim { key, attempt } => answer(
+            &store
+                .claim_attempt(&model.id(key), attempt, lease, stamp)
+                .await?,
+        ),
+        Write::TimeOut { key, attempt } => {
+            answer(&store.mark_unknown(&model.id(key), attempt, stamp).await?)
         }
-        Op::Claim { key, attempt } => {
-            let said = verdict(
-                store
-                    .claim_attempt(&model.id(key), attempt, lease, now)
-                    .await,
-            );
-            (
-                key,
-                said,
-                model.apply(key, |j| j.claim(attempt, lease, now)),
-            )
-        }
-        Op::TimeOut { key, attempt } => {
-            let said = verdict(store.mark_unknown(&model.id(key), attempt, now).await);
-            (
-                key,
-                said,
-                model.apply(key, |j| j.mark_unknown(attempt, now)),
-            )
-        }
-        Op::Complete { key, attempt } => {
-            let result = json!({"summary": format!("from attempt {attempt}")});
-            let said = store
+        Write::Complete { key, attempt } => answer(
+            &store
                 .complete_attempt(
                     &model.id(key),
                     attempt,
-                    result.clone(),
+                    result(attempt),
                     CallReport::default(),
-                    now,
+                    stamp,
                 )
-                .await;
-            let expected = model.apply(key, |j| {
-                j.complete(attempt, result, CallReport::default(), now)
-            });
-            if let (Ok((completion, _)), Ok(model_completion)) = (&said, &expected) {
-                assert_eq!(completion, model_completion, "{op:?}");
-            }
-            (key, verdict(said), expected.map(|_| ()))
-        }
-        Op::Fail { key, attempt, next } => {
-            let error = ErrorInfo::new("provider_error", "HTTP 500");
-            let said = store
+                .await?,
+        ),
+        Write::Fail {
+            key,
+            attempt,
+            qualified,
+        } => answer(
+            &store
                 .fail_attempt(
                     &model.id(key),
                     attempt,
-                    error.clone(),
+                    error(),
                     CallReport::default(),
-                    next_step(next),
-                    now,
+                    &failover(qualified),
+                    stamp,
                 )
-                .await;
-            let expected = model.apply(key, |j| {
-                j.fail(attempt, error, CallReport::default(), next_step(next), now)
-            });
-            (key, verdict(said), expected)
+                .await?,
+        ),
+        Write::CancelAttempt {
+            key,
+            attempt,
+            qualified,
+        } => answer(
+            &store
+                .cancel_attempt(owner, &model.id(key), attempt, &failover(qualified), stamp)
+                .await?,
+        ),
+        Write::Retry {
+            key,
+            provider: p,
+            qualified,
+        } => answer(
+            &store
+                .add_attempt(
+                    owner,
+                    &model.id(key),
+                    p.map(provider),
+                    &failover(qualified),
+                    stamp,
+                )
+                .await?,
+        ),
+        Write::CancelJob { key } => answer(&store.cancel_job(owner, &model.id(key), stamp).await?),
+        Write::Redispatch { key, attempt } => {
+            answer(&store.redispatch(&model.id(key), attempt, now).await?)
         }
-        Op::CancelAttempt { key, attempt, next } => {
-            let owner = model.owner.clone();
-            let said = store
-                .cancel_attempt(&owner, &model.id(key), attempt, next_step(next), now)
-                .await;
-            let expected = model.apply(key, |j| j.cancel_attempt(attempt, next_step(next), now));
-            (key, verdict(said), expected)
-        }
-        Op::Retry { key, provider: p } => {
-            let owner = model.owner.clone();
-            let said = store
-                .add_attempt(&owner, &model.id(key), provider(p), now)
-                .await;
-            let expected = model.apply(key, |j| j.add_attempt(provider(p), now));
-            if let (Ok((number, _)), Ok(model_number)) = (&said, &expected) {
-                assert_eq!(number, model_number, "{op:?}");
-            }
-            (key, verdict(said), expected.map(|_| ()))
-        }
-        Op::CancelJob { key } => {
-            let owner = model.owner.clone();
-            let said = store.cancel_job(&owner, &model.id(key), now).await;
-            let expected = model.apply(key, |j| j.cancel(now));
-            if let (Ok((outcome, _)), Ok(model_outcome)) = (&said, &expected) {
-                assert_eq!(outcome, model_outcome, "{op:?}");
-            }
-            (key, verdict(said), expected.map(|_| ()))
-        }
-        Op::Sweep { advance_ms } => {
-            model.now = now + Duration::milliseconds(advance_ms);
-            let now = model.now;
-            let ours = |refs: Vec<AttemptRef>| {
-                let mut refs: Vec<(JobId, u32)> = refs
-                    .into_iter()
-                    .filter(|r| (0..KEYS).any(|k| model.id(k) == r.job_id))
-                    .map(|r| (r.job_id, r.number))
-                    .collect();
-                refs.sort();
-                refs
-            };
-            let expired = ours(store.expired_leases(now, 10_000).await.unwrap());
-            let stale = ours(store.stale_queued(now, 10_000).await.unwrap());
-            let mut want_expired = Vec::new();
-            let mut want_stale = Vec::new();
-            for job in model.jobs.values().filter(|j| !j.status().is_settled()) {
-                for a in &job.attempts {
-                    if a.state == AttemptState::Started && a.lease_expires_at.unwrap() < now {
-                        want_expired.push((job.id.clone(), a.number));
-                    }
-                    if a.state == AttemptState::Queued && a.created_at < now {
-                        want_stale.push((job.id.clone(), a.number));
-                    }
+    })
+}
+
+/// The write on the model: what it says, and the job it names.
+fn on_model(model: &mut Model, write: &Write, stamp: &Stamp) -> (usize, Said) {
+    let now = stamp.now;
+    let lease = now + Duration::seconds(1);
+    let answer = |a: &dyn std::fmt::Debug| format!("{a:?}");
+    match *write {
+        Write::Create { key, input } => {
+            let new = model.new_job(key, input);
+            let outcome = match model.live(key) {
+                None => {
+                    let job = Job::new(new, MODEL_RETENTION, stamp);
+                    model.jobs.insert(key, job.clone());
+                    CreateOutcome::Created(job)
                 }
-            }
-            want_expired.sort();
-            want_stale.sort();
-            assert_eq!(expired, want_expired, "expired leases at {now}");
-            assert_eq!(stale, want_stale, "stale queued attempts at {now}");
-            return;
+                Some(job) if job.created_by(&stamp.token) => CreateOutcome::Created(job.clone()),
+                Some(job) if job.fingerprint == new.fingerprint => {
+                    CreateOutcome::Replayed(job.clone())
+                }
+                Some(job) => CreateOutcome::Conflict(job.clone()),
+            };
+            (key, Ok(answer(&outcome)))
         }
+        Write::Claim { key, attempt } => (
+            key,
+            model.apply(key, |j| j.claim(attempt, lease, stamp).map(|()| answer(j))),
+        ),
+        Write::TimeOut { key, attempt } => (
+            key,
+            model.apply(key, |j| j.mark_unknown(attempt, stamp).map(|()| answer(j))),
+        ),
+        Write::Complete { key, attempt } => (
+            key,
+            model.apply(key, |j| {
+                let c = j.complete(attempt, result(attempt), CallReport::default(), stamp)?;
+                Ok(answer(&(c, j.clone())))
+            }),
+        ),
+        Write::Fail {
+            key,
+            attempt,
+            qualified,
+        } => (
+            key,
+            model.apply(key, |j| {
+                j.fail(
+                    attempt,
+                    error(),
+                    CallReport::default(),
+                    &failover(qualified),
+                    stamp,
+                )
+                .map(|()| answer(j))
+            }),
+        ),
+        Write::CancelAttempt {
+            key,
+            attempt,
+            qualified,
+        } => (
+            key,
+            model.apply(key, |j| {
+                let c = j.cancel_attempt(attempt, &failover(qualified), stamp)?;
+                Ok(answer(&(c, j.clone())))
+            }),
+        ),
+        Write::Retry {
+            key,
+            provider: p,
+            qualified,
+        } => (
+            key,
+            model.apply(key, |j| {
+                let n = j.add_attempt(p.map(provider), &failover(qualified), stamp)?;
+                Ok(answer(&(n, j.clone())))
+            }),
+        ),
+        Write::CancelJob { key } => (
+            key,
+            model.apply(key, |j| {
+                let c = j.cancel(stamp)?;
+                Ok(answer(&(c, j.clone())))
+            }),
+        ),
+        Write::Redispatch { key, attempt } => (
+            key,
+            model.apply(key, |j| j.redispatch(attempt, now).map(|()| answer(j))),
+        ),
+    }
+}
+
+fn result(attempt: u32) -> serde_json::Value {
+    json!({"summary": format!("from attempt {attempt}")})
+}
+
+fn error() -> ErrorInfo {
+    ErrorInfo::new("provider_error", "HTTP 500")
+}
+
+fn said(outcome: Result<String, StoreError>) -> Said {
+    match outcome {
+        Ok(answer) => Ok(answer),
+        Err(StoreError::Refused(refusal)) => Err(Some(refusal)),
+        Err(StoreError::NotFound) => Err(None),
+        Err(e @ StoreError::Backend(_)) => panic!("the store failed: {e:?}"),
+    }
+}
+
+/// Which store call a write makes, for its fault.
+fn call_of(write: &Write) -> Call {
+    match write {
+        Write::Create { .. } => Call::Create,
+        Write::Claim { .. } => Call::Claim,
+        Write::TimeOut { .. } => Call::MarkUnknown,
+        Write::Complete { .. } => Call::Complete,
+        Write::Fail { .. } => Call::Fail,
+        Write::CancelAttempt { .. } => Call::CancelAttempt,
+        Write::Retry { .. } => Call::AddAttempt,
+        Write::CancelJob { .. } => Call::CancelJob,
+        Write::Redispatch { .. } => Call::Redispatch,
+    }
+}
+
+async fn step(store: &FaultyStore, model: &mut Model, op: &Op) {
+    let (write, fault, same_ms) = match op {
+        Op::Write {
+            write,
+            fault,
+            same_ms,
+        } => (write, *fault, *same_ms),
+        Op::Sweep { advance_ms } => return sweep(store, model, *advance_ms).await,
     };
-    assert_eq!(said, expected, "{op:?}: the store and the model disagree");
-    let stored = store.get_job(&model.owner, &model.id(key)).await.unwrap();
+    if !same_ms {
+        model.now += Duration::milliseconds(1);
+    }
+    let stamp = Stamp::fresh(model.now);
+    if let Some(fault) = fault {
+        // Before the write nothing happens; after it, the write lands and its answer is lost. Either way the
+        // caller sees a failure, and repeats the write with the same token (below): it must answer as the write
+        // did the first time, and change nothing more.
+        // (A write the store refuses lands nothing: its refusal comes back as it is.)
+        store.plan(&[(call_of(write), fault)]);
+        let failed = on_store(store, model, write, &stamp).await;
+        assert!(store.spent(), "{op:?}: the fault did not strike");
+        assert!(
+            fault == Fault::After || matches!(failed, Err(StoreError::Backend(_))),
+            "{op:?}: {failed:?}"
+        );
+    }
+    let answered = said(on_store(store, model, write, &stamp).await);
+    let (key, expected) = on_model(model, write, &stamp);
     assert_eq!(
-        stored.as_ref(),
-        model.jobs.get(&key),
-        "{op:?}: the stored job"
+        answered, expected,
+        "{op:?}: the store and the model disagree"
     );
+    let stored = store
+        .get_job(&model.owner, &model.id(key), model.now)
+        .await
+        .unwrap();
+    assert_eq!(stored.as_ref(), model.live(key), "{op:?}: the stored job");
     if let Some(job) = &stored {
         check_invariants(job);
+        assert_eq!(
+            listed_status(store, model, job).await,
+            job.status(),
+            "{op:?}: the listing's status"
+        );
     }
-    // Every step takes a millisecond, so timestamps tell steps apart.
-    model.now += Duration::milliseconds(1);
+}
+
+/// The status under which a listing filtered by status finds `job`: it must be the job's own.
+async fn listed_status(store: &FaultyStore, model: &Model, job: &Job) -> JobStatus {
+    for status in JobStatus::ALL {
+        let query = ListQuery {
+            status: Some(status),
+            limit: ListQuery::MAX_LIMIT,
+            cursor: None,
+        };
+        let page = store
+            .list_jobs(&model.owner, &query, model.now)
+            .await
+            .unwrap();
+        if page.jobs.iter().any(|j| j.id == job.id) {
+            return status;
+        }
+    }
+    panic!("{:?} is in no listing", job.id)
+}
+
+async fn sweep(store: &FaultyStore, model: &mut Model, advance_ms: i64) {
+    model.now += Duration::milliseconds(advance_ms);
+    let now = model.now;
+    let ours = |refs: Vec<AttemptRef>| {
+        let mut refs: Vec<(JobId, u32)> = refs
+            .into_iter()
+            .filter(|r| (0..KEYS).any(|k| model.id(k) == r.job_id))
+            .map(|r| (r.job_id, r.number))
+            .collect();
+        refs.sort();
+        refs
+    };
+    let expired = ours(store.expired_leases(now, 10_000).await.unwrap());
+    let stale = ours(store.stale_queued(now, now, 10_000).await.unwrap());
+    let mut want_expired = Vec::new();
+    let mut want_stale = Vec::new();
+    for job in model.jobs.values().filter(|j| !j.is_expired(now)) {
+        for a in &job.attempts {
+            if a.state == AttemptState::Started
+                && job.cancelled_at.is_none()
+                && a.lease_expires_at.unwrap() < now
+            {
+                want_expired.push((job.id.clone(), a.number));
+            }
+            let open = job.completed_by.is_none() && job.cancelled_at.is_none();
+            if a.state == AttemptState::Queued && open && a.dispatched_at < now {
+                want_stale.push((job.id.clone(), a.number));
+            }
+        }
+    }
+    want_expired.sort();
+    want_stale.sort();
+    assert_eq!(expired, want_expired, "expired leases at {now}");
+    assert_eq!(stale, want_stale, "stale queued attempts at {now}");
+    store.purge_expired(now, 10_000).await.unwrap();
+    for key in 0..KEYS {
+        let stored = store
+            .get_job(&model.owner, &model.id(key), now)
+            .await
+            .unwrap();
+        assert_eq!(
+            stored.as_ref(),
+            model.live(key),
+            "job {key} after the sweep at {now}"
+        );
+    }
 }
 
 /// Runs `cases` random sequences of up to 40 steps against `store`, each on its own owner.
@@ -335,6 +556,7 @@ pub async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>) 
         .unwrap_or(48);
     let runtime = tokio::runtime::Handle::current();
     let case = AtomicUsize::new(0);
+    let faulty = FaultyStore::new(store, Vec::new());
     let mut runner = TestRunner::new(RunnerConfig {
         cases,
         failure_persistence: None,
@@ -350,7 +572,7 @@ pub async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>) 
             };
             runtime.block_on(async {
                 for op in &ops {
-                    step(store.as_ref(), &mut model, op).await;
+                    step(&faulty, &mut model, op).await;
                 }
             });
             Ok(())

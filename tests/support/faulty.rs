@@ -7,20 +7,46 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use chrono::Duration;
 use onejob::domain::{
-    AttemptRef, CallReport, Completion, ErrorInfo, Fingerprint, Job, JobCancel, JobId, NewJob,
-    NextStep, Owner, ProviderName, Qualification, Timestamp,
+    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
+    JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
 };
 use onejob::store::{CreateOutcome, JobPage, JobStore, ListQuery, StoreError};
 use serde_json::Value;
 
-/// The store calls a fault can hit.
+/// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
     Create,
+    Get,
+    AddAttempt,
     Claim,
+    MarkUnknown,
     Complete,
     Fail,
+    CancelAttempt,
+    Redispatch,
+    CancelJob,
+    ExpiredLeases,
+    StaleQueued,
+    Purge,
+    Qualification,
+}
+
+impl Call {
+    /// The calls that write.
+    pub const WRITES: [Call; 9] = [
+        Call::Create,
+        Call::AddAttempt,
+        Call::Claim,
+        Call::MarkUnknown,
+        Call::Complete,
+        Call::Fail,
+        Call::CancelAttempt,
+        Call::Redispatch,
+        Call::CancelJob,
+    ];
 }
 
 /// When the fault strikes.
@@ -40,6 +66,8 @@ pub struct FaultyStore {
     inner: Arc<dyn JobStore>,
     /// Faults in order: the next call of the named kind takes the first matching one.
     plan: Mutex<VecDeque<(Call, Fault)>>,
+    /// Every call made, in order, with whether a fault struck it.
+    seen: Mutex<Vec<(Call, Option<Fault>)>>,
 }
 
 impl fmt::Debug for FaultyStore {
@@ -53,6 +81,7 @@ impl FaultyStore {
         Arc::new(Self {
             inner,
             plan: Mutex::new(plan.into()),
+            seen: Mutex::default(),
         })
     }
 
@@ -61,10 +90,30 @@ impl FaultyStore {
         self.plan.lock().unwrap().is_empty()
     }
 
+    /// How many calls of this kind were made (faulted or not).
+    pub fn calls(&self, call: Call) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(c, _)| *c == call)
+            .count()
+    }
+
+    /// Adds faults to the plan.
+    pub fn plan(&self, faults: &[(Call, Fault)]) {
+        self.plan.lock().unwrap().extend(faults.iter().copied());
+    }
+
     fn take(&self, call: Call) -> Option<Fault> {
         let mut plan = self.plan.lock().unwrap();
-        let at = plan.iter().position(|(c, _)| *c == call)?;
-        plan.remove(at).map(|(_, fault)| fault)
+        let fault = plan
+            .iter()
+            .position(|(c, _)| *c == call)
+            .and_then(|at| plan.remove(at))
+            .map(|(_, fault)| fault);
+        self.seen.lock().unwrap().push((call, fault));
+        fault
     }
 
     /// Runs `op` through the fault planned for `call`, if any.
@@ -86,27 +135,45 @@ impl FaultyStore {
 
 #[async_trait]
 impl JobStore for FaultyStore {
-    async fn create_job(&self, new: NewJob, now: Timestamp) -> Result<CreateOutcome, StoreError> {
-        self.through(Call::Create, self.inner.create_job(new, now))
+    async fn create_job(
+        &self,
+        new: NewJob,
+        retention: Duration,
+        stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError> {
+        let op = self.inner.create_job(new, retention, stamp);
+        self.through(Call::Create, op).await
+    }
+
+    async fn get_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        self.through(Call::Get, self.inner.get_job(owner, id, now))
             .await
     }
 
-    async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError> {
-        self.inner.get_job(owner, id).await
-    }
-
-    async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError> {
-        self.inner.list_jobs(owner, query).await
+    async fn list_jobs(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        self.inner.list_jobs(owner, query, now).await
     }
 
     async fn add_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
-        provider: ProviderName,
-        now: Timestamp,
+        provider: Option<ProviderName>,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<(u32, Job), StoreError> {
-        self.inner.add_attempt(owner, id, provider, now).await
+        let op = self.inner.add_attempt(owner, id, provider, failover, stamp);
+        self.through(Call::AddAttempt, op).await
     }
 
     async fn claim_attempt(
@@ -114,22 +181,22 @@ impl JobStore for FaultyStore {
         id: &JobId,
         number: u32,
         lease_expires_at: Timestamp,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
-        self.through(
-            Call::Claim,
-            self.inner.claim_attempt(id, number, lease_expires_at, now),
-        )
-        .await
+        let op = self
+            .inner
+            .claim_attempt(id, number, lease_expires_at, stamp);
+        self.through(Call::Claim, op).await
     }
 
     async fn mark_unknown(
         &self,
         id: &JobId,
         number: u32,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
-        self.inner.mark_unknown(id, number, now).await
+        let op = self.inner.mark_unknown(id, number, stamp);
+        self.through(Call::MarkUnknown, op).await
     }
 
     async fn complete_attempt(
@@ -138,13 +205,12 @@ impl JobStore for FaultyStore {
         number: u32,
         result: Value,
         report: CallReport,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(Completion, Job), StoreError> {
-        self.through(
-            Call::Complete,
-            self.inner.complete_attempt(id, number, result, report, now),
-        )
-        .await
+        let op = self
+            .inner
+            .complete_attempt(id, number, result, report, stamp);
+        self.through(Call::Complete, op).await
     }
 
     async fn fail_attempt(
@@ -153,15 +219,13 @@ impl JobStore for FaultyStore {
         number: u32,
         error: ErrorInfo,
         report: CallReport,
-        next: NextStep,
-        now: Timestamp,
+        failover: &Failover,
+        stamp: &Stamp,
     ) -> Result<Job, StoreError> {
-        self.through(
-            Call::Fail,
-            self.inner
-                .fail_attempt(id, number, error, report, next, now),
-        )
-        .await
+        let op = self
+            .inner
+            .fail_attempt(id, number, error, report, failover, stamp);
+        self.through(Call::Fail, op).await
     }
 
     async fn cancel_attempt(
@@ -169,12 +233,18 @@ impl JobStore for FaultyStore {
         owner: &Owner,
         id: &JobId,
         number: u32,
-        next: NextStep,
-        now: Timestamp,
-    ) -> Result<Job, StoreError> {
-        self.inner
-            .cancel_attempt(owner, id, number, next, now)
-            .await
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(AttemptCancel, Job), StoreError> {
+        let op = self
+            .inner
+            .cancel_attempt(owner, id, number, failover, stamp);
+        self.through(Call::CancelAttempt, op).await
+    }
+
+    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
+        let op = self.inner.redispatch(id, number, now);
+        self.through(Call::Redispatch, op).await
     }
 
     async fn expired_leases(
@@ -182,15 +252,23 @@ impl JobStore for FaultyStore {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        self.inner.expired_leases(now, limit).await
+        let op = self.inner.expired_leases(now, limit);
+        self.through(Call::ExpiredLeases, op).await
     }
 
     async fn stale_queued(
         &self,
         before: Timestamp,
+        now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        self.inner.stale_queued(before, limit).await
+        let op = self.inner.stale_queued(before, now, limit);
+        self.through(Call::StaleQueued, op).await
+    }
+
+    async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let op = self.inner.purge_expired(now, limit);
+        self.through(Call::Purge, op).await
     }
 
     async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
@@ -202,15 +280,17 @@ impl JobStore for FaultyStore {
         contract: &Fingerprint,
         provider: &Fingerprint,
     ) -> Result<Option<Qualification>, StoreError> {
-        self.inner.qualification(contract, provider).await
+        let op = self.inner.qualification(contract, provider);
+        self.through(Call::Qualification, op).await
     }
 
     async fn cancel_job(
         &self,
         owner: &Owner,
         id: &JobId,
-        now: Timestamp,
+        stamp: &Stamp,
     ) -> Result<(JobCancel, Job), StoreError> {
-        self.inner.cancel_job(owner, id, now).await
+        let op = self.inner.cancel_job(owner, id, stamp);
+        self.through(Call::CancelJob, op).await
     }
 }

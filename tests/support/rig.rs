@@ -110,7 +110,6 @@ impl Rig {
 
     pub async fn job(&self, job: &Job) -> Job {
         self.engine
-            .store
             .get_job(&self.owner, &job.id)
             .await
             .unwrap()

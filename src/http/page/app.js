@@ -36,7 +36,6 @@ function age(iso, now = Date.now()) {
   return `${Math.floor(s / 3600)}h`;
 }
 
-const SETTLED = new Set(["succeeded", "failed", "cancelled"]);
 
 // ---- sign in -------------------------------------------------------------------------------------------------
 
@@ -170,7 +169,7 @@ function showJob(id) {
   let job = null;
   let etag = null;
   const controller = new AbortController();
-  const clock = setInterval(() => job && !SETTLED.has(job.status) && render(job), 1000);
+  const clock = setInterval(() => job && !job.settled && render(job), 1000);
   (async () => {
     const limits = await timeouts();
     while (!stopped) {
@@ -186,11 +185,14 @@ function showJob(id) {
         etag = response.headers.get("ETag");
         job = await response.json();
         render(job, limits);
-        if (SETTLED.has(job.status)) {
+        // Settled: nothing can change the outcome any more (a failed job may still wait for a cancelled attempt).
+        if (job.settled) {
           $("job-live").textContent = "";
           return;
         }
-        $("job-live").textContent = "live";
+        $("job-live").textContent = job.settles_at
+          ? `live: a cancelled attempt may still answer until ${new Date(job.settles_at).toLocaleTimeString()}`
+          : "live";
       } else if (response.status !== 304) {
         const problem = await response.json().catch(() => ({}));
         $("job-status").textContent = problem.code ?? `HTTP ${response.status}`;

@@ -1,0 +1,369 @@
+//! onejob's own faults (invariant 11), on every store: each write the engine makes, failing before it reaches the
+//! store and landing with its answer lost, through the engine and the worker step as they run. Each case asserts
+//! what the product promises: one job and one `Created` per key, one provider call per attempt, every answer that
+//! reached the worker in the ledger, and the follow-up (a dispatch) at once rather than at the next sweep.
+
+use std::sync::Arc;
+
+use onejob::domain::{AttemptState, Job, JobStatus, ProviderName};
+use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
+use onejob::worker::sweeper::sweep;
+use onejob::worker::{Processed, process_attempt};
+use serde_json::{Value, json};
+
+use crate::support::faulty::{Call, Fault, FaultyStore};
+use crate::support::record_qualified;
+use crate::support::rig::Rig;
+use crate::support::stand_in::{Reply, StandIn, openai, resetting};
+
+const FAULTS: [Fault; 2] = [Fault::Before, Fault::After];
+
+fn summary(text: &str) -> Value {
+    json!({"summary": text})
+}
+
+fn state(job: &Job, number: u32) -> AttemptState {
+    job.attempt(number).unwrap().state
+}
+
+/// A rig on `store` behind a [`FaultyStore`], with these providers; `fallback` qualified if `qualified`.
+async fn rig(
+    store: Arc<dyn JobStore>,
+    primary: String,
+    fallback: String,
+    qualified: bool,
+) -> (Arc<FaultyStore>, Rig) {
+    let faulty = FaultyStore::new(store, Vec::new());
+    let rig = Rig::new(faulty.clone(), openai(primary), openai(fallback));
+    if qualified {
+        record_qualified(&rig.engine, "fallback").await;
+    }
+    (faulty, rig)
+}
+
+/// Moves the clock whenever the step waits out a backoff between tries of its completion (never while the
+/// provider call, bounded by its own timeout on the same clock, is in flight), until the step is done.
+async fn drive_backoff<T>(rig: &Rig, faulty: &FaultyStore, step: &tokio::task::JoinHandle<T>) {
+    while !step.is_finished() {
+        if faulty.calls(Call::Complete) > 0 && rig.clock.sleepers() > 0 {
+            rig.advance(2_000);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Creates the job under `key`.
+async fn create(rig: &mut Rig, key: &str) -> Job {
+    let (job, _) = rig.create(key).await;
+    job
+}
+
+fn fallback_provider() -> ProviderName {
+    ProviderName::parse("fallback").unwrap()
+}
+
+/// A create that fails on either side of its write is still `Created` (one per key), and its attempt is dispatched
+/// at once and runs once.
+pub async fn a_create_that_fails_either_side_of_its_write_is_created_once(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        faulty.plan(&[(Call::Create, fault)]);
+        let intent = rig.intent(&format!("create-{i}"));
+        let outcome = rig.engine.create_job(intent.clone()).await.unwrap();
+        let CreateOutcome::Created(job) = outcome else {
+            panic!("{fault:?}: the create's own job, found by its repeat, is Created: {outcome:?}")
+        };
+        assert!(faulty.spent());
+        let message = rig.next_message();
+        assert_eq!(
+            rig.process(&message).await,
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert_eq!(primary.call_count(), i + 1, "{fault:?}: one call");
+        let again = rig.engine.create_job(intent.clone()).await.unwrap();
+        assert!(matches!(again, CreateOutcome::Replayed(_)), "{fault:?}");
+        assert!(rig.no_message());
+        let query = ListQuery {
+            status: None,
+            limit: 100,
+            cursor: None,
+        };
+        let page = rig.engine.list_jobs(&intent.owner, &query).await.unwrap();
+        let mine: Vec<&Job> = page
+            .jobs
+            .iter()
+            .filter(|j| j.idempotency_key == intent.idempotency_key)
+            .collect();
+        assert_eq!(mine.len(), 1, "{fault:?}: one job for one intent");
+        assert_eq!(mine[0].id, job.id);
+        assert_eq!(mine[0].result, Some(summary("A")));
+    }
+    assert_eq!(rig.engine.metrics.store_retries(), 2);
+}
+
+/// A claim that fails on either side of its write is still this step's: the provider is called once, and a
+/// redelivered message (a new step) is dropped.
+pub async fn a_claim_that_fails_either_side_of_its_write_calls_the_provider_once(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (job, message) = rig.create(&format!("claim-{i}")).await;
+        faulty.plan(&[(Call::Claim, fault)]);
+        assert_eq!(
+            rig.process(&message).await,
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert!(faulty.spent());
+        assert_eq!(
+            rig.process(&message).await,
+            Processed::Dropped,
+            "a redelivery"
+        );
+        assert_eq!(primary.call_count(), i + 1, "{fault:?}: one call");
+        let done = rig.job(&job).await;
+        assert_eq!(
+            (done.status(), done.result),
+            (JobStatus::Succeeded, Some(summary("A")))
+        );
+    }
+}
+
+/// A completion that fails on either side of its write keeps the answer: it is in the ledger, once.
+pub async fn a_completion_that_fails_either_side_of_its_write_keeps_the_answer(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (job, message) = rig.create(&format!("complete-{i}")).await;
+        faulty.plan(&[(Call::Complete, fault)]);
+        assert_eq!(
+            rig.process(&message).await,
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert!(faulty.spent());
+        let done = rig.job(&job).await;
+        assert_eq!(
+            (done.completed_by, done.result.clone(), done.version),
+            (Some(1), Some(summary("A")), 1),
+            "{fault:?}"
+        );
+        assert_eq!(state(&done, 1), AttemptState::Succeeded);
+        assert_eq!(primary.call_count(), i + 1);
+    }
+}
+
+/// A failure that fails on either side of its write (or whose qualification read fails) is recorded once, and its
+/// failover attempt is dispatched at once, not by the sweeper.
+pub async fn a_failure_that_fails_either_side_of_its_write_fails_over_at_once(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    let plans = [
+        vec![(Call::Fail, Fault::Before)],
+        vec![(Call::Fail, Fault::After)],
+        vec![(Call::Qualification, Fault::Before)],
+    ];
+    for (i, plan) in plans.iter().enumerate() {
+        let (job, first) = rig.create(&format!("fail-{i}")).await;
+        faulty.plan(plan);
+        assert_eq!(rig.process(&first).await, Processed::Failed, "{plan:?}");
+        assert!(faulty.spent());
+        let second = rig.next_message();
+        assert_eq!(second.number, 2, "{plan:?}: dispatched at once");
+        assert_eq!(rig.process(&second).await, Processed::Succeeded);
+        let done = rig.job(&job).await;
+        assert_eq!(done.attempts.len(), 2, "{plan:?}: one failover attempt");
+        assert_eq!(
+            done.attempt(1).unwrap().error.as_ref().unwrap().code,
+            "provider_error"
+        );
+        assert_eq!(
+            (done.completed_by, done.result),
+            (Some(2), Some(summary("B")))
+        );
+        assert_eq!(
+            (primary.call_count(), fallback.call_count()),
+            (i + 1, i + 1)
+        );
+    }
+}
+
+/// A time-out whose write fails on either side of it still makes the attempt `unknown` — a lost connection here.
+pub async fn a_time_out_that_fails_either_side_of_its_write_is_unknown(store: Arc<dyn JobStore>) {
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, resetting().await, fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (job, message) = rig.create(&format!("unknown-{i}")).await;
+        faulty.plan(&[(Call::MarkUnknown, fault)]);
+        assert_eq!(rig.process(&message).await, Processed::Unknown, "{fault:?}");
+        assert!(faulty.spent());
+        let after = rig.job(&job).await;
+        assert_eq!(
+            (after.status(), state(&after, 1)),
+            (JobStatus::Unknown, AttemptState::Unknown)
+        );
+        assert!(rig.no_message(), "an unknown attempt never fails over");
+    }
+    assert_eq!(fallback.call_count(), 0);
+}
+
+/// An attempt cancel that fails on either side of its write answers the job (not 409 for its own success), and its
+/// failover attempt is dispatched at once.
+pub async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at_once(
+    store: Arc<dyn JobStore>,
+) {
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, resetting().await, fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (job, message) = rig.create(&format!("cancel-attempt-{i}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Unknown);
+        faulty.plan(&[(Call::CancelAttempt, fault)]);
+        let cancelled = rig
+            .engine
+            .cancel_attempt(&job.owner, &job.id, 1)
+            .await
+            .unwrap();
+        assert!(faulty.spent());
+        assert_eq!(state(&cancelled, 1), AttemptState::Cancelled, "{fault:?}");
+        assert_eq!(state(&cancelled, 2), AttemptState::Queued);
+        let second = rig.next_message();
+        assert_eq!(second.number, 2, "{fault:?}: dispatched at once");
+        assert_eq!(rig.process(&second).await, Processed::Succeeded);
+        assert_eq!(fallback.call_count(), i + 1);
+    }
+}
+
+/// A manual retry that fails on either side of its write answers its attempt (not 409 for its own success), adds
+/// one attempt, and dispatches it at once.
+pub async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    // The fallback is not qualified: the job fails, and a person retries it there by hand.
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), false).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (job, first) = rig.create(&format!("retry-{i}")).await;
+        assert_eq!(rig.process(&first).await, Processed::Failed);
+        assert!(rig.no_message());
+        faulty.plan(&[(Call::AddAttempt, fault)]);
+        let (number, after) = rig
+            .engine
+            .add_attempt(&job.owner, &job.id, Some(fallback_provider()))
+            .await
+            .unwrap();
+        assert!(faulty.spent());
+        assert_eq!((number, after.attempts.len()), (2, 2), "{fault:?}");
+        let second = rig.next_message();
+        assert_eq!(second.number, 2, "{fault:?}: dispatched at once");
+        assert_eq!(rig.process(&second).await, Processed::Succeeded);
+        assert_eq!(rig.job(&job).await.attempts.len(), 2);
+    }
+}
+
+/// A job cancel that fails on either side of its write answers the cancelled job.
+pub async fn a_job_cancel_that_fails_either_side_of_its_write_cancels(store: Arc<dyn JobStore>) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let job = create(&mut rig, &format!("cancel-job-{i}")).await;
+        faulty.plan(&[(Call::CancelJob, fault)]);
+        let cancelled = rig.engine.cancel_job(&job.owner, &job.id).await.unwrap();
+        assert!(faulty.spent());
+        assert_eq!(cancelled.status(), JobStatus::Cancelled, "{fault:?}");
+        assert_eq!(rig.job(&job).await.status(), JobStatus::Cancelled);
+    }
+}
+
+/// A re-dispatch whose record fails on either side of its write still sends the lost attempt, once; the next
+/// sweep does not send it again before its turn.
+pub async fn a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_once(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        // The message is lost.
+        let (job, _) = rig.create(&format!("lost-{i}")).await;
+        rig.advance(30_001);
+        faulty.plan(&[(Call::Redispatch, fault)]);
+        let swept = sweep(&rig.engine).await.unwrap();
+        assert!(faulty.spent());
+        assert_eq!(swept.redispatched, 1, "{fault:?}");
+        let again = sweep(&rig.engine).await.unwrap();
+        assert_eq!(again.redispatched, 0, "{fault:?}: not before its turn");
+        let message = rig.next_message();
+        assert!(rig.no_message(), "{fault:?}: sent once");
+        assert_eq!(rig.process(&message).await, Processed::Succeeded);
+        assert_eq!(rig.job(&job).await.status(), JobStatus::Succeeded);
+    }
+}
+
+/// Through a store outage the worker keeps the answer it holds, trying again with backoff; it is written once
+/// the store is back. One provider call.
+pub async fn an_answer_is_written_through_a_store_outage(store: Arc<dyn JobStore>) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    let (job, message) = rig.create("outage").await;
+    faulty.plan(&[(Call::Complete, Fault::Before); 6]);
+    let engine = rig.engine.clone();
+    let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
+    // Each backoff waits on the clock: move it whenever the step sleeps, until the step is done.
+    drive_backoff(&rig, &faulty, &step).await;
+    assert_eq!(step.await.unwrap().unwrap(), Processed::Succeeded);
+    assert!(faulty.spent());
+    assert_eq!(faulty.calls(Call::Complete), 7);
+    let done = rig.job(&job).await;
+    assert_eq!(
+        (done.completed_by, done.result),
+        (Some(1), Some(summary("A")))
+    );
+    assert_eq!(primary.call_count(), 1);
+}
+
+/// Past its budget a worker gives the answer up (logged at ERROR, whole) and reports the store's failure: the
+/// message comes back, the redelivery is refused, and the attempt stays `started` until the sweeper makes it
+/// `unknown`. Never a second paid call.
+pub async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    let (job, message) = rig.create("down").await;
+    faulty.plan(&[(Call::Complete, Fault::Before); 10_000]);
+    let engine = rig.engine.clone();
+    let redelivered = message.clone();
+    let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
+    drive_backoff(&rig, &faulty, &step).await;
+    let outcome = step.await.unwrap();
+    assert!(
+        matches!(outcome, Err(StoreError::Backend(_))),
+        "{outcome:?}"
+    );
+    let tries = faulty.calls(Call::Complete);
+    assert!(tries > 10, "tried again through the budget: {tries}");
+    assert_eq!(state(&rig.job(&job).await, 1), AttemptState::Started);
+    assert_eq!(rig.process(&redelivered).await, Processed::Dropped);
+    assert_eq!(primary.call_count(), 1, "no second paid call");
+    rig.advance(rig.engine.lease().num_milliseconds() as u64);
+    assert_eq!(sweep(&rig.engine).await.unwrap().expired, 1);
+    assert_eq!(state(&rig.job(&job).await, 1), AttemptState::Unknown);
+}
