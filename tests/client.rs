@@ -26,6 +26,9 @@ enum Act {
     DropAnswer,
     /// Answers 503 itself and closes.
     Unavailable,
+    /// A load balancer that gave up: passes the request on, and while the server answers, answers the client 504
+    /// with an HTML page. The work was done; the client cannot know.
+    GatewayTimeout,
     /// Passes everything through.
     Forward,
 }
@@ -87,6 +90,18 @@ async fn relay(
             let mut first = [0u8; 1];
             let _ = server.read(&mut first).await;
             // Both ends close here: the server answered, the client gets nothing.
+        }
+        Act::GatewayTimeout => {
+            let mut server = TcpStream::connect(upstream).await.unwrap();
+            server.write_all(&request).await.unwrap();
+            let mut first = [0u8; 1];
+            let _ = server.read(&mut first).await;
+            let body = "<html><body><h1>504 Gateway Time-out</h1></body></html>";
+            let answer = format!(
+                "HTTP/1.1 504 Gateway Time-out\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = client.write_all(answer.as_bytes()).await;
         }
         Act::Forward => {
             let mut server = TcpStream::connect(upstream).await.unwrap();
@@ -246,7 +261,8 @@ async fn server_errors_are_retried_and_a_4xx_is_not() {
     assert!(
         unknown
             .stderr
-            .starts_with("onejob: unknown_contract (HTTP 422): "),
+            .lines()
+            .any(|l| l.starts_with("onejob: unknown_contract (HTTP 422): ")),
         "{}",
         unknown.stderr
     );
@@ -275,6 +291,44 @@ async fn server_errors_are_retried_and_a_4xx_is_not() {
         conflict.stderr
     );
     assert_eq!(proxy.keys().len(), 5, "the 409 was sent once");
+}
+
+/// A load balancer's HTML 504 is not the server's refusal: the create is tried again with the same key, and finds
+/// the job the first try made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_504_in_html_is_retried_with_the_same_key() {
+    let app = App::start().await;
+    let proxy = Proxy::spawn(app.running.addr, vec![Act::GatewayTimeout]).await;
+    let run = onejob(&proxy.url, &CREATE).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("replayed"), "{}", run.stderr);
+    let keys = proxy.keys();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0], keys[1], "one key for the intent");
+    assert_eq!(app.creates("created"), 1);
+}
+
+/// A create that gives up prints its key before it sends anything and in its error; a rerun with that key finds
+/// the job the lost tries made, instead of making a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_gives_up_names_the_key_to_rerun_with() {
+    let app = App::start().await;
+    let proxy = Proxy::spawn(app.running.addr, vec![Act::DropAnswer, Act::DropAnswer]).await;
+    let gave_up = onejob(&proxy.url, &[&CREATE[..], &["--retries", "1"]].concat()).await;
+    assert_eq!(gave_up.code, Some(4), "{}", gave_up.stderr);
+    let first = gave_up.stderr.lines().next().unwrap();
+    let key = first.strip_prefix("key ").expect("the key comes first");
+    assert!(
+        gave_up
+            .stderr
+            .contains(&format!("the job may exist: rerun with --key {key}")),
+        "{}",
+        gave_up.stderr
+    );
+    let rerun = onejob(&proxy.url, &[&CREATE[..], &["--key", key]].concat()).await;
+    assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
+    assert!(rerun.stderr.contains("replayed"), "{}", rerun.stderr);
+    assert_eq!(app.creates("created"), 1, "one job for the intent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

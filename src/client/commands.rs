@@ -92,14 +92,25 @@ pub enum CommandError {
     Usage(String),
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// A create that did not end in an answer (or whose job could not be followed): the job may exist, and the
-    /// only way to ask for the same intent again is its key.
-    #[error("{source}; the job may exist: rerun with --key {key} to ask for this same intent")]
+    /// A create (or the following of its job) that stopped: the key is the only way to ask for the same intent
+    /// again, so it is part of the message.
+    #[error("{}", create_failure(key, source))]
     Create {
         key: String,
         #[source]
         source: ClientError,
     },
+}
+
+/// What a stopped create says: when no answer came, the job may exist, and a rerun with the same key finds it
+/// instead of making a second one.
+fn create_failure(key: &str, source: &ClientError) -> String {
+    match source {
+        ClientError::Refused { .. } => format!("{source} (key {key})"),
+        ClientError::GaveUp { .. } | ClientError::Unexpected(_) => format!(
+            "{source}; the job may exist: rerun with --key {key} to ask for this same intent"
+        ),
+    }
 }
 
 impl CommandError {

@@ -18,8 +18,12 @@ use onejob::store::sqlite::SqliteStore;
 use reqwest::{Client, Response, header};
 use serde_json::Value;
 
+use crate::support::faulty::FaultyStore;
+
 pub const ALICE: &str = "token-alice";
 pub const BOB: &str = "token-bob";
+/// The operators' token, for `/metrics`.
+pub const OPERATOR: &str = "token-metrics";
 
 /// Where the app keeps its jobs: SQLite by default, DynamoDB (a fresh table on the test server) when
 /// `ONEJOB_TEST_STORE=dynamodb`. `scripts/test` runs these tests once on each.
@@ -93,6 +97,8 @@ pub struct TestApp {
     /// The server's clock: it stands still until a test moves it.
     pub clock: Arc<ManualClock>,
     pub config: Config,
+    /// The server's store, through which a test makes store calls fail (none unless it plans some).
+    pub faults: Arc<FaultyStore>,
     backend: Backend,
     running: Option<Running>,
 }
@@ -105,6 +111,7 @@ pub fn config() -> Config {
             (ALICE.to_owned(), Owner::parse("alice").unwrap()),
             (BOB.to_owned(), Owner::parse("bob").unwrap()),
         ]),
+        metrics_token: Some(OPERATOR.to_owned()),
         ..Config::default()
     }
 }
@@ -130,7 +137,8 @@ impl TestApp {
     }
 
     async fn spawn_on(backend: Backend, config: Config, clock: Arc<ManualClock>) -> Self {
-        let store = backend.open();
+        let faults = FaultyStore::new(backend.open(), Vec::new());
+        let store = faults.clone();
         let tokens = Tokens::new(config.tokens.clone(), config.metrics_token.clone());
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let running = server::start(listener, &config, store, clock.clone(), tokens).unwrap();
@@ -139,6 +147,7 @@ impl TestApp {
             client: Client::new(),
             clock,
             config,
+            faults,
             backend,
             running: Some(running),
         }

@@ -4,6 +4,7 @@ mod bad_input;
 mod create;
 mod engine;
 mod helpers;
+mod own_faults;
 mod read;
 #[path = "../support/mod.rs"]
 mod support;

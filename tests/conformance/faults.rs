@@ -41,11 +41,14 @@ async fn rig(
     (faulty, rig)
 }
 
-/// Moves the clock whenever the step waits out a backoff between tries of its completion (never while the
-/// provider call, bounded by its own timeout on the same clock, is in flight), until the step is done.
+/// Moves the clock past each backoff the step waits out between tries of its completion — once per try, and never
+/// while the provider call, bounded by its own timeout on the same clock, is in flight — until the step is done.
 async fn drive_backoff<T>(rig: &Rig, faulty: &FaultyStore, step: &tokio::task::JoinHandle<T>) {
+    let mut woken_after = 0;
     while !step.is_finished() {
-        if faulty.calls(Call::Complete) > 0 && rig.clock.sleepers() > 0 {
+        let tries = faulty.calls(Call::Complete);
+        if tries > woken_after && rig.clock.sleepers() > 0 {
+            woken_after = tries;
             rig.advance(2_000);
         }
         tokio::task::yield_now().await;
