@@ -29,7 +29,7 @@ pub struct Config {
     #[serde(default = "default_retention_days")]
     pub retention_days: u32,
     /// The most attempts one job may have: failover stops there and a manual retry answers 409
-    /// `attempt_limit_reached`. At most 40, so that a job always fits a DynamoDB item.
+    /// `attempt_limit_reached`. At most 25, so that a job always fits a DynamoDB item.
     #[serde(default = "default_max_attempts")]
     pub max_attempts_per_job: u32,
     /// The providers jobs may run on, by name.
@@ -229,7 +229,7 @@ fn default_max_attempts() -> u32 {
 
 /// The largest `max_attempts_per_job`: with the largest input and result and every error message at its cap, a job
 /// of this many attempts still fits a DynamoDB item.
-pub const MAX_ATTEMPTS_LIMIT: u32 = 40;
+pub const MAX_ATTEMPTS_LIMIT: u32 = 25;
 
 fn default_worker_concurrency() -> usize {
     64

@@ -365,3 +365,74 @@ pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dy
         "the crashed attempt was not called again"
     );
 }
+
+/// Invariant 5: a gateway that stopped waiting (408, 502, 504, 524) says nothing about the work behind it — the
+/// attempt is `unknown` and the fallback is not paid; a 503 from the provider's own API is a definite failure.
+pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Arc<dyn JobStore>) {
+    let fallback = answering("B").await;
+    for status in [408, 502, 504, 524] {
+        let primary = StandIn::spawn(
+            vec![],
+            Reply::Status(status, "<html>Gateway Timeout</html>"),
+        )
+        .await;
+        let mut rig = Rig::new(
+            store.clone(),
+            openai(primary.base_url()),
+            openai(fallback.base_url()),
+        );
+        record_qualified(&rig.engine, "fallback").await;
+        let (job, message) = rig.create(&format!("gateway-{status}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Unknown, "{status}");
+        let after = rig.job(&job).await;
+        assert_eq!(state(&after, 1), AttemptState::Unknown, "{status}");
+        assert!(rig.no_message(), "{status}: no failover");
+        assert_eq!(primary.call_count(), 1);
+    }
+    assert_eq!(fallback.call_count(), 0);
+
+    let unavailable = StandIn::spawn(vec![], Reply::Status(503, "overloaded")).await;
+    let mut rig = Rig::new(
+        store,
+        openai(unavailable.base_url()),
+        openai(fallback.base_url()),
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let (job, message) = rig.create("unavailable").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    assert_eq!(state(&rig.job(&job).await, 2), AttemptState::Queued);
+}
+
+/// A cancelled attempt's late answer wins while the next attempt runs: that attempt's worker, timing out, makes it
+/// `unknown` — a state the timeline draws — rather than leaving it `started` for ever.
+pub async fn the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown(store: Arc<dyn JobStore>) {
+    let (first_gate, primary) = held().await;
+    let second_gate = Gate::new();
+    let fallback = StandIn::spawn(
+        vec![Reply::Held(second_gate.clone())],
+        Reply::Answer(summary("B")),
+    )
+    .await;
+    let mut rig = rig(store, &primary, &fallback).await;
+    let (job, first) = rig.create("k").await;
+    let a = rig.process_in_background(&first);
+    primary.received(1).await;
+    rig.cancel_attempt(&job, 1).await;
+    let second = rig.next_message();
+    let b = rig.process_in_background(&second);
+    fallback.received(1).await;
+    first_gate.open(summary("A"));
+    assert_eq!(a.await.unwrap(), Processed::Succeeded);
+    rig.advance(TIMEOUT_MS);
+    let after = rig
+        .until(&job, |j| state(j, 2) == AttemptState::Unknown)
+        .await;
+    assert_eq!(
+        (after.status(), after.completed_by),
+        (JobStatus::Succeeded, Some(1))
+    );
+    rig.advance(LATE_MS);
+    assert_eq!(b.await.unwrap(), Processed::Unknown);
+    second_gate.open(summary("B"));
+    assert_eq!(state(&rig.job(&job).await, 2), AttemptState::Unknown);
+}

@@ -2,10 +2,12 @@
 //! every backend runs the very same cases. A backend's test file calls [`conformance_suite!`] with an async
 //! expression that yields a fresh [`Fixture`].
 
+pub mod edges;
 pub mod engine;
 pub mod faults;
 pub mod model;
 
+pub use edges::*;
 pub use engine::*;
 pub use faults::*;
 pub use model::*;
@@ -74,6 +76,15 @@ macro_rules! conformance_suite {
             an_answer_is_written_through_a_store_outage,
             an_answer_the_store_never_takes_is_given_up_after_the_budget,
             the_store_follows_the_model_step_by_step,
+            a_status_change_within_one_millisecond_is_listed_under_the_new_status,
+            a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job,
+            a_job_at_every_cap_still_fits_the_store,
+            a_started_attempt_of_a_job_another_attempt_won_still_ends,
+            a_winning_result_ends_the_queued_attempt,
+            a_redispatch_is_recorded_and_waits_its_turn,
+            a_cancelled_attempt_answering_after_its_lease_is_discarded,
+            a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid,
+            the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -163,7 +174,7 @@ async fn created(store: &dyn JobStore, new: NewJob, now: Timestamp) -> Job {
     }
 }
 
-async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
+pub async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
     let query = ListQuery {
         status: None,
         limit: ListQuery::MAX_LIMIT,
@@ -177,12 +188,12 @@ async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
 }
 
 /// Alice's job under key `k`, created at `at(0)`, attempt 1 queued.
-async fn fresh_job(store: &dyn JobStore) -> Job {
+pub async fn fresh_job(store: &dyn JobStore) -> Job {
     created(store, new_job("alice", "k", json!({"text": "a"})), at(0)).await
 }
 
 /// [`fresh_job`] with attempt 1 claimed at `at(1)`.
-async fn claimed_job(store: &dyn JobStore) -> Job {
+pub async fn claimed_job(store: &dyn JobStore) -> Job {
     let job = fresh_job(store).await;
     store
         .claim_attempt(&job.id, 1, lease(), &by(1))
@@ -191,12 +202,12 @@ async fn claimed_job(store: &dyn JobStore) -> Job {
 }
 
 /// Failover to nobody: no provider is qualified.
-fn stop() -> Failover {
+pub fn stop() -> Failover {
     to_any(&[])
 }
 
 /// Failover that may go to `qualified`.
-fn to(qualified: &str) -> Failover {
+pub fn to(qualified: &str) -> Failover {
     to_any(&[qualified])
 }
 
@@ -220,7 +231,7 @@ pub fn later() -> Timestamp {
     at(3_600_000)
 }
 
-fn lease() -> Timestamp {
+pub fn lease() -> Timestamp {
     at(60_000)
 }
 
