@@ -139,6 +139,60 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
     spent(1, "qualification lookup", &mut last);
 }
 
+/// Invariant 11's price: a write repeated with its token after its answer was lost costs one request — the failed
+/// condition returns the item, and the domain finds its own token there. Nothing is written twice.
+#[tokio::test]
+async fn a_repeated_write_costs_one_request_and_writes_nothing() {
+    let Some((store, counter)) = dynamodb_counted().await else {
+        return;
+    };
+    let spent = |expected: usize, what: &str, last: &mut usize| {
+        let now = counter.count();
+        assert_eq!(now - *last, expected, "{what}");
+        *last = now;
+    };
+    let create = by(0);
+    let new = || new_job("alice", "a", json!({"text": "a"}));
+    let job = store
+        .create_job(new(), RETENTION, &create)
+        .await
+        .unwrap()
+        .job()
+        .clone();
+    let mut last = counter.count();
+    let again = store.create_job(new(), RETENTION, &create).await.unwrap();
+    assert_eq!(again, CreateOutcome::Created(job.clone()));
+    spent(1, "create, repeated", &mut last);
+
+    let claim = by(1);
+    let claimed = store
+        .claim_attempt(&job.id, 1, at(60_000), &claim)
+        .await
+        .unwrap();
+    last = counter.count();
+    assert_eq!(
+        store
+            .claim_attempt(&job.id, 1, at(60_000), &claim)
+            .await
+            .unwrap(),
+        claimed
+    );
+    spent(1, "claim, repeated", &mut last);
+
+    let complete = by(2);
+    let (won, done) = store
+        .complete_attempt(&job.id, 1, json!({"summary": "a"}), usage(), &complete)
+        .await
+        .unwrap();
+    last = counter.count();
+    let repeated = store
+        .complete_attempt(&job.id, 1, json!({"summary": "a"}), usage(), &complete)
+        .await
+        .unwrap();
+    assert_eq!((won, repeated), (Completion::Won, (Completion::Won, done)));
+    spent(1, "completion, repeated", &mut last);
+}
+
 fn usage() -> CallReport {
     CallReport {
         model: Some("m".into()),

@@ -173,7 +173,7 @@ async fn preload(store: &dyn JobStore, n: usize) {
                 let (stamp, owner) = (Stamp::fresh(now), &owner);
                 async move {
                     store
-                        .create_job(intent(&owner, &format!("p{i}"), "x"), RETENTION, &stamp)
+                        .create_job(intent(owner, &format!("p{i}"), "x"), RETENTION, &stamp)
                         .await
                 }
             })
