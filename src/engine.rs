@@ -432,7 +432,6 @@ impl Engine {
 
     /// A definite failure of attempt `number` of `job` (the claimed copy), with failover in the same write,
     /// written until `until`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn fail(
         &self,
         job: &Job,
