@@ -12,14 +12,15 @@ fuzz_target!(|raw: &str| {
     assert_eq!(key.as_str(), raw);
     assert_eq!(IdempotencyKey::parse(key.as_str()).unwrap(), key);
     let alice = Owner::parse("alice").unwrap();
-    let id = JobId::derive(&alice, &key);
+    let at = chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap();
+    let id = JobId::derive(&alice, &key, at);
     assert_eq!(JobId::parse(id.as_str()).unwrap(), id);
-    assert_eq!(JobId::derive(&alice, &key), id);
+    assert_eq!(JobId::derive(&alice, &key, at), id);
     // Moving characters between owner and key must not land on the same id (the derivation is length-prefixed).
     if let (Ok(owner), Ok(shorter)) = (
         Owner::parse(&format!("alice{}", &raw[..raw.chars().next().map_or(0, char::len_utf8)])),
         IdempotencyKey::parse(&raw[raw.chars().next().map_or(0, char::len_utf8)..]),
     ) {
-        assert_ne!(JobId::derive(&owner, &shorter), id);
+        assert_ne!(JobId::derive(&owner, &shorter, at), id);
     }
 });
