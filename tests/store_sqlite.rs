@@ -82,3 +82,82 @@ async fn the_schema_itself_allows_one_live_attempt() {
     );
     assert!(dup_key.unwrap_err().to_string().contains("UNIQUE"));
 }
+
+/// A file written by the previous version (schema 2: no retention, no tokens, no dispatch record) opens, keeps
+/// its jobs with the default 30 days of retention, and its jobs move on.
+#[tokio::test]
+async fn a_version_2_file_is_brought_up_to_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onejob.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE jobs (id TEXT PRIMARY KEY, owner TEXT NOT NULL, idempotency_key TEXT NOT NULL,
+             fingerprint TEXT NOT NULL, contract TEXT NOT NULL, input TEXT NOT NULL, providers TEXT NOT NULL,
+             status TEXT NOT NULL, version INTEGER NOT NULL, completed_by INTEGER, result TEXT, error TEXT,
+             cancelled_at INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+             UNIQUE (owner, idempotency_key)) STRICT;
+         CREATE INDEX jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
+         CREATE TABLE attempts (job_id TEXT NOT NULL REFERENCES jobs (id), number INTEGER NOT NULL,
+             provider TEXT NOT NULL, state TEXT NOT NULL, seen_version INTEGER, lease_expires_at INTEGER,
+             created_at INTEGER NOT NULL, started_at INTEGER, finished_at INTEGER, error TEXT, report TEXT,
+             PRIMARY KEY (job_id, number)) STRICT;
+         CREATE UNIQUE INDEX one_live_attempt_per_job ON attempts (job_id)
+             WHERE state IN ('queued', 'started', 'unknown');
+         CREATE INDEX started_by_lease ON attempts (lease_expires_at) WHERE state = 'started';
+         CREATE INDEX queued_by_age ON attempts (created_at) WHERE state = 'queued';
+         CREATE TABLE qualifications (contract_fingerprint TEXT NOT NULL, provider_fingerprint TEXT NOT NULL,
+             evidence TEXT NOT NULL, PRIMARY KEY (contract_fingerprint, provider_fingerprint)) STRICT;
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+    let created = conformance::at(0).timestamp_millis();
+    let fingerprint =
+        onejob::domain::Fingerprint::of_intent("summarize@1", &json!({"text": "old"}), None);
+    conn.execute(
+        "INSERT INTO jobs VALUES ('job_00000000000000000000000000000001', 'alice', 'k', ?1, 'summarize@1',
+             '{\"text\":\"old\"}', '[\"primary\",\"fallback\"]', 'queued', 0, NULL, NULL, NULL, NULL, ?2, ?2)",
+        rusqlite::params![fingerprint.to_string(), created],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO attempts (job_id, number, provider, state, created_at)
+             VALUES ('job_00000000000000000000000000000001', 1, 'primary', 'queued', ?1)",
+        [created],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path).unwrap();
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let id = onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap();
+    let job = store.get_job(&owner, &id, later()).await.unwrap().unwrap();
+    assert_eq!(
+        job.expires_at,
+        conformance::at(0) + chrono::Duration::days(30)
+    );
+    let attempt = job.attempt(1).unwrap();
+    assert_eq!(
+        (attempt.dispatched_at, &attempt.origin),
+        (conformance::at(0), &None)
+    );
+    let claimed = store.claim_attempt(&id, 1, later(), &by(1)).await.unwrap();
+    assert_eq!(claimed.status(), onejob::domain::JobStatus::Running);
+    // The key still names the old job: a create with it replays.
+    let replay = store
+        .create_job(
+            new_job("alice", "k", json!({"text": "old"})),
+            RETENTION,
+            &by(2),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(replay, CreateOutcome::Replayed(_)), "{replay:?}");
+    assert_eq!(
+        SqliteStore::open(&path)
+            .unwrap()
+            .get_job(&owner, &id, later())
+            .await
+            .unwrap(),
+        Some(claimed)
+    );
+}
