@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use onejob::clock::Clock;
 use onejob::domain::{AttemptState, Job, JobStatus, ProviderName};
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use onejob::worker::sweeper::sweep;
@@ -43,14 +44,23 @@ async fn rig(
 
 /// Moves the clock past each backoff the step waits out between tries of its completion — once per try, and never
 /// while the provider call, bounded by its own timeout on the same clock, is in flight — until the step is done.
+/// The real-time bound only turns a hang into a failure that says where the step stood.
 async fn drive_backoff<T>(rig: &Rig, faulty: &FaultyStore, step: &tokio::task::JoinHandle<T>) {
     let mut woken_after = 0;
+    let started = std::time::Instant::now();
     while !step.is_finished() {
         let tries = faulty.calls(Call::Complete);
         if tries > woken_after && rig.clock.sleepers() > 0 {
             woken_after = tries;
             rig.advance(2_000);
         }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the step hangs: {tries} completions tried, {} sleeps on the clock, {} claims, now {}",
+            rig.clock.sleepers(),
+            faulty.calls(Call::Claim),
+            rig.clock.now()
+        );
         tokio::task::yield_now().await;
     }
 }
