@@ -53,7 +53,7 @@ try {
   await verdict.filter({ hasText: "2 requests → 1 job (job_" }).waitFor();
   const statuses = await page.locator("#demo-log li").evaluateAll((items) => items.map((li) => li.dataset.status));
   assert.deepEqual(statuses.sort(), ["200", "201"], "one created, one replayed");
-  const demoJob = (await verdict.textContent()).match(/job_[0-9a-f]{32}/)[0];
+  const demoJob = (await verdict.textContent()).match(/job_[0-9a-f]{32}_[0-9a-z]+/)[0];
   await page.getByRole("button", { name: "Same key, changed input" }).click();
   await verdict.filter({ hasText: "409" }).waitFor();
   const refused = await page.locator("#demo-log li").last().textContent();

@@ -74,7 +74,7 @@ function route() {
     $("token").focus();
     return;
   }
-  const match = location.hash.match(/^#\/jobs\/(job_[0-9a-f]{32})$/);
+  const match = location.hash.match(/^#\/jobs\/(job_[0-9a-f]{32}(?:_[0-9a-z]{1,13})?)$/);
   if (match) {
     $("job").hidden = false;
     stopView = showJob(match[1]);
