@@ -1,20 +1,27 @@
 //! `onejob.toml`: every key, its default, and where it is used. `onejob.example.toml` at the repository root shows
-//! them all with comments. Without a config file the defaults below apply: two demo providers, the shipped
-//! contracts, no tokens (dev tokens on loopback only).
+//! them all with comments. Without a config file the defaults below apply: the demo providers, the built-in
+//! contracts on their default chains, no tokens (dev tokens on loopback only). The same file drives `onejob serve`,
+//! `onejob qualify` and the three Lambda functions.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::domain::{Owner, ProviderName};
+use crate::contracts::{ContractError, Contracts};
+use crate::domain::{ContractRef, Owner, ProviderName};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Folder of `*.toml` job contracts, relative to the working directory.
-    #[serde(default = "default_contracts_dir")]
-    pub contracts_dir: PathBuf,
+    /// Contract files to load beside the built-in contracts (one may replace a built-in contract of the same
+    /// name@version), relative to the config file's folder.
+    #[serde(default)]
+    pub contract_files: Vec<PathBuf>,
+    /// The provider chain each contract runs on, primary first: `"summarize@1" = ["openai", "anthropic"]`. A
+    /// contract the config names no chain for runs on its file's default chain.
+    #[serde(default)]
+    pub chains: BTreeMap<ContractRef, Vec<ProviderName>>,
     /// Largest request body accepted, in bytes; larger ones answer 413.
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
@@ -211,10 +218,6 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-fn default_contracts_dir() -> PathBuf {
-    PathBuf::from("contracts")
-}
-
 fn default_body_limit() -> usize {
     256 * 1024
 }
@@ -289,7 +292,8 @@ fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            contracts_dir: default_contracts_dir(),
+            contract_files: Vec::new(),
+            chains: BTreeMap::new(),
             body_limit_bytes: default_body_limit(),
             tokens: BTreeMap::new(),
             metrics_token: None,
@@ -305,6 +309,14 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The built-in contracts and the config's contract files, each on its chain; every provider of every chain
+    /// must be configured.
+    pub fn contracts(&self) -> Result<Contracts, ContractError> {
+        Contracts::load(&self.contract_files, &self.chains, |p| {
+            self.providers.contains_key(p)
+        })
+    }
+
     pub fn engine_settings(&self) -> crate::engine::EngineSettings {
         crate::engine::EngineSettings {
             lease_margin: chrono::Duration::milliseconds(self.lease_margin_ms as i64),
@@ -324,7 +336,12 @@ impl Config {
                     path: path.to_owned(),
                     source,
                 })?;
-                Self::parse(&text, &path.display().to_string())?
+                let mut config = Self::parse(&text, &path.display().to_string())?;
+                let folder = path.parent().unwrap_or(Path::new(""));
+                for file in &mut config.contract_files {
+                    *file = folder.join(&*file);
+                }
+                config
             }
         };
         for entry in env_tokens.unwrap_or_default().split(',').map(str::trim) {
@@ -385,7 +402,7 @@ mod tests {
     fn unknown_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("onejob.toml");
-        std::fs::write(&path, "contract_dir = \"x\"\n").unwrap();
+        std::fs::write(&path, "contracts_dir = \"x\"\n").unwrap();
         let err = Config::load(Some(&path), None).unwrap_err();
         assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
     }
@@ -412,6 +429,54 @@ mod tests {
             config.providers.values().next().unwrap().behavior,
             DemoBehavior::Hang
         );
+    }
+
+    #[test]
+    fn chains_and_contract_files_come_from_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("onejob.toml");
+        std::fs::write(
+            &path,
+            r#"
+            contract_files = ["extra/mine.toml"]
+            [chains]
+            "summarize@1" = ["main"]
+            "classify@1" = ["main"]
+            [providers.main]
+            kind = "openai"
+            base_url = "https://llm.example/v1"
+            model = "m"
+            "#,
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), None).unwrap();
+        assert_eq!(config.contract_files, [dir.path().join("extra/mine.toml")]);
+        let err = config.contracts().unwrap_err();
+        assert!(err.to_string().contains("extra/mine.toml"), "{err}");
+        let without_files = Config {
+            contract_files: Vec::new(),
+            ..config
+        };
+        let contracts = without_files.contracts().unwrap();
+        let summarize = contracts
+            .get(&ContractRef::parse("summarize@1").unwrap())
+            .unwrap();
+        assert_eq!(summarize.providers, [ProviderName::parse("main").unwrap()]);
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        for text in [
+            "retention_days = 0",
+            "max_attempts_per_job = 0",
+            "max_attempts_per_job = 26",
+        ] {
+            assert!(
+                matches!(Config::parse(text, "t"), Err(ConfigError::Invalid(_))),
+                "{text}"
+            );
+        }
+        assert!(Config::parse("max_attempts_per_job = 25", "t").is_ok());
     }
 
     #[test]

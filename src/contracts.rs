@@ -1,8 +1,11 @@
-//! Job contracts: named, versioned job kinds loaded from `contracts/*.toml` at start-up (data, not code).
+//! Job contracts: named, versioned job kinds, written as data in `contracts/*.toml` and compiled into every binary,
+//! so they work from any directory and in a Lambda package. A config may add contract files of its own.
 //!
 //! A contract holds the prompt template, the input and output JSON Schemas, the temperature, the output token
-//! budget, the default provider chain and sample inputs. Loading checks everything a later request relies on:
-//! the schemas compile, every sample satisfies the input schema, every provider of the chain is configured.
+//! budget, sample inputs and a default provider chain. The chain belongs to the deployment: a config names the
+//! chain each contract runs on (`[chains]`), and the file's chain is only the default. Loading checks everything a
+//! later request relies on: the schemas compile, every sample satisfies the input schema, every provider of every
+//! chain is configured (or start-up stops, saying how to fix it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +26,7 @@ pub struct Contract {
     pub temperature: f64,
     /// The most tokens a provider may spend on the answer.
     pub max_output_tokens: u32,
-    /// The chain used when a create names no providers.
+    /// The chain used when a create names no providers: the config's for this contract, else the file's.
     pub providers: Vec<ProviderName>,
     /// Inputs used to check a provider against this contract.
     pub samples: Vec<Value>,
@@ -122,7 +125,7 @@ struct ContractFile {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContractError {
-    #[error("cannot read the contracts folder {path}")]
+    #[error("cannot read the contract file {path}")]
     Read {
         path: PathBuf,
         #[source]
@@ -130,10 +133,12 @@ pub enum ContractError {
     },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error("{0}")]
+    Chain(String),
 }
 
 /// `contracts/*.toml`, as compiled into the binary (a test checks this list against the folder).
-const SHIPPED: [(&str, &str); 2] = [
+const BUILT_IN: [(&str, &str); 2] = [
     ("classify.toml", include_str!("../contracts/classify.toml")),
     (
         "summarize.toml",
@@ -146,67 +151,90 @@ const SHIPPED: [(&str, &str); 2] = [
 pub struct Contracts(BTreeMap<ContractRef, Contract>);
 
 impl Contracts {
-    /// Loads every `*.toml` file of `dir`; `is_provider` tells which provider names are configured.
+    /// The built-in contracts, then the contract `files` (a file may replace a built-in contract of the same
+    /// name@version; two files may not define one twice), each on the chain `chains` names for it, else on the
+    /// chain its file names. `is_provider` tells which provider names are configured: a chain naming another one
+    /// stops the load, with the fix in the message.
     pub fn load(
-        dir: &Path,
-        is_provider: impl Fn(&ProviderName) -> bool,
-    ) -> Result<Self, ContractError> {
-        let read_err = |source| ContractError::Read {
-            path: dir.to_owned(),
-            source,
-        };
-        let mut paths = std::fs::read_dir(dir)
-            .map_err(read_err)?
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(read_err)?;
-        paths.retain(|p| p.extension().is_some_and(|e| e == "toml"));
-        paths.sort();
-        let mut sources = Vec::with_capacity(paths.len());
-        for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(|e| ContractError::Invalid {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-            sources.push((path, text));
-        }
-        Self::from_sources(dir, sources, is_provider)
-    }
-
-    /// The contracts of the repository's `contracts/` folder, compiled into the binary: a Lambda package holds
-    /// nothing but its binary.
-    pub fn shipped(is_provider: impl Fn(&ProviderName) -> bool) -> Result<Self, ContractError> {
-        let sources = SHIPPED
-            .iter()
-            .map(|(name, text)| (PathBuf::from("contracts").join(name), (*text).to_owned()))
-            .collect();
-        Self::from_sources(Path::new("contracts"), sources, is_provider)
-    }
-
-    fn from_sources(
-        dir: &Path,
-        sources: Vec<(PathBuf, String)>,
+        files: &[PathBuf],
+        chains: &BTreeMap<ContractRef, Vec<ProviderName>>,
         is_provider: impl Fn(&ProviderName) -> bool,
     ) -> Result<Self, ContractError> {
         let mut contracts = BTreeMap::new();
-        for (path, text) in sources {
+        for (name, text) in BUILT_IN {
+            let contract = parse(text).map_err(|message| ContractError::Invalid {
+                path: Path::new("contracts").join(name),
+                message,
+            })?;
+            contracts.insert(contract.reference.clone(), contract);
+        }
+        let mut from_files = BTreeMap::new();
+        for path in files {
             let invalid = |message: String| ContractError::Invalid {
                 path: path.clone(),
                 message,
             };
-            let contract = parse(&text, &is_provider).map_err(invalid)?;
-            if contracts.contains_key(&contract.reference) {
-                return Err(invalid(format!("{} is defined twice", contract.reference)));
+            let text = std::fs::read_to_string(path).map_err(|source| ContractError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let contract = parse(&text).map_err(invalid)?;
+            if let Some(first) = from_files.insert(contract.reference.clone(), path.clone()) {
+                return Err(invalid(format!(
+                    "{} is defined in {} already",
+                    contract.reference,
+                    first.display()
+                )));
             }
             contracts.insert(contract.reference.clone(), contract);
         }
-        if contracts.is_empty() {
-            return Err(ContractError::Invalid {
-                path: dir.to_owned(),
-                message: "no *.toml contract in this folder".into(),
-            });
+        let mut loaded = Self(contracts);
+        loaded.choose_chains(chains, is_provider)?;
+        Ok(loaded)
+    }
+
+    /// Puts each contract on its chain: the one `chains` names, else its file's; every provider must be
+    /// configured.
+    fn choose_chains(
+        &mut self,
+        chains: &BTreeMap<ContractRef, Vec<ProviderName>>,
+        is_provider: impl Fn(&ProviderName) -> bool,
+    ) -> Result<(), ContractError> {
+        let known = || {
+            self.0
+                .keys()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if let Some(unknown) = chains.keys().find(|c| !self.0.contains_key(*c)) {
+            return Err(ContractError::Chain(format!(
+                "chains: there is no contract {unknown} (the contracts are {})",
+                known()
+            )));
         }
-        Ok(Self(contracts))
+        for (reference, contract) in &mut self.0 {
+            let named = chains.get(reference);
+            let chain = named.unwrap_or(&contract.providers);
+            if chain.is_empty() {
+                return Err(ContractError::Chain(format!(
+                    "chains: {reference} needs at least one provider"
+                )));
+            }
+            if let Some(missing) = chain.iter().find(|p| !is_provider(p)) {
+                let whose = if named.is_some() {
+                    "the chain the config names for it"
+                } else {
+                    "its default chain (the config names none for it)"
+                };
+                return Err(ContractError::Chain(format!(
+                    "{reference}: {whose} runs on {missing}, which is not a configured provider; name its chain in \
+                     the config with configured providers: [chains] \"{reference}\" = [\"primary\", \"fallback\"]"
+                )));
+            }
+            contract.providers = chain.clone();
+        }
+        Ok(())
     }
 
     pub fn get(&self, reference: &ContractRef) -> Option<&Contract> {
@@ -218,7 +246,7 @@ impl Contracts {
     }
 }
 
-fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Contract, String> {
+fn parse(text: &str) -> Result<Contract, String> {
     let file: ContractFile = toml::from_str(text).map_err(|e| e.to_string())?;
     let reference = ContractRef::new(&file.name, file.version).map_err(|e| e.to_string())?;
     let input_validator = jsonschema::validator_for(&file.input_schema)
@@ -227,9 +255,6 @@ fn parse(text: &str, is_provider: &impl Fn(&ProviderName) -> bool) -> Result<Con
         .map_err(|e| format!("output_schema does not compile: {e}"))?;
     if file.providers.is_empty() {
         return Err("providers: the default chain needs at least one provider".into());
-    }
-    if let Some(missing) = file.providers.iter().find(|p| !is_provider(p)) {
-        return Err(format!("providers: {missing} is not a configured provider"));
     }
     if !(0.0..=2.0).contains(&file.temperature) {
         return Err(format!("temperature {} is outside 0..=2", file.temperature));
@@ -271,17 +296,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn shipped() -> Contracts {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
-        Contracts::load(&dir, |p| ["demo", "demo-backup"].contains(&p.as_str())).unwrap()
+    fn demo(p: &ProviderName) -> bool {
+        ["demo", "demo-backup"].contains(&p.as_str())
+    }
+
+    fn built_in() -> Contracts {
+        Contracts::load(&[], &BTreeMap::new(), demo).unwrap()
+    }
+
+    fn summarize() -> ContractRef {
+        ContractRef::parse("summarize@1").unwrap()
     }
 
     #[test]
-    fn the_shipped_summarize_contract_loads_and_checks_input() {
-        let contracts = shipped();
-        let summarize = contracts
-            .get(&ContractRef::parse("summarize@1").unwrap())
-            .unwrap();
+    fn the_built_in_summarize_contract_loads_and_checks_input() {
+        let contracts = built_in();
+        let summarize = contracts.get(&summarize()).unwrap();
         assert_eq!(summarize.temperature, 0.0);
         assert_eq!(summarize.providers.len(), 2);
         assert!(!summarize.samples.is_empty());
@@ -300,22 +330,16 @@ mod tests {
             .filter(|name| name.ends_with(".toml"))
             .collect();
         files.sort();
-        let shipped: Vec<&str> = SHIPPED.iter().map(|(name, _)| *name).collect();
-        assert_eq!(files, shipped, "add the new contract to SHIPPED");
-        for (name, text) in SHIPPED {
+        let built_in: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+        assert_eq!(files, built_in, "add the new contract to BUILT_IN");
+        for (name, text) in BUILT_IN {
             assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), text);
         }
-        let any = |_: &ProviderName| true;
-        let shipped = Contracts::shipped(any).unwrap();
-        assert_eq!(
-            shipped.iter().count(),
-            Contracts::load(&dir, any).unwrap().iter().count()
-        );
     }
 
     #[test]
     fn prompts_render_strictly() {
-        let contracts = shipped();
+        let contracts = built_in();
         let classify = contracts
             .get(&ContractRef::parse("classify@1").unwrap())
             .unwrap();
@@ -335,10 +359,8 @@ mod tests {
 
     #[test]
     fn outputs_must_keep_the_schema_and_add_no_top_level_key() {
-        let contracts = shipped();
-        let summarize = contracts
-            .get(&ContractRef::parse("summarize@1").unwrap())
-            .unwrap();
+        let contracts = built_in();
+        let summarize = contracts.get(&summarize()).unwrap();
         assert!(
             summarize
                 .output_problems(&json!({"summary": "short"}))
@@ -357,7 +379,6 @@ mod tests {
             input_schema = { type = "object" }
             output_schema = { type = "object", properties = { a = { type = "string" } } }
         "#,
-            &|_: &ProviderName| true,
         )
         .unwrap();
         let problems = lenient.output_problems(&json!({"a": "x", "b": 1}));
@@ -366,14 +387,62 @@ mod tests {
     }
 
     #[test]
-    fn a_contract_naming_an_unconfigured_provider_is_refused() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
-        let err = Contracts::load(&dir, |p| p.as_str() == "demo").unwrap_err();
+    fn a_chain_naming_an_unconfigured_provider_is_refused_with_the_fix() {
+        let only_openai = |p: &ProviderName| p.as_str() == "openai";
+        let err = Contracts::load(&[], &BTreeMap::new(), only_openai).unwrap_err();
+        let message = err.to_string();
         assert!(
-            err.to_string()
-                .contains("demo-backup is not a configured provider"),
+            message.contains("runs on demo, which is not a configured provider"),
+            "{message}"
+        );
+        assert!(message.contains("[chains]"), "{message}");
+        let openai = ProviderName::parse("openai").unwrap();
+        let chains: BTreeMap<_, _> = [
+            (summarize(), vec![openai.clone()]),
+            (
+                ContractRef::parse("classify@1").unwrap(),
+                vec![openai.clone()],
+            ),
+        ]
+        .into();
+        let contracts = Contracts::load(&[], &chains, only_openai).unwrap();
+        assert_eq!(
+            contracts.get(&summarize()).unwrap().providers,
+            [openai.clone()]
+        );
+        let unknown: BTreeMap<_, _> =
+            [(ContractRef::parse("nope@1").unwrap(), vec![openai])].into();
+        let err = Contracts::load(&[], &unknown, |_: &ProviderName| true).unwrap_err();
+        assert!(
+            err.to_string().contains("there is no contract nope@1"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_contract_file_adds_a_contract_or_replaces_a_built_in_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let built_in_text = BUILT_IN[1].1;
+        let edited = dir.path().join("summarize.toml");
+        std::fs::write(
+            &edited,
+            built_in_text.replace("You summarise texts.", "Be brief."),
+        )
+        .unwrap();
+        let added = dir.path().join("echo.toml");
+        std::fs::write(
+            &added,
+            built_in_text.replace("name = \"summarize\"", "name = \"echo\""),
+        )
+        .unwrap();
+        let contracts = Contracts::load(&[edited.clone(), added], &BTreeMap::new(), demo).unwrap();
+        assert_eq!(contracts.iter().count(), 3);
+        assert_ne!(
+            contracts.get(&summarize()).unwrap().fingerprint,
+            built_in().get(&summarize()).unwrap().fingerprint
+        );
+        let twice = Contracts::load(&[edited.clone(), edited], &BTreeMap::new(), demo);
+        assert!(twice.unwrap_err().to_string().contains("defined in"));
     }
 
     #[test]
@@ -389,7 +458,7 @@ mod tests {
             output_schema = { type = "object" }
             samples = [{ nottext = 1 }]
         "#;
-        let err = parse(text, &|_: &ProviderName| true).unwrap_err();
+        let err = parse(text).unwrap_err();
         assert!(err.contains("samples[0]"), "{err}");
     }
 }

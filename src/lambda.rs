@@ -8,8 +8,9 @@
 //! - **sweeper**: one [`sweep`] per scheduled event.
 //!
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
-//! `ONEJOB_QUEUE_URL` (SQS), and optionally `ONEJOB_CONFIG_TOML` (an `onejob.toml`, for providers and limits).
-//! Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
+//! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
+//! qualify` read: providers, chains, limits) and `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider
+//! keys, read once at start). Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
 //! carries the counts of attempts by outcome, replays, conflicts and races lost.
 
 use std::sync::Arc;
@@ -19,31 +20,31 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use axum::Router;
 use futures_util::future::join_all;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::SystemClock;
 use crate::config::{Config, ConfigError};
-use crate::contracts::Contracts;
 use crate::domain::Timestamp;
 use crate::engine::Engine;
 use crate::http::auth::Auth;
 use crate::http::{AppState, router};
-use crate::providers::Providers;
 use crate::queue::sqs::SqsQueue;
-use crate::server::StartError;
+use crate::startup::{self, SECRET_ARN_VAR, StartError};
 use crate::store::StoreError;
 use crate::store::dynamodb::DynamoStore;
 use crate::worker::process_attempt_until;
 use crate::worker::sweeper::{Swept, sweep};
 
-/// Where a function's engine keeps jobs and sends attempts.
+/// Where a function's engine keeps jobs and sends attempts, and where its provider keys are.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub table: String,
     pub queue_url: String,
     pub config: Config,
+    /// The Secrets Manager secret holding the provider keys, if any.
+    pub secret_arn: Option<String>,
 }
 
 impl Settings {
-    /// From `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL` and the optional `ONEJOB_CONFIG_TOML`.
+    /// From `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL` and the optional `ONEJOB_CONFIG_TOML` and `ONEJOB_SECRET_ARN`.
     pub fn from_env() -> Result<Self, StartError> {
         let var = |name: &str| {
             std::env::var(name)
@@ -53,29 +54,43 @@ impl Settings {
             Ok(text) => Config::parse(&text, "ONEJOB_CONFIG_TOML")?,
             Err(_) => Config::default(),
         };
+        if !config.contract_files.is_empty() {
+            return Err(StartError::Config(ConfigError::Invalid(
+                "contract_files: a Lambda package holds only its binary; compile contracts in (contracts/)".into(),
+            )));
+        }
         Ok(Self {
             table: var("ONEJOB_TABLE")?,
             queue_url: var("ONEJOB_QUEUE_URL")?,
             config,
+            secret_arn: std::env::var(SECRET_ARN_VAR).ok(),
         })
     }
 }
 
-/// The engine of one Lambda container: DynamoDB, SQS, the compiled-in contracts, the configured providers.
-pub fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
-    let config = &settings.config;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let contracts = Contracts::shipped(|p| config.providers.contains_key(p))?;
+/// What every function does when its container starts: JSON logs, the settings from the environment, the AWS
+/// SDK's config, the engine.
+pub async fn start() -> Result<(Settings, Arc<Engine>), StartError> {
+    crate::telemetry::init_json();
+    let settings = Settings::from_env()?;
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let engine = engine(&settings, &aws).await?;
+    Ok((settings, engine))
+}
+
+/// The engine of one Lambda container: DynamoDB, SQS, the compiled-in contracts on the config's chains, the
+/// configured providers with the keys of the secret.
+pub async fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
+    let keys = startup::provider_keys(aws, settings.secret_arn.as_deref()).await?;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table);
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);
-    Ok(Arc::new(Engine::new(
+    Ok(Arc::new(startup::engine(
+        &settings.config,
+        &keys,
         Arc::new(store),
-        clock.clone(),
-        Arc::new(contracts),
-        Arc::new(Providers::from_config(&config.providers, clock)),
+        Arc::new(SystemClock),
         Arc::new(queue),
-        config.engine_settings(),
-    )))
+    )?))
 }
 
 /// The API function's router: owners come from the JWT authorizer's claims; each answer is followed by the

@@ -6,11 +6,12 @@
 //!   every state transition. No I/O, no async. Start here to learn what the service promises.
 //! - [`store`]: the `JobStore` port (each method one atomic operation) and its adapters; [`store::sqlite`] is the
 //!   embedded default.
-//! - [`contracts`]: job contracts loaded from `contracts/*.toml`: input checks, prompt rendering, output checks.
+//! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
+//!   input checks, prompt rendering, output checks.
 //! - [`engine`]: the parts an attempt's life touches, and the mutations the API and the worker share (each write
 //!   followed by its dispatch, count and change notice).
 //! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`, Anthropic's
-//!   Messages API `anthropic`), and token counting.
+//!   Messages API `anthropic`), their keys (a secret, else the environment) and token counting.
 //! - [`checks`]: what every call of a contract on a provider must pass, before and after the call.
 //! - [`qualify`]: `onejob qualify`: a contract's samples through a provider, the evidence into the ledger; the
 //!   failover gate reads it.
@@ -22,6 +23,7 @@
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
 //! - [`client`]: the client side: `onejob jobs …` / `onejob attempts …` over HTTP, one key per intent, retries
 //!   with backoff and jitter, the terminal view of a job.
+//! - [`startup`]: one wiring of an engine from a config (and the provider keys), for every entry point.
 //! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
 //! - [`config`]: `onejob.toml`, every key documented.
 //! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
@@ -45,6 +47,7 @@ pub mod qualify;
 pub mod queue;
 pub mod retry;
 pub mod server;
+pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod worker;

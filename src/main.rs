@@ -9,12 +9,14 @@ use clap::{Parser, Subcommand};
 use onejob::client::commands::{self, AttemptsCommand, CommandError, JobsCommand, Remote};
 use onejob::clock::SystemClock;
 use onejob::config::Config;
-use onejob::contracts::Contracts;
 use onejob::domain::{ContractRef, ProviderName};
+use onejob::engine::Engine;
 use onejob::http::auth::Tokens;
-use onejob::providers::Providers;
+use onejob::providers::keys::ProviderKeys;
 use onejob::qualify;
-use onejob::server::{self, StartError};
+use onejob::queue::local::LocalQueue;
+use onejob::server;
+use onejob::startup::{self, SECRET_ARN_VAR, StartError};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::store::{JobStore, StoreError};
@@ -156,14 +158,43 @@ impl Ledger {
         })
     }
 
-    /// The config, and the contracts and providers it names.
-    fn load(&self) -> Result<(Config, Contracts, Providers), CliError> {
+    /// The config (with `ONEJOB_TOKENS` and `ONEJOB_METRICS_TOKEN` applied).
+    fn config(&self) -> Result<Config, StartError> {
         let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
-        let config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
-        let contracts =
-            Contracts::load(&config.contracts_dir, |p| config.providers.contains_key(p))?;
-        let providers = Providers::from_config(&config.providers, Arc::new(SystemClock));
-        Ok((config, contracts, providers))
+        let mut config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
+        if let Ok(token) = std::env::var("ONEJOB_METRICS_TOKEN") {
+            config.metrics_token = Some(token);
+        }
+        Ok(config)
+    }
+
+    /// The engine the config describes, on the ledger, for the commands that qualify and report (nothing is
+    /// dispatched); and where the ledger is.
+    async fn engine(&self) -> Result<(Engine, String), StartError> {
+        let config = self.config()?;
+        let keys = provider_keys().await?;
+        let (store, place) = self.open().await?;
+        let (queue, _) = LocalQueue::new();
+        let engine = startup::engine(
+            &config,
+            &keys,
+            store,
+            Arc::new(SystemClock),
+            Arc::new(queue),
+        )?;
+        Ok((engine, place))
+    }
+}
+
+/// The provider keys: from the Secrets Manager secret `ONEJOB_SECRET_ARN` names, if it is set (then the AWS SDK's
+/// usual settings apply); else none, and each provider's key comes from its environment variable.
+async fn provider_keys() -> Result<ProviderKeys, StartError> {
+    match std::env::var(SECRET_ARN_VAR) {
+        Ok(arn) if !arn.is_empty() => {
+            let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+            startup::provider_keys(&aws, Some(&arn)).await
+        }
+        _ => Ok(ProviderKeys::default()),
     }
 }
 
@@ -223,7 +254,8 @@ async fn run_qualify(
     runs: u32,
     ledger: &Ledger,
 ) -> Result<ExitCode, CliError> {
-    let (_, contracts, providers) = ledger.load()?;
+    let (engine, place) = ledger.engine().await?;
+    let (contracts, providers) = (&engine.contracts, &engine.providers);
     let reference = ContractRef::parse(contract).map_err(|e| CliError::Usage(e.to_string()))?;
     let contract = contracts.get(&reference).ok_or_else(|| {
         let known: Vec<String> = contracts.iter().map(|c| c.reference.to_string()).collect();
@@ -245,7 +277,6 @@ async fn run_qualify(
             "{reference} has no samples to qualify with; add [[samples]] to its file"
         )));
     }
-    let (store, place) = ledger.open().await?;
     eprintln!(
         "qualifying {name} for {reference}: {} samples x {runs} runs at temperature {}",
         contract.samples.len(),
@@ -262,7 +293,7 @@ async fn run_qualify(
         },
     )
     .await;
-    store.put_qualification(&evidence).await?;
+    engine.store.put_qualification(&evidence).await?;
     print!("{}", qualify::summary(&evidence));
     println!("evidence stored in {place}");
     Ok(if evidence.passed {
@@ -273,9 +304,9 @@ async fn run_qualify(
 }
 
 async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
-    let (_, contracts, providers) = ledger.load()?;
-    let (store, _) = ledger.open().await?;
-    let standings = qualify::standings(&*store, &contracts, &providers).await?;
+    let (engine, _) = ledger.engine().await?;
+    let providers = &engine.providers;
+    let standings = qualify::standings(&*engine.store, &engine.contracts, providers).await?;
     println!(
         "{:<16} {:<10} {:<14} {:<12} {:<25} problem",
         "provider", "kind", "contract", "standing", "checked at"
@@ -309,15 +340,19 @@ async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
 }
 
 async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> {
+    let config = ledger.config()?;
+    let keys = provider_keys().await?;
     let (store, place) = ledger.open().await?;
-    let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
-    let mut config = Config::load(ledger.config.as_deref(), env_tokens.as_deref())?;
-    if let Ok(token) = std::env::var("ONEJOB_METRICS_TOKEN") {
-        config.metrics_token = Some(token);
-    }
     let tokens = server::tokens(&config, addr)?;
     let listener = server::bind(addr).await?;
-    let running = server::start(listener, &config, store, Arc::new(SystemClock), tokens)?;
+    let running = server::start(
+        listener,
+        &config,
+        &keys,
+        store,
+        Arc::new(SystemClock),
+        tokens,
+    )?;
     let addr = running.addr;
     tracing::info!(%addr, store = %place, "onejob is listening");
     if config.tokens.is_empty() {

@@ -10,38 +10,15 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError};
-use crate::contracts::{ContractError, Contracts};
+use crate::config::Config;
 use crate::engine::Engine;
 use crate::http::auth::{Auth, Tokens};
 use crate::http::{AppState, router};
-use crate::providers::Providers;
+use crate::providers::keys::ProviderKeys;
 use crate::queue::local::LocalQueue;
-use crate::store::{JobStore, StoreError};
+use crate::startup::{self, StartError};
+use crate::store::JobStore;
 use crate::worker;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Contracts(#[from] ContractError),
-    #[error("cannot open the job store")]
-    Store(#[from] StoreError),
-    #[error(
-        "no tokens are configured, so the server may only listen on a loopback address, not {0}; \
-         set ONEJOB_TOKENS=\"token=owner,...\" or [tokens] in the config"
-    )]
-    NoTokens(SocketAddr),
-    #[error("the server stopped with an error")]
-    Serve(#[source] std::io::Error),
-    #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The tokens to accept on `addr`: the configured ones; with none, the dev tokens, on loopback only.
 pub fn tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, StartError> {
@@ -78,6 +55,7 @@ pub struct Running {
 pub fn start(
     listener: TcpListener,
     config: &Config,
+    keys: &ProviderKeys,
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
@@ -86,17 +64,14 @@ pub fn start(
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })?;
-    let contracts = Contracts::load(&config.contracts_dir, |p| config.providers.contains_key(p))?;
-    let providers = Providers::from_config(&config.providers, clock.clone());
     let (queue, messages) = LocalQueue::new();
-    let engine = Arc::new(Engine::new(
+    let engine = Arc::new(startup::engine(
+        config,
+        keys,
         store,
         clock,
-        Arc::new(contracts),
-        Arc::new(providers),
         Arc::new(queue),
-        config.engine_settings(),
-    ));
+    )?);
     let state = AppState {
         engine: engine.clone(),
         auth: Arc::new(Auth::Tokens(tokens)),

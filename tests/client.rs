@@ -5,13 +5,13 @@
 mod support;
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use onejob::clock::SystemClock;
 use onejob::config::{Config, DemoBehavior, ProviderConfig};
 use onejob::domain::ProviderName;
 use onejob::http::auth::Tokens;
+use onejob::providers::keys::ProviderKeys;
 use onejob::server::{self, Running};
 use onejob::store::sqlite::SqliteStore;
 use serde_json::Value;
@@ -144,10 +144,7 @@ impl App {
     async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
-        let mut config = Config {
-            contracts_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts"),
-            ..Config::default()
-        };
+        let mut config = Config::default();
         for (name, behavior) in [
             ("demo", DemoBehavior::Answer),
             ("demo-fail", DemoBehavior::Fail),
@@ -161,6 +158,7 @@ impl App {
         let running = server::start(
             listener,
             &config,
+            &ProviderKeys::default(),
             store,
             Arc::new(SystemClock),
             Tokens::dev(),

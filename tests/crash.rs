@@ -6,25 +6,22 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use chrono::{Duration, Utc};
 use onejob::clock::ManualClock;
 use onejob::config::Config;
-use onejob::contracts::Contracts;
 use onejob::domain::AttemptState;
-use onejob::engine::{Engine, EngineSettings};
-use onejob::providers::Providers;
+use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
+use onejob::startup;
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::worker::sweeper::sweep;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+
+use tokio::process::Child;
 
 const CONFIG: &str = r#"
 sweep_interval_ms = 60000
@@ -37,45 +34,25 @@ late_result_ms = 1000
 kind = "demo"
 "#;
 
-/// Starts `onejob serve` on a free port; returns the process and its base URL (read from what it prints).
+/// Starts `onejob serve` on a free port with the files of `dir`; returns the process and its base URL.
 async fn serve(dir: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onejob"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--db"])
-        .arg(dir.join("onejob.db"))
-        .arg("--config")
-        .arg(dir.join("onejob.toml"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("RUST_LOG", "error")
-        .env_remove("ONEJOB_TOKENS")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while let Some(line) = lines.next_line().await.unwrap() {
-        if let Some(addr) =
-            line.strip_prefix("No tokens configured: accepting these dev tokens on ")
-        {
-            let url = format!("http://{}", addr.trim_end_matches(':'));
-            // Keep reading what it prints, so that it never writes into a closed pipe.
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return (child, url);
-        }
-    }
-    panic!("the server exited before listening");
+    let db = dir.join("onejob.db");
+    let config = dir.join("onejob.toml");
+    let args = [
+        "--db".as_ref(),
+        db.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ];
+    support::process::serve(Path::new(env!("CARGO_MANIFEST_DIR")), &args)
+        .await
+        .unwrap_or_else(|stderr| panic!("the server exited before listening: {stderr}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut file = std::fs::File::create(dir.path().join("onejob.toml")).unwrap();
-    let contracts = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
-    writeln!(
-        file,
-        "contracts_dir = {:?}\n{CONFIG}",
-        contracts.display().to_string()
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("onejob.toml"), CONFIG).unwrap();
     let (mut server, url) = serve(dir.path()).await;
 
     // The storm: 8 clients, each sending every intent twice under its key, until the server dies.
@@ -171,26 +148,17 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
     // Past every lease, well within the retention.
     let far = Utc::now() + Duration::hours(1);
     let clock = Arc::new(ManualClock::new(far));
-    let config = Config::parse(
-        &format!(
-            "contracts_dir = {:?}\n{CONFIG}",
-            contracts.display().to_string()
-        ),
-        "test",
-    )
-    .unwrap();
+    let config = Config::parse(CONFIG, "test").unwrap();
     let (queue, _messages) = LocalQueue::new();
-    let engine = Engine::new(
+    let mut engine = startup::engine(
+        &config,
+        &ProviderKeys::default(),
         store.clone(),
         clock.clone(),
-        Arc::new(Contracts::load(&contracts, |p| config.providers.contains_key(p)).unwrap()),
-        Arc::new(Providers::from_config(&config.providers, clock.clone())),
         Arc::new(queue),
-        EngineSettings {
-            sweep_batch: 100_000,
-            ..EngineSettings::default()
-        },
-    );
+    )
+    .unwrap();
+    engine.settings.sweep_batch = 100_000;
     let conn = rusqlite::Connection::open(&db).unwrap();
     let started_past_lease = || -> i64 {
         conn.query_row(

@@ -16,7 +16,7 @@ use onejob::lambda::{self, Settings};
 use onejob::store::dynamodb::DynamoStore;
 use serde_json::{Value, json};
 use support::aws::{sdk_config, unique_name};
-use support::stand_in::{StandIn, openai};
+use support::stand_in::{Reply, StandIn, openai};
 
 fn event(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -43,6 +43,17 @@ struct Functions {
 
 /// The functions' engine on a fresh table and queue, the contracts' default provider answering from a stand-in.
 async fn functions() -> Option<Functions> {
+    let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
+    functions_with(provider, |_| {}, None).await
+}
+
+/// The functions' engine on a fresh table and queue, the contracts' default provider (`demo`) being `provider`,
+/// the config as `configure` leaves it, the provider keys in the secret `secret_arn`.
+async fn functions_with(
+    provider: StandIn,
+    configure: impl FnOnce(&mut Config),
+    secret_arn: Option<String>,
+) -> Option<Functions> {
     let aws = sdk_config().await?;
     let table = unique_name("onejob-lambda");
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
@@ -58,18 +69,19 @@ async fn functions() -> Option<Functions> {
         .await
         .unwrap();
     let queue_url = queue.queue_url().unwrap().to_owned();
-    let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
     let mut config = Config::default();
     config.providers.insert(
         ProviderName::parse("demo").unwrap(),
         openai(provider.base_url()),
     );
+    configure(&mut config);
     let settings = Settings {
         table,
         queue_url: queue_url.clone(),
         config,
+        secret_arn,
     };
-    let engine = lambda::engine(&settings, &aws).unwrap();
+    let engine = lambda::engine(&settings, &aws).await.unwrap();
     Some(Functions {
         engine,
         sqs,
@@ -85,6 +97,12 @@ impl Functions {
     }
 
     async fn api_event(&self, event: Value) -> (u16, Value) {
+        let (status, body) = self.api_raw(event).await;
+        (status, serde_json::from_str(&body).unwrap())
+    }
+
+    /// The status and the body text the api function answers `event` with.
+    async fn api_raw(&self, event: Value) -> (u16, String) {
         let request: LambdaRequest = serde_json::from_value(event).unwrap();
         let mut function = Adapter::from(lambda::api(self.engine.clone(), 256 * 1024));
         let response = function
@@ -92,7 +110,7 @@ impl Functions {
             .await
             .unwrap();
         let response = serde_json::to_value(response).unwrap();
-        let body = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
+        let body = response["body"].as_str().unwrap_or_default().to_owned();
         (response["statusCode"].as_u64().unwrap() as u16, body)
     }
 
@@ -233,4 +251,105 @@ async fn a_request_without_jwt_claims_is_unauthorized() {
         .remove("authorizer");
     local_token["headers"]["authorization"] = json!("Bearer dev-token-alice");
     assert_eq!(f.api_event(local_token).await.0, 401);
+}
+
+/// The functions read the provider keys from the Secrets Manager secret at start: the provider gets its key from
+/// there, and an answer that echoes the key back never brings it into the ledger (nor the logs that quote it).
+#[tokio::test]
+async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
+    let Some(aws) = sdk_config().await else {
+        return;
+    };
+    let secret = aws_sdk_secretsmanager::Client::new(&aws)
+        .create_secret()
+        .name(unique_name("onejob-provider-keys"))
+        .secret_string(r#"{"OPENAI_API_KEY": "sk-from-the-secret-42"}"#)
+        .send()
+        .await
+        .unwrap();
+    let provider = StandIn::spawn(
+        vec![Reply::Status(401, "invalid api key: sk-from-the-secret-42")],
+        Reply::Answer(json!({"summary": "unused"})),
+    )
+    .await;
+    let keyed = |config: &mut Config| {
+        let demo = ProviderName::parse("demo").unwrap();
+        config.providers.get_mut(&demo).unwrap().api_key_env = Some("OPENAI_API_KEY".into());
+    };
+    let Some(f) = functions_with(provider, keyed, secret.arn).await else {
+        return;
+    };
+    let (status, created) = f.api("api-create.json").await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let batch = f.received_with_duplicates().await;
+    assert!(
+        lambda::worker(&f.engine, batch, None)
+            .await
+            .batch_item_failures
+            .is_empty()
+    );
+    let calls = f.provider.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].headers["authorization"],
+        "Bearer sk-from-the-secret-42"
+    );
+    let (_, job) = f.api_event(event_for("api-get.json", id)).await;
+    let error = &job["attempts"][0]["error"];
+    assert_eq!(error["code"], "provider_refused", "{job}");
+    assert!(
+        error["message"].as_str().unwrap().contains("[redacted]"),
+        "{job}"
+    );
+    assert!(!job.to_string().contains("sk-from-the-secret-42"), "{job}");
+}
+
+/// The page and its assets hold no data: the api function serves them without the authorizer's claims (the
+/// template routes them without the JWT authorizer), while every `/v1` route still demands the claims.
+#[tokio::test]
+async fn the_page_is_public_and_the_api_is_not() {
+    let Some(f) = functions().await else { return };
+    let anonymous = |method: &str, path: &str| {
+        let mut event = event("api-get.json");
+        event["rawPath"] = json!(path);
+        event["requestContext"]["http"]["path"] = json!(path);
+        event["requestContext"]["http"]["method"] = json!(method);
+        let context = event["requestContext"].as_object_mut().unwrap();
+        context.remove("authorizer");
+        event["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("authorization");
+        event
+    };
+    for path in [
+        "/",
+        "/assets/app.js",
+        "/assets/style.css",
+        "/healthz",
+        "/openapi.json",
+    ] {
+        let (status, body) = f.api_raw(anonymous("GET", path)).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (_, page) = f.api_raw(anonymous("GET", "/")).await;
+    assert!(page.contains("<html"), "{page}");
+    for (method, path) in [
+        ("GET", "/v1/jobs"),
+        ("POST", "/v1/jobs"),
+        ("GET", "/v1/contracts"),
+        ("GET", "/v1/providers"),
+        (
+            "GET",
+            "/v1/jobs/job_c93ad8e3d05dd0142f00a17c6f511a74_mx3xkao0",
+        ),
+        (
+            "POST",
+            "/v1/jobs/job_c93ad8e3d05dd0142f00a17c6f511a74_mx3xkao0/cancel",
+        ),
+    ] {
+        let (status, body) = f.api_raw(anonymous(method, path)).await;
+        assert_eq!(status, 401, "{method} {path}: {body}");
+    }
 }

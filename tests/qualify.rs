@@ -16,8 +16,9 @@ use onejob::domain::{
     ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, NextStep, Owner, ProviderName,
     Qualification, Stamp,
 };
-use onejob::engine::{Engine, EngineSettings};
+use onejob::engine::Engine;
 use onejob::providers::Providers;
+use onejob::providers::keys::ProviderKeys;
 use onejob::qualify::{qualify, summary};
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
@@ -32,12 +33,9 @@ type ProviderAt = fn(String) -> ProviderConfig;
 /// The two HTTP wire formats.
 const KINDS: [(&str, ProviderAt); 2] = [("openai", openai), ("anthropic", anthropic)];
 
-fn contracts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts")
-}
-
-fn contracts(dir: &Path) -> Contracts {
-    Contracts::load(dir, |_| true).unwrap()
+/// The built-in contracts.
+fn contracts() -> Contracts {
+    Contracts::load(&[], &Default::default(), |_| true).unwrap()
 }
 
 fn summarize(contracts: &Contracts) -> &Contract {
@@ -55,7 +53,7 @@ fn clock() -> Arc<ManualClock> {
 /// `config` as the configured provider `candidate`.
 fn providers(config: ProviderConfig, clock: Arc<ManualClock>) -> Providers {
     let name = ProviderName::parse("candidate").unwrap();
-    Providers::from_config(&[(name, config)].into(), clock)
+    Providers::from_config(&[(name, config)].into(), &ProviderKeys::default(), clock)
 }
 
 /// Qualifies `config` for summarize@1, `runs` runs of each sample.
@@ -63,7 +61,7 @@ async fn qualify_summarize(config: ProviderConfig, runs: u32) -> Qualification {
     let clock = clock();
     let providers = providers(config, clock.clone());
     let name = ProviderName::parse("candidate").unwrap();
-    let contracts = contracts(&contracts_dir());
+    let contracts = contracts();
     let candidate = providers.get(&name).unwrap();
     qualify(
         summarize(&contracts),
@@ -111,7 +109,7 @@ async fn a_well_behaved_provider_qualifies_in_both_wire_formats() {
         let clock = clock();
         let providers = providers(config(stand_in.base_url()), clock.clone());
         let name = ProviderName::parse("candidate").unwrap();
-        let contracts = contracts(&contracts_dir());
+        let contracts = contracts();
         let evidence = qualify(
             summarize(&contracts),
             &name,
@@ -233,7 +231,7 @@ async fn an_answer_slower_than_the_timeout_fails() {
         let clock = clock();
         let providers = providers(config(stand_in.base_url()), clock.clone());
         let name = ProviderName::parse("candidate").unwrap();
-        let contracts = contracts(&contracts_dir());
+        let contracts = contracts();
         let run = qualify(
             summarize(&contracts),
             &name,
@@ -292,10 +290,13 @@ async fn one_failed_run_among_passes_fails_the_qualification_and_the_table_says_
     assert!(table.contains("1        2/2     -"), "{table}");
 }
 
-/// An engine on `store` whose chain is `primary` → `fallback` (the stand-in), with the contracts of `dir`.
-fn engine(store: Arc<dyn JobStore>, dir: &Path, fallback: ProviderConfig) -> Engine {
-    let clock = clock();
-    let mut config = Config::default();
+/// An engine on `store` whose chain is `primary` → `fallback` (the stand-in), with the built-in contracts and the
+/// contract `files`.
+fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig) -> Engine {
+    let mut config = Config {
+        contract_files: files.to_vec(),
+        ..Config::default()
+    };
     config
         .providers
         .insert(ProviderName::parse("fallback").unwrap(), fallback);
@@ -304,14 +305,14 @@ fn engine(store: Arc<dyn JobStore>, dir: &Path, fallback: ProviderConfig) -> Eng
         ProviderConfig::demo(Default::default(), 0),
     );
     let (queue, _) = LocalQueue::new();
-    Engine::new(
+    onejob::startup::engine(
+        &config,
+        &ProviderKeys::default(),
         store,
-        clock.clone(),
-        Arc::new(contracts(dir)),
-        Arc::new(Providers::from_config(&config.providers, clock)),
+        clock(),
         Arc::new(queue),
-        EngineSettings::default(),
     )
+    .unwrap()
 }
 
 /// A job on primary → fallback whose attempt 1 has ended, as the gate sees it.
@@ -350,7 +351,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn JobStore> =
         Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
-    let original = engine(store.clone(), &contracts_dir(), openai(stand_in.base_url()));
+    let original = engine(store.clone(), &[], openai(stand_in.base_url()));
     let job = job_after_primary();
     assert_eq!(gate_says(&original, &job).await, "fallback_not_qualified");
 
@@ -371,13 +372,15 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
 
     // The same contract with one word of its prompt changed: a new fingerprint, no evidence for it.
     let edited = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(contracts_dir()).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let text = text.replace("You summarise texts.", "You summarise texts briefly.");
-        std::fs::write(edited.path().join(path.file_name().unwrap()), text).unwrap();
-    }
-    let after_edit = engine(store.clone(), edited.path(), openai(stand_in.base_url()));
+    let file = edited.path().join("summarize.toml");
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts/summarize.toml");
+    let text = std::fs::read_to_string(built_in).unwrap();
+    std::fs::write(
+        &file,
+        text.replace("You summarise texts.", "You summarise texts briefly."),
+    )
+    .unwrap();
+    let after_edit = engine(store.clone(), &[file], openai(stand_in.base_url()));
     assert_ne!(
         summarize(&after_edit.contracts).fingerprint,
         contract.fingerprint
@@ -394,7 +397,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
         ..openai(stand_in.base_url())
     };
     for changed in [other_model, shorter_timeout] {
-        let after_swap = engine(store.clone(), &contracts_dir(), changed);
+        let after_swap = engine(store.clone(), &[], changed);
         assert_eq!(gate_says(&after_swap, &job).await, "fallback_not_qualified");
     }
 }

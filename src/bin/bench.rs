@@ -23,14 +23,12 @@ use axum::routing::post;
 use clap::{Parser, Subcommand};
 use onejob::clock::SystemClock;
 use onejob::config::{Config, DemoBehavior, ProviderConfig};
-use onejob::contracts::Contracts;
 use onejob::domain::{
     CallReport, ContractRef, Fingerprint, IdempotencyKey, JobId, JobStatus, NewJob, Owner,
     ProviderName, Stamp, WriteToken,
 };
-use onejob::engine::{Engine, EngineSettings};
 use onejob::http::auth::Tokens;
-use onejob::providers::Providers;
+use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
 use onejob::store::dynamodb::DynamoStore;
@@ -87,8 +85,6 @@ enum Scenario {
         floor: bool,
         #[arg(long)]
         db: PathBuf,
-        #[arg(long)]
-        contracts: PathBuf,
     },
 }
 
@@ -107,26 +103,15 @@ async fn main() {
             preload,
         } => lifecycle(jobs, concurrency, preload).await,
         Scenario::DynamoCost { preload, reps } => dynamo_cost(preload, reps).await,
-        Scenario::Serve {
-            floor,
-            db,
-            contracts,
-        } => serve(floor, &db, &contracts).await,
+        Scenario::Serve { floor, db } => serve(floor, &db).await,
     }
 }
 
 // ---- shared -------------------------------------------------------------------------------------------------
 
-fn contracts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts")
-}
-
 /// Demo providers that answer at once, so that the figures are onejob's own.
-fn instant_config(contracts: &Path) -> Config {
-    let mut config = Config {
-        contracts_dir: contracts.to_owned(),
-        ..Config::default()
-    };
+fn instant_config() -> Config {
+    let mut config = Config::default();
     for name in ["demo", "demo-backup"] {
         config.providers.insert(
             ProviderName::parse(name).unwrap(),
@@ -220,8 +205,6 @@ async fn storm(intents: usize, dups: usize, conns: usize, preload_n: usize) {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["serve", "--db"])
             .arg(&db)
-            .arg("--contracts")
-            .arg(contracts_dir())
             .args(if floor { vec!["--floor"] } else { vec![] })
             .stdout(Stdio::piped())
             .spawn()
@@ -342,7 +325,7 @@ fn peak_rss(pid: u32) -> u64 {
 }
 
 /// The child of `storm`: the real local server (instant demo providers), or the floor.
-async fn serve(floor: bool, db: &Path, contracts: &Path) {
+async fn serve(floor: bool, db: &Path) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     if floor {
@@ -356,7 +339,8 @@ async fn serve(floor: bool, db: &Path, contracts: &Path) {
         let store = Arc::new(SqliteStore::open(db).unwrap());
         let running = onejob::server::start(
             listener,
-            &instant_config(contracts),
+            &instant_config(),
+            &ProviderKeys::default(),
             store,
             Arc::new(SystemClock),
             Tokens::dev(),
@@ -428,19 +412,18 @@ async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize) {
     let dir = scratch("lifecycle");
     let store = Arc::new(SqliteStore::open(&dir.join("bench.db")).unwrap());
     preload(store.as_ref(), preload_n).await;
-    let config = instant_config(&contracts_dir());
-    let clock = Arc::new(SystemClock);
-    let contracts =
-        Contracts::load(&config.contracts_dir, |p| config.providers.contains_key(p)).unwrap();
+    let config = instant_config();
     let (queue, messages) = LocalQueue::new();
-    let engine = Arc::new(Engine::new(
-        store,
-        clock.clone(),
-        Arc::new(contracts),
-        Arc::new(Providers::from_config(&config.providers, clock)),
-        Arc::new(queue),
-        EngineSettings::default(),
-    ));
+    let engine = Arc::new(
+        onejob::startup::engine(
+            &config,
+            &ProviderKeys::default(),
+            store,
+            Arc::new(SystemClock),
+            Arc::new(queue),
+        )
+        .unwrap(),
+    );
     let worker = tokio::spawn(onejob::worker::run_local(
         engine.clone(),
         messages,

@@ -2,14 +2,11 @@
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{LambdaEvent, service_fn};
-use onejob::lambda::{self, Settings};
+use onejob::lambda;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    onejob::telemetry::init_json();
-    let settings = Settings::from_env()?;
-    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let engine = lambda::engine(&settings, &aws)?;
+    let (_, engine) = lambda::start().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let engine = engine.clone();
         async move {

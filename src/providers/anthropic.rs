@@ -1,16 +1,16 @@
 //! An Anthropic Messages API client: `POST {base_url}/messages`. Structured output comes through a forced tool:
 //! one tool, `answer`, whose `input_schema` is the contract's output schema, and `tool_choice` naming it; the
-//! answer is that tool call's `input`. The key, read from `api_key_env`, goes in `x-api-key`.
+//! answer is that tool call's `input`. The key named by `api_key_env` (see [`super::keys`]) goes in `x-api-key`.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, failed,
-    snippet,
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed, snippet,
 };
 use crate::config::ProviderConfig;
 use crate::domain::CallReport;
+use crate::providers::keys::KeySource;
 
 /// The API version this client speaks.
 const API_VERSION: &str = "2023-06-01";
@@ -22,17 +22,17 @@ pub struct AnthropicProvider {
     http: reqwest::Client,
     url: String,
     model: String,
-    api_key_env: Option<String>,
+    key: KeySource,
 }
 
 impl AnthropicProvider {
-    pub fn new(config: &ProviderConfig, http: reqwest::Client) -> Self {
+    pub fn new(config: &ProviderConfig, key: KeySource, http: reqwest::Client) -> Self {
         let base = config.base_url.as_deref().unwrap_or_default();
         Self {
             http,
             url: format!("{}/messages", base.trim_end_matches('/')),
             model: config.model.clone().unwrap_or_default(),
-            api_key_env: config.api_key_env.clone(),
+            key,
         }
     }
 
@@ -62,13 +62,11 @@ impl Provider for AnthropicProvider {
             .header("anthropic-version", API_VERSION)
             .header("Idempotency-Key", &request.idempotency_key)
             .json(&self.body(request));
-        if let Some(key) = api_key(self.api_key_env.as_deref()) {
-            call = call.header("x-api-key", key);
+        let key = self.key.current();
+        if let Some(key) = &key {
+            call = call.header("x-api-key", key.expose());
         }
-        match exchange(call).await {
-            Ok(text) => read_answer(&text),
-            Err(reply) => reply,
-        }
+        answer(call, key.as_ref(), read_answer).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 pub mod demo;
+pub mod keys;
 pub mod openai;
 pub mod tokens;
 
@@ -18,6 +19,7 @@ use serde_json::{Value, json};
 use crate::clock::Clock;
 use crate::config::{ProviderConfig, ProviderKind};
 use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, ProviderName};
+use keys::{ProviderKeys, Secret};
 use tokens::Tokenizer;
 
 /// The system prompt of every HTTP provider: the contract's prompt says what to do, this says how to answer.
@@ -61,6 +63,18 @@ pub struct Reply {
 impl Reply {
     pub fn failed(code: &str, message: impl Into<String>) -> Self {
         failed(code, message).into()
+    }
+
+    /// The reply with `key` scrubbed from everything it keeps (error messages, the model id): a provider may echo
+    /// the key it was sent, and what it says ends up in the ledger and the logs.
+    fn scrubbed(mut self, key: &Secret) -> Self {
+        if let ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) = &mut self.outcome {
+            error.message = key.scrub(&error.message);
+        }
+        if let Some(model) = &mut self.report.model {
+            *model = key.scrub(model);
+        }
+        self
     }
 }
 
@@ -112,9 +126,11 @@ pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
 pub struct Providers(BTreeMap<ProviderName, ConfiguredProvider>);
 
 impl Providers {
-    /// Builds a client for each configured provider; HTTP clients share one connection pool.
+    /// Builds a client for each configured provider, its key from `keys` (else the environment); HTTP clients
+    /// share one connection pool.
     pub fn from_config(
         configs: &BTreeMap<ProviderName, ProviderConfig>,
+        keys: &ProviderKeys,
         clock: Arc<dyn Clock>,
     ) -> Self {
         let http = reqwest::Client::new();
@@ -126,12 +142,16 @@ impl Providers {
                         ProviderKind::Demo => {
                             Arc::new(demo::DemoProvider::new(config, clock.clone()))
                         }
-                        ProviderKind::Openai => {
-                            Arc::new(openai::OpenAiProvider::new(config, http.clone()))
-                        }
-                        ProviderKind::Anthropic => {
-                            Arc::new(anthropic::AnthropicProvider::new(config, http.clone()))
-                        }
+                        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(
+                            config,
+                            keys.source(config.api_key_env.as_deref()),
+                            http.clone(),
+                        )),
+                        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(
+                            config,
+                            keys.source(config.api_key_env.as_deref()),
+                            http.clone(),
+                        )),
                     };
                     let configured = ConfiguredProvider {
                         config: config.clone(),
@@ -238,9 +258,21 @@ pub(crate) fn snippet(text: &str) -> String {
     text.chars().take(300).collect()
 }
 
-/// The API key named by `api_key_env`, read at each call so that a rotated key needs no restart.
-pub(crate) fn api_key(config_var: Option<&str>) -> Option<String> {
-    config_var.and_then(|var| std::env::var(var).ok())
+/// One call of an HTTP provider, sent with `key`: the exchange, then `read` on a 2xx body; the reply scrubbed of
+/// the key.
+pub(crate) async fn answer(
+    call: reqwest::RequestBuilder,
+    key: Option<&Secret>,
+    read: fn(&str) -> Reply,
+) -> Reply {
+    let reply = match exchange(call).await {
+        Ok(text) => read(&text),
+        Err(reply) => reply,
+    };
+    match key {
+        Some(key) => reply.scrubbed(key),
+        None => reply,
+    }
 }
 
 /// A definite failure with this code.

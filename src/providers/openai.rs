@@ -1,32 +1,32 @@
 //! An OpenAI-compatible client: `POST {base_url}/chat/completions` with a JSON-schema response format, a bearer
-//! key read from `api_key_env`, and `Idempotency-Key: <job id>:<attempt>`.
+//! key named by `api_key_env` (see [`super::keys`]), and `Idempotency-Key: <job id>:<attempt>`.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, api_key, exchange, failed,
-    snippet,
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed, snippet,
 };
 use crate::config::ProviderConfig;
 use crate::domain::CallReport;
+use crate::providers::keys::KeySource;
 
 #[derive(Debug)]
 pub struct OpenAiProvider {
     http: reqwest::Client,
     url: String,
     model: String,
-    api_key_env: Option<String>,
+    key: KeySource,
 }
 
 impl OpenAiProvider {
-    pub fn new(config: &ProviderConfig, http: reqwest::Client) -> Self {
+    pub fn new(config: &ProviderConfig, key: KeySource, http: reqwest::Client) -> Self {
         let base = config.base_url.as_deref().unwrap_or_default();
         Self {
             http,
             url: format!("{}/chat/completions", base.trim_end_matches('/')),
             model: config.model.clone().unwrap_or_default(),
-            api_key_env: config.api_key_env.clone(),
+            key,
         }
     }
 
@@ -55,13 +55,11 @@ impl Provider for OpenAiProvider {
             .post(&self.url)
             .header("Idempotency-Key", &request.idempotency_key)
             .json(&self.body(request));
-        if let Some(key) = api_key(self.api_key_env.as_deref()) {
-            call = call.bearer_auth(key);
+        let key = self.key.current();
+        if let Some(key) = &key {
+            call = call.bearer_auth(key.expose());
         }
-        match exchange(call).await {
-            Ok(text) => read_answer(&text),
-            Err(reply) => reply,
-        }
+        answer(call, key.as_ref(), read_answer).await
     }
 }
 

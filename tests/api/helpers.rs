@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
@@ -11,6 +10,7 @@ use onejob::config::Config;
 use onejob::domain::Owner;
 use onejob::engine::Engine;
 use onejob::http::auth::Tokens;
+use onejob::providers::keys::ProviderKeys;
 use onejob::server::{self, Running};
 use onejob::store::JobStore;
 use onejob::store::dynamodb::DynamoStore;
@@ -103,10 +103,9 @@ pub struct TestApp {
     running: Option<Running>,
 }
 
-/// The test config: the shipped contracts, the built-in demo providers, two owners.
+/// The test config: the built-in contracts and demo providers, two owners, an operator.
 pub fn config() -> Config {
     Config {
-        contracts_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts"),
         tokens: BTreeMap::from([
             (ALICE.to_owned(), Owner::parse("alice").unwrap()),
             (BOB.to_owned(), Owner::parse("bob").unwrap()),
@@ -141,7 +140,9 @@ impl TestApp {
         let store = faults.clone();
         let tokens = Tokens::new(config.tokens.clone(), config.metrics_token.clone());
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let running = server::start(listener, &config, store, clock.clone(), tokens).unwrap();
+        let keys = ProviderKeys::default();
+        let running =
+            server::start(listener, &config, &keys, store, clock.clone(), tokens).unwrap();
         Self {
             addr: running.addr,
             client: Client::new(),

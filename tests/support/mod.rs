@@ -4,6 +4,7 @@
 
 pub mod aws;
 pub mod faulty;
+pub mod process;
 pub mod rig;
 pub mod stand_in;
 

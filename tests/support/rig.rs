@@ -1,20 +1,19 @@
 //! `Rig`: an engine on a given store, with providers `primary` and `fallback`, a manual clock, and its queue left
 //! for the test to drive one step at a time.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::{Duration, TimeZone, Utc};
 use onejob::clock::ManualClock;
 use onejob::config::{Config, ProviderConfig};
-use onejob::contracts::Contracts;
 use onejob::domain::{
     AttemptRef, ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
 };
-use onejob::engine::{Engine, EngineSettings};
-use onejob::providers::Providers;
+use onejob::engine::Engine;
+use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
+use onejob::startup;
 use onejob::store::JobStore;
 use onejob::worker::{Processed, process_attempt};
 use serde_json::json;
@@ -45,18 +44,15 @@ impl Rig {
         let clock = Arc::new(ManualClock::new(
             Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
         ));
-        let contracts_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
-        let contracts =
-            Contracts::load(&contracts_dir, |p| config.providers.contains_key(p)).unwrap();
         let (queue, messages) = LocalQueue::new();
-        let engine = Engine::new(
+        let engine = startup::engine(
+            &config,
+            &ProviderKeys::default(),
             store,
             clock.clone(),
-            Arc::new(contracts),
-            Arc::new(Providers::from_config(&config.providers, clock.clone())),
             Arc::new(queue),
-            EngineSettings::default(),
-        );
+        )
+        .unwrap();
         Self {
             engine: Arc::new(engine),
             clock,

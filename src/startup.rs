@@ -1,0 +1,78 @@
+//! Start-up: one wiring of an [`Engine`] from a config, for every entry point — `onejob serve`, `onejob qualify` and
+//! `onejob providers`, the three Lambda functions and the bench — so that one config file means the same thing
+//! everywhere: the same contracts on the same chains, the same providers with the same keys.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError};
+use crate::contracts::ContractError;
+use crate::engine::Engine;
+use crate::providers::Providers;
+use crate::providers::keys::{KeysError, ProviderKeys};
+use crate::queue::Dispatcher;
+use crate::store::{JobStore, StoreError};
+
+/// The environment variable naming the Secrets Manager secret that holds the provider keys.
+pub const SECRET_ARN_VAR: &str = "ONEJOB_SECRET_ARN";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Contracts(#[from] ContractError),
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+    #[error("cannot open the job store")]
+    Store(#[from] StoreError),
+    #[error(
+        "no tokens are configured, so the server may only listen on a loopback address, not {0}; \
+         set ONEJOB_TOKENS=\"token=owner,...\" or [tokens] in the config"
+    )]
+    NoTokens(SocketAddr),
+    #[error("the server stopped with an error")]
+    Serve(#[source] std::io::Error),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The engine `config` describes, on `store`, with `clock` and `dispatcher`: its contracts (built in, and its own
+/// files) on the chains it names, its providers with `keys`, its limits.
+pub fn engine(
+    config: &Config,
+    keys: &ProviderKeys,
+    store: Arc<dyn JobStore>,
+    clock: Arc<dyn Clock>,
+    dispatcher: Arc<dyn Dispatcher>,
+) -> Result<Engine, StartError> {
+    let contracts = config.contracts()?;
+    let providers = Providers::from_config(&config.providers, keys, clock.clone());
+    Ok(Engine::new(
+        store,
+        clock,
+        Arc::new(contracts),
+        Arc::new(providers),
+        dispatcher,
+        config.engine_settings(),
+    ))
+}
+
+/// The provider keys of the secret `arn` names (read once, now), or none: each provider's key then comes from the
+/// environment variable its `api_key_env` names.
+pub async fn provider_keys(aws: &SdkConfig, arn: Option<&str>) -> Result<ProviderKeys, StartError> {
+    let Some(arn) = arn.filter(|a| !a.is_empty()) else {
+        return Ok(ProviderKeys::default());
+    };
+    let client = aws_sdk_secretsmanager::Client::new(aws);
+    let keys = ProviderKeys::from_secrets_manager(&client, arn).await?;
+    tracing::info!(secret = arn, names = ?keys.names().collect::<Vec<_>>(), "provider keys read");
+    Ok(keys)
+}

@@ -1,0 +1,96 @@
+//! `onejob serve` as a team runs it: from any folder, on its own providers, with the chains its config names.
+
+mod support;
+
+use std::ffi::OsStr;
+
+use serde_json::{Value, json};
+use support::process::serve;
+use support::stand_in::StandIn;
+
+async fn get(url: &str) -> Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth("dev-token-alice")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The contracts are in the binary: a server started in an empty folder, with no config, serves them.
+#[tokio::test]
+async fn serve_from_an_empty_folder_serves_the_built_in_contracts() {
+    let empty = tempfile::tempdir().unwrap();
+    let (_server, url) = serve(empty.path(), &[]).await.unwrap();
+    let contracts = get(&format!("{url}/v1/contracts")).await;
+    let mut names: Vec<&str> = contracts["contracts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["contract"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["classify@1", "summarize@1"]);
+    assert!(empty.path().join("data/onejob.db").exists());
+}
+
+/// A config that defines only real providers and names each contract's chain starts and runs a job on that chain;
+/// without the chains it stops at once, saying what to write.
+#[tokio::test]
+async fn a_config_with_real_providers_and_its_own_chains_runs_jobs() {
+    let provider = StandIn::answering(json!({"summary": "From the team's own provider."})).await;
+    let dir = tempfile::tempdir().unwrap();
+    let providers = format!(
+        r#"
+[providers.main]
+kind = "openai"
+base_url = "{}"
+model = "gpt-4o-mini"
+"#,
+        provider.base_url()
+    );
+    let config = dir.path().join("onejob.toml");
+    std::fs::write(&config, &providers).unwrap();
+    let args = [OsStr::new("--config"), config.as_os_str()];
+    let refused = serve(dir.path(), &args).await.unwrap_err();
+    assert!(
+        refused.contains("runs on demo, which is not a configured provider"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains(r#"[chains] "classify@1" = ["#),
+        "{refused}"
+    );
+
+    let chains = "[chains]\n\"summarize@1\" = [\"main\"]\n\"classify@1\" = [\"main\"]\n";
+    std::fs::write(&config, format!("{chains}{providers}")).unwrap();
+    let (_server, url) = serve(dir.path(), &args).await.unwrap();
+    let created: Value = reqwest::Client::new()
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth("dev-token-alice")
+        .header("Idempotency-Key", "k")
+        .json(&json!({"contract": "summarize@1", "input": {"text": "A long text."}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["providers"], json!(["main"]));
+    let id = created["id"].as_str().unwrap();
+    let done = loop {
+        let job = get(&format!("{url}/v1/jobs/{id}?wait=20")).await;
+        if job["settled"] == true {
+            break job;
+        }
+    };
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(
+        done["result"],
+        json!({"summary": "From the team's own provider."})
+    );
+    assert_eq!(provider.call_count(), 1);
+}
