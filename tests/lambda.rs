@@ -13,9 +13,8 @@ use onejob::config::Config;
 use onejob::domain::{JobId, ProviderName};
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
-use onejob::store::dynamodb::DynamoStore;
 use serde_json::{Value, json};
-use support::aws::{sdk_config, unique_name};
+use support::aws::{queue_for_test, sdk_config, table_for_test, unique_name};
 use support::stand_in::{Reply, StandIn, openai};
 
 fn event(name: &str) -> Value {
@@ -56,19 +55,9 @@ async fn functions_with(
 ) -> Option<Functions> {
     let aws = sdk_config().await?;
     let table = unique_name("onejob-lambda");
-    let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
-    DynamoStore::new(dynamodb, &table)
-        .create_table()
-        .await
-        .unwrap();
+    table_for_test(&aws_sdk_dynamodb::Client::new(&aws), &table).await;
     let sqs = aws_sdk_sqs::Client::new(&aws);
-    let queue = sqs
-        .create_queue()
-        .queue_name(unique_name("attempts"))
-        .send()
-        .await
-        .unwrap();
-    let queue_url = queue.queue_url().unwrap().to_owned();
+    let queue_url = queue_for_test(&sqs, "attempts").await;
     let mut config = Config::default();
     config.providers.insert(
         ProviderName::parse("demo").unwrap(),

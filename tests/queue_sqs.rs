@@ -18,12 +18,6 @@ async fn sqs() -> Option<aws_sdk_sqs::Client> {
     Some(aws_sdk_sqs::Client::new(&support::aws::sdk_config().await?))
 }
 
-async fn new_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
-    let name = support::aws::unique_name(name);
-    let created = client.create_queue().queue_name(name).send().await.unwrap();
-    created.queue_url().unwrap().to_owned()
-}
-
 async fn receive_all(client: &aws_sdk_sqs::Client, url: &str) -> Vec<AttemptRef> {
     let received = client
         .receive_message()
@@ -42,7 +36,7 @@ async fn receive_all(client: &aws_sdk_sqs::Client, url: &str) -> Vec<AttemptRef>
 #[tokio::test]
 async fn dispatched_attempts_arrive_as_messages_naming_them() {
     let Some(client) = sqs().await else { return };
-    let url = new_queue(&client, "dispatch").await;
+    let url = support::aws::queue_for_test(&client, "dispatch").await;
     let queue = SqsQueue::new(client.clone(), &url);
     let first = AttemptRef {
         job_id: onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap(),
@@ -62,7 +56,7 @@ async fn dispatched_attempts_arrive_as_messages_naming_them() {
 #[tokio::test]
 async fn a_job_runs_from_its_sqs_message_and_a_duplicate_makes_no_second_call() {
     let Some(client) = sqs().await else { return };
-    let url = new_queue(&client, "engine").await;
+    let url = support::aws::queue_for_test(&client, "engine").await;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
     let primary = StandIn::answering(json!({"summary": "A"})).await;

@@ -11,7 +11,7 @@ use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::{CreateOutcome, JobStore};
 use serde_json::json;
-use support::aws::{RequestCounter, sdk_config, unique_name};
+use support::aws::{RequestCounter, sdk_config, stack_table, table_for_test, unique_name};
 
 /// A store on a fresh table, and the counter of the requests its client sends.
 async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
@@ -20,11 +20,10 @@ async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
     let client_config = aws_sdk_dynamodb::config::Builder::from(&config)
         .interceptor(counter.clone())
         .build();
-    let store = DynamoStore::new(
-        aws_sdk_dynamodb::Client::from_conf(client_config),
-        unique_name("onejob"),
-    );
-    assert!(store.create_table().await.unwrap(), "a new table");
+    let client = aws_sdk_dynamodb::Client::from_conf(client_config);
+    let table = unique_name("onejob");
+    table_for_test(&client, &table).await;
+    let store = DynamoStore::new(client, table);
     assert!(
         !store.create_table().await.unwrap(),
         "creating it again does nothing"
@@ -200,4 +199,73 @@ fn usage() -> CallReport {
         output_tokens: Some(5),
         retry_after_s: None,
     }
+}
+
+/// The table `template.yaml` makes (its stack created on moto's CloudFormation by `scripts/test`) is the table the
+/// code makes with `onejob table create`: the same keys, attributes, indexes and projections, the same billing. (The
+/// TTL, which moto's CloudFormation leaves off, is checked in the translated template by `infra/stack.py`.)
+#[tokio::test]
+async fn the_stack_makes_the_table_the_code_makes() {
+    let Some(config) = sdk_config().await else {
+        return;
+    };
+    let Some(stack) = stack_table() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "ONEJOB_TEST_STACK_TABLE is not set: scripts/test creates the stack"
+        );
+        return;
+    };
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let ours = unique_name("onejob-code");
+    DynamoStore::new(client.clone(), &ours)
+        .create_table()
+        .await
+        .unwrap();
+    let shape = |table: aws_sdk_dynamodb::types::TableDescription| {
+        let mut attributes: Vec<String> = table
+            .attribute_definitions()
+            .iter()
+            .map(|a| format!("{} {}", a.attribute_name(), a.attribute_type()))
+            .collect();
+        attributes.sort();
+        let keys = |schema: &[aws_sdk_dynamodb::types::KeySchemaElement]| {
+            schema
+                .iter()
+                .map(|k| format!("{} {}", k.attribute_name(), k.key_type()))
+                .collect::<Vec<_>>()
+        };
+        let mut indexes: Vec<String> = table
+            .global_secondary_indexes()
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {:?} {:?}",
+                    i.index_name().unwrap(),
+                    keys(i.key_schema()),
+                    i.projection().and_then(|p| p.projection_type())
+                )
+            })
+            .collect();
+        indexes.sort();
+        let billing = table
+            .billing_mode_summary()
+            .and_then(|b| b.billing_mode().cloned());
+        (attributes, keys(table.key_schema()), indexes, billing)
+    };
+    let describe = |name: String| {
+        let client = client.clone();
+        async move {
+            client
+                .describe_table()
+                .table_name(name)
+                .send()
+                .await
+                .unwrap()
+                .table
+                .unwrap()
+        }
+    };
+    let (made, expected) = (describe(stack).await, describe(ours).await);
+    assert_eq!(shape(made), shape(expected));
 }

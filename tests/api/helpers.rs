@@ -43,10 +43,7 @@ impl Backend {
             .expect("ONEJOB_TEST_STORE=dynamodb needs the test server: run scripts/test");
         let client = aws_sdk_dynamodb::Client::new(&config);
         let table = crate::support::aws::unique_name("onejob-api");
-        DynamoStore::new(client.clone(), &table)
-            .create_table()
-            .await
-            .unwrap();
+        crate::support::aws::table_for_test(&client, &table).await;
         Self::Dynamo(client, table)
     }
 

@@ -68,3 +68,95 @@ impl Intercept for RequestCounter {
         Ok(())
     }
 }
+
+/// The table the stack made on the test server (`ONEJOB_TEST_STACK_TABLE`, set by `scripts/test` after it created
+/// `template.yaml`'s stack on moto's CloudFormation), if there is one.
+pub fn stack_table() -> Option<String> {
+    std::env::var("ONEJOB_TEST_STACK_TABLE").ok()
+}
+
+/// A fresh table for one test, named `name`: made like the stack's table when there is a stack — the same key
+/// schema, attributes, indexes, projections and billing, with TTL on `expires_at` as the template turns it on
+/// (infra/stack.py checks that) — so every DynamoDB test runs on the table the template describes; else made by
+/// the code (`onejob table create`).
+pub async fn table_for_test(client: &aws_sdk_dynamodb::Client, name: &str) {
+    let Some(stack) = stack_table() else {
+        let store = onejob::store::dynamodb::DynamoStore::new(client.clone(), name);
+        assert!(store.create_table().await.unwrap(), "a new table");
+        return;
+    };
+    let table = client
+        .describe_table()
+        .table_name(&stack)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let indexes = table
+        .global_secondary_indexes()
+        .iter()
+        .map(|index| {
+            aws_sdk_dynamodb::types::GlobalSecondaryIndex::builder()
+                .index_name(index.index_name().unwrap())
+                .set_key_schema(Some(index.key_schema().to_vec()))
+                .set_projection(index.projection().cloned())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let billing = table
+        .billing_mode_summary()
+        .and_then(|b| b.billing_mode().cloned());
+    client
+        .create_table()
+        .table_name(name)
+        .set_attribute_definitions(Some(table.attribute_definitions().to_vec()))
+        .set_key_schema(Some(table.key_schema().to_vec()))
+        .set_global_secondary_indexes(Some(indexes))
+        .set_billing_mode(billing)
+        .send()
+        .await
+        .unwrap();
+    client
+        .update_time_to_live()
+        .table_name(name)
+        .time_to_live_specification(
+            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+                .attribute_name("expires_at")
+                .enabled(true)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A fresh queue for one test: like the stack's attempts queue when there is a stack (its visibility timeout,
+/// retention and redrive to the stack's dead-letter queue), else a plain one. Its URL.
+pub async fn queue_for_test(client: &aws_sdk_sqs::Client, prefix: &str) -> String {
+    let mut request = client.create_queue().queue_name(unique_name(prefix));
+    if let Ok(stack) = std::env::var("ONEJOB_TEST_STACK_QUEUE_URL") {
+        let attributes = client
+            .get_queue_attributes()
+            .queue_url(stack)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap_or_default();
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        for name in [
+            A::VisibilityTimeout,
+            A::MessageRetentionPeriod,
+            A::RedrivePolicy,
+        ] {
+            if let Some(value) = attributes.get(&name) {
+                request = request.attributes(name, value);
+            }
+        }
+    }
+    request.send().await.unwrap().queue_url.unwrap()
+}

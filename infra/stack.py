@@ -1,0 +1,177 @@
+"""The template is what the code needs: translates template.yaml offline (the SAM translator, as `sam validate` does),
+checks in the translated template what moto does not model (the HTTP API's routes and authorizers, throttling, the
+table's TTL, the event source's concurrency, the policies), then creates the stack on moto's CloudFormation and
+prints, as shell assignments, the table and the queues it made, for the test suites to run against.
+
+Usage: python infra/stack.py ENDPOINT_URL [TEMPLATE]
+"""
+
+import json
+import sys
+import time
+
+import os
+
+import boto3
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+# The managed policies SAM attaches, by name, resolved offline (sam validate does the same).
+MANAGED_POLICIES = {
+    name: f"arn:aws:iam::aws:policy/service-role/{name}"
+    for name in ["AWSLambdaBasicExecutionRole", "AWSLambdaSQSQueueExecutionRole"]
+} | {"AWSXrayWriteOnlyAccess": "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"}
+
+CODE_BUCKET = "onejob-code"
+CODE_KEY = "bootstrap.zip"
+PARAMETERS = {
+    "JwtIssuer": "https://auth.example.com/",
+    "JwtAudience": "onejob",
+    "ProviderKeysSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:onejob-keys-AbCdEf",
+    "AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:onejob-alarms",
+}
+
+
+class PolicyLoader:
+    def load(self):
+        return MANAGED_POLICIES
+
+
+def translate(path):
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with open(path) as f:
+        template = yaml_parse(f.read())
+    # The functions' code is built by `sam build`; here it is an object put into moto's S3.
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            resource.setdefault("Properties", {})["CodeUri"] = f"s3://{CODE_BUCKET}/{CODE_KEY}"
+    template["Globals"]["Function"]["CodeUri"] = f"s3://{CODE_BUCKET}/{CODE_KEY}"
+    return transform(template, PARAMETERS, PolicyLoader())
+
+
+def of_type(template, kind):
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def check(template):
+    """What the stack must hold that moto does not model; each failure names what the code relies on."""
+    problems = []
+
+    def expect(ok, what):
+        if not ok:
+            problems.append(what)
+
+    (table,) = of_type(template, "AWS::DynamoDB::Table").values()
+    ttl = table["Properties"].get("TimeToLiveSpecification", {})
+    expect(ttl == {"AttributeName": "expires_at", "Enabled": True}, f"the table's TTL is on expires_at: {ttl}")
+    expect(table.get("DeletionPolicy") == "Retain" and table.get("UpdateReplacePolicy") == "Retain",
+           "the table is retained on stack delete and replacement")
+    expect(table["Properties"].get("DeletionProtectionEnabled") is True, "the table has deletion protection")
+
+    # SAM writes the HTTP API's routes as an OpenAPI body: each route's `security` names its authorizer.
+    (api,) = of_type(template, "AWS::ApiGatewayV2::Api").values()
+    body = api["Properties"]["Body"]
+    security = {f"{method} {path}": op.get("security") for path, ops in body["paths"].items() for method, op in ops.items()}
+    for route in ["get /", "get /assets/{file}", "get /healthz", "get /openapi.json"]:
+        expect(security.get(route) == [{"NONE": []}], f"{route} is routed without the authorizer: {security.get(route)}")
+    proxy = security.get("x-amazon-apigateway-any-method /{proxy+}")
+    expect(proxy == [{"JwtAuthorizer": []}], f"every other route demands the JWT authorizer: {proxy}")
+    scheme = body["components"]["securitySchemes"]["JwtAuthorizer"]["x-amazon-apigateway-authorizer"]
+    expect(scheme["type"] == "jwt" and scheme["identitySource"] == "$request.header.Authorization",
+           f"the authorizer checks the bearer JWT: {scheme}")
+    stages = list(of_type(template, "AWS::ApiGatewayV2::Stage").values())
+    throttled = [s["Properties"].get("DefaultRouteSettings", {}) for s in stages]
+    expect(any("ThrottlingRateLimit" in t and "ThrottlingBurstLimit" in t for t in throttled),
+           f"the API's stage is throttled: {throttled}")
+
+    functions = of_type(template, "AWS::Lambda::Function")
+    for name, function in functions.items():
+        props = function["Properties"]
+        expect(props.get("TracingConfig", {}).get("Mode") == "Active", f"{name} is traced")
+        env = props["Environment"]["Variables"]
+        for var in ["ONEJOB_TABLE", "ONEJOB_QUEUE_URL", "ONEJOB_CONFIG_TOML", "ONEJOB_SECRET_ARN"]:
+            expect(var in env, f"{name} gets {var}")
+    mappings = list(of_type(template, "AWS::Lambda::EventSourceMapping").values())
+    expect(len(mappings) == 1 and mappings[0]["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency"),
+           "the worker's SQS event source caps its concurrency")
+    expect(mappings and mappings[0]["Properties"].get("FunctionResponseTypes") == ["ReportBatchItemFailures"],
+           "the worker reports partial batch failures")
+
+    roles = of_type(template, "AWS::IAM::Role")
+    # A policy under `Fn::If` is the first branch: the parameters above give the secret, so HasProviderKeys holds.
+    policies = {
+        name: [p["Fn::If"][1] if "Fn::If" in p else p for p in role["Properties"].get("Policies", [])]
+        for name, role in roles.items()
+    }
+    statements = {name: [s for p in found for s in p["PolicyDocument"]["Statement"]] for name, found in policies.items()}
+    for name, found in statements.items():
+        actions = {a for s in found for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+        if "dynamodb:UpdateItem" in actions:
+            expect({"dynamodb:GetItem", "dynamodb:PutItem"} <= actions,
+                   f"{name} may read and put an item (guarded full writes): {sorted(actions)}")
+        secrets = [s for s in found if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
+        for s in secrets:
+            expect(s["Resource"] == {"Ref": "ProviderKeysSecretArn"},
+                   f"{name} reads the provider keys' secret only: {s['Resource']}")
+    expect(sum(1 for found in statements.values()
+               if any("secretsmanager" in json.dumps(s["Action"]) for s in found)) == len(functions),
+           "every function may read the provider keys' secret")
+
+    queues = of_type(template, "AWS::SQS::Queue")
+    timeout = functions["WorkerFunction"]["Properties"]["Timeout"]
+    attempts = queues["AttemptsQueue"]["Properties"]
+    expect(attempts["VisibilityTimeout"] >= 6 * timeout,
+           f"a message is not redelivered while a worker may still listen: {attempts['VisibilityTimeout']} s "
+           f"< 6 x the worker's {timeout} s")
+    expect(attempts["RedrivePolicy"]["maxReceiveCount"] >= 3, "a message is tried a few times before the dead letters")
+
+    alarms = of_type(template, "AWS::CloudWatch::Alarm")
+    metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
+    for metric in ["ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "Errors", "Throttles",
+                   "5xx", "RacesLost", "Attempts_unknown"]:
+        expect(metric in metrics, f"an alarm watches {metric}")
+    logs = of_type(template, "AWS::Logs::LogGroup")
+    expect(len(logs) == len(functions) and all("RetentionInDays" in g["Properties"] for g in logs.values()),
+           "every function's log group keeps its logs for a set time")
+    return problems
+
+
+def create(endpoint, template):
+    session = boto3.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+    s3 = session.client("s3", endpoint_url=endpoint)
+    s3.create_bucket(Bucket=CODE_BUCKET)
+    s3.put_object(Bucket=CODE_BUCKET, Key=CODE_KEY, Body=b"not run")
+    cloudformation = session.client("cloudformation", endpoint_url=endpoint)
+    name = f"onejob-{int(time.time() * 1000)}"
+    cloudformation.create_stack(
+        StackName=name,
+        TemplateBody=json.dumps(template),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in PARAMETERS.items()],
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
+    )
+    for _ in range(300):
+        stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
+        if stack["StackStatus"] != "CREATE_IN_PROGRESS":
+            break
+        time.sleep(0.2)
+    if stack["StackStatus"] != "CREATE_COMPLETE":
+        raise SystemExit(f"infra/stack.py: the stack is {stack['StackStatus']}: {stack.get('StackStatusReason')}")
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def main():
+    endpoint = sys.argv[1]
+    template = translate(sys.argv[2] if len(sys.argv) > 2 else "template.yaml")
+    problems = check(template)
+    if problems:
+        for problem in problems:
+            print(f"infra/stack.py: the template must hold: {problem}", file=sys.stderr)
+        raise SystemExit(1)
+    outputs = create(endpoint, template)
+    print(f"ONEJOB_TEST_STACK_TABLE={outputs['JobsTableName']}")
+    print(f"ONEJOB_TEST_STACK_QUEUE_URL={outputs['AttemptsQueueUrl']}")
+    print(f"ONEJOB_TEST_STACK_DLQ_URL={outputs['AttemptsDeadLetterQueueUrl']}")
+
+
+if __name__ == "__main__":
+    main()
