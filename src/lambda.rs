@@ -73,7 +73,7 @@ impl Settings {
 pub async fn start() -> Result<(Settings, Arc<Engine>), StartError> {
     crate::telemetry::init_json();
     let settings = Settings::from_env()?;
-    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let aws = startup::aws_config().await;
     let engine = engine(&settings, &aws).await?;
     Ok((settings, engine))
 }

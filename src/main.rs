@@ -113,7 +113,7 @@ enum StoreKind {
 }
 
 async fn dynamodb(table: String) -> DynamoStore {
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let config = startup::aws_config().await;
     DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table)
 }
 
@@ -191,7 +191,7 @@ impl Ledger {
 async fn provider_keys() -> Result<ProviderKeys, StartError> {
     match std::env::var(SECRET_ARN_VAR) {
         Ok(arn) if !arn.is_empty() => {
-            let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+            let aws = startup::aws_config().await;
             startup::provider_keys(&aws, Some(&arn)).await
         }
         _ => Ok(ProviderKeys::default()),

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use aws_config::SdkConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
@@ -75,4 +76,20 @@ pub async fn provider_keys(aws: &SdkConfig, arn: Option<&str>) -> Result<Provide
     let keys = ProviderKeys::from_secrets_manager(&client, arn).await?;
     tracing::info!(secret = arn, names = ?keys.names().collect::<Vec<_>>(), "provider keys read");
     Ok(keys)
+}
+
+/// The AWS SDK's config, its usual sources (credentials, region, `AWS_ENDPOINT_URL…`) with onejob's one HTTP
+/// client: rustls on ring, the TLS stack reqwest uses too, so the binaries carry one.
+pub async fn aws_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(https_client())
+        .load()
+        .await
+}
+
+/// The HTTPS client every AWS SDK client of onejob uses.
+pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }

@@ -5,6 +5,10 @@
 //! text's UTF-8 length (a byte-level BPE token is at least one byte) and the lower end a quarter of it over two
 //! (English averages about four bytes a token). The upper end decides whether a prompt fits a context window; the
 //! lower end decides whether a provider's reported usage is "far fewer than sent".
+//!
+//! The encodings known are the two of OpenAI's current chat models, `o200k_base` (GPT-4o, GPT-4.1, o-series and
+//! later) and `cl100k_base` (GPT-4, GPT-3.5). Each is compiled into the binary and costs its size (3.6 and 1.7 MB);
+//! older encodings (for completion-era models) are counted conservatively rather than carried.
 
 use tiktoken_rs::tokenizer::{Tokenizer as Encoding, get_tokenizer};
 
@@ -43,7 +47,10 @@ impl Tokenizer {
             ProviderKind::Openai => config.model.as_deref().and_then(get_tokenizer),
             ProviderKind::Anthropic | ProviderKind::Demo => None,
         };
-        known.map_or(Self::Conservative, Self::Known)
+        match known {
+            Some(encoding @ (Encoding::O200kBase | Encoding::Cl100kBase)) => Self::Known(encoding),
+            _ => Self::Conservative,
+        }
     }
 
     /// The encoding's name, or `bytes` for the conservative count.
@@ -56,12 +63,13 @@ impl Tokenizer {
 
     pub fn count(self, text: &str) -> Count {
         let bytes = text.len() as u64;
-        let exact = match self {
-            Self::Known(encoding) => tiktoken_rs::bpe_for_tokenizer(encoding)
-                .ok()
-                .map(|bpe| bpe.encode_with_special_tokens(text).len() as u64),
-            Self::Conservative => None,
+        // Each encoding by its own loader, so that no other encoding is linked in.
+        let bpe = match self {
+            Self::Known(Encoding::O200kBase) => Some(tiktoken_rs::o200k_base_singleton()),
+            Self::Known(Encoding::Cl100kBase) => Some(tiktoken_rs::cl100k_base_singleton()),
+            Self::Known(_) | Self::Conservative => None,
         };
+        let exact = bpe.map(|bpe| bpe.encode_with_special_tokens(text).len() as u64);
         match exact {
             Some(n) => Count { lower: n, upper: n },
             None => Count {
@@ -92,6 +100,18 @@ mod tests {
         assert_eq!(tokenizer.name(), "O200kBase");
         // "hello world" is two tokens in o200k_base.
         assert_eq!(tokenizer.count("hello world"), Count { lower: 2, upper: 2 });
+    }
+
+    #[test]
+    fn older_encodings_are_not_carried_and_count_conservatively() {
+        assert_eq!(
+            Tokenizer::for_provider(&openai("gpt-4")).name(),
+            "Cl100kBase"
+        );
+        assert_eq!(
+            Tokenizer::for_provider(&openai("text-davinci-003")),
+            Tokenizer::Conservative
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub async fn sdk_config() -> Option<SdkConfig> {
         return None;
     };
     let config = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(onejob::startup::https_client())
         .endpoint_url(endpoint)
         .region("us-east-1")
         .load()

@@ -36,6 +36,8 @@ use onejob::store::sqlite::SqliteStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+mod lambda_init;
+
 #[derive(Debug, Parser)]
 #[command(about = "onejob's benchmarks: figures, never verdicts.")]
 struct Cli {
@@ -78,6 +80,14 @@ enum Scenario {
         #[arg(long, default_value_t = 20)]
         reps: usize,
     },
+    /// Cold starts of Lambda bootstraps against a runtime API stand-in: size and init time of each.
+    LambdaInit {
+        /// The `bootstrap` binaries (e.g. target/lambda/*/bootstrap, built for this machine).
+        #[arg(required = true)]
+        bootstraps: Vec<PathBuf>,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
     /// (internal) Serve the onejob server or the floor for `storm`, printing `ready <addr>`.
     #[command(hide = true)]
     Serve {
@@ -103,6 +113,7 @@ async fn main() {
             preload,
         } => lifecycle(jobs, concurrency, preload).await,
         Scenario::DynamoCost { preload, reps } => dynamo_cost(preload, reps).await,
+        Scenario::LambdaInit { bootstraps, runs } => lambda_init::measure(&bootstraps, runs).await,
         Scenario::Serve { floor, db } => serve(floor, &db).await,
     }
 }
@@ -515,6 +526,7 @@ async fn dynamo_cost(preload_n: usize, reps: usize) {
         std::process::exit(2);
     };
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(onejob::startup::https_client())
         .endpoint_url(&endpoint)
         .load()
         .await;
