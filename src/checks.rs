@@ -1,7 +1,7 @@
 //! The checks every call of a contract on a provider passes through, in production (the worker) and in
 //! qualification (`onejob qualify`) alike, so that a qualification tests exactly what failover will rely on:
 //! - before the call: the prompt renders strictly, and with the output budget it fits the provider's context
-//!   window (counted with the provider's tokenizer where known, conservatively otherwise);
+//!   window (counted conservatively: see [`crate::providers::tokens`]);
 //! - after it: the provider did not report far fewer prompt tokens than were sent (a truncated or dropped prompt),
 //!   the answer is not larger than kept, keeps the output schema and adds no top-level key.
 
@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::contracts::Contract;
 use crate::domain::{CallReport, ErrorInfo};
-use crate::providers::tokens::Count;
+use crate::providers::tokens::{self, Count};
 use crate::providers::{ConfiguredProvider, ProviderRequest, SYSTEM_PROMPT};
 
 /// The largest result kept, as JSON text. A job item (input up to the body limit, result, attempts) must fit a
@@ -39,11 +39,10 @@ pub fn prepare(
     let prompt = contract
         .render(input)
         .map_err(|e| ErrorInfo::new("prompt_render_failed", e))?;
-    let tokenizer = provider.tokenizer;
-    let prompt_tokens = tokenizer.count(&prompt);
+    let prompt_tokens = tokens::count(&prompt);
     let sent_tokens = prompt_tokens
-        + tokenizer.count(SYSTEM_PROMPT)
-        + tokenizer.count(&contract.output_schema.to_string())
+        + tokens::count(SYSTEM_PROMPT)
+        + tokens::count(&contract.output_schema.to_string())
         + Count {
             lower: 0,
             upper: FORMAT_OVERHEAD,
@@ -58,7 +57,7 @@ pub fn prepare(
                     "the prompt counts up to {} tokens ({}) and the output budget is {budget}: {needed} do not fit \
                      the provider's context window of {window}",
                     sent_tokens.upper,
-                    tokenizer.name(),
+                    tokens::METHOD,
                 ),
             ));
         }

@@ -177,7 +177,7 @@ struct ProviderView {
     late_result_ms: u64,
     /// Tokens; `null` is unbounded (demo providers).
     context_window: Option<u64>,
-    /// How prompts are counted: the model's encoding, or `bytes` (an upper bound) where none is known.
+    /// How prompts are counted: `bytes`, an upper bound for any byte-level tokenizer.
     tokenizer: String,
     /// What a qualification is tied to: kind, base URL, model, context window, timeout.
     fingerprint: String,
@@ -233,7 +233,7 @@ async fn list_providers(
                 timeout_ms: p.config.timeout_ms,
                 late_result_ms: p.config.late_result_ms,
                 context_window: p.config.context_window(),
-                tokenizer: p.tokenizer.name(),
+                tokenizer: crate::providers::tokens::METHOD.to_owned(),
                 fingerprint: p.fingerprint.to_string(),
                 contracts: rows
                     .into_iter()

@@ -20,7 +20,6 @@ use crate::clock::Clock;
 use crate::config::{ProviderConfig, ProviderKind};
 use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, ProviderName};
 use keys::{ProviderKeys, Secret};
-use tokens::Tokenizer;
 
 /// The system prompt of every HTTP provider: the contract's prompt says what to do, this says how to answer.
 pub const SYSTEM_PROMPT: &str =
@@ -93,12 +92,11 @@ pub trait Provider: Send + Sync + Debug {
     async fn call(&self, request: &ProviderRequest) -> Reply;
 }
 
-/// A configured provider: its settings, its client, how its prompts are counted, and its fingerprint.
+/// A configured provider: its settings, its client, and its fingerprint.
 #[derive(Debug, Clone)]
 pub struct ConfiguredProvider {
     pub config: ProviderConfig,
     pub client: Arc<dyn Provider>,
-    pub tokenizer: Tokenizer,
     /// What a qualification is tied to: kind, base URL, model, context window, timeout (a demo's behaviour, delay).
     pub fingerprint: Fingerprint,
 }
@@ -156,7 +154,6 @@ impl Providers {
                     let configured = ConfiguredProvider {
                         config: config.clone(),
                         client,
-                        tokenizer: Tokenizer::for_provider(config),
                         fingerprint: fingerprint(config),
                     };
                     (name.clone(), configured)

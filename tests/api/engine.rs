@@ -6,7 +6,7 @@ use onejob::config::{DemoBehavior, ProviderConfig};
 use onejob::domain::ProviderName;
 use serde_json::{Value, json};
 
-use crate::helpers::{ALICE, OPERATOR, TestApp, assert_problem, config, json_with_status};
+use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};
 use crate::support::record_qualified;
 use crate::support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
 
@@ -131,16 +131,7 @@ async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
         .await;
     assert_eq!(after["result"], json!({"summary": "B"}));
     assert_eq!(after["version"], won["version"]);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .bearer_auth(OPERATOR)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(metrics.contains("onejob_races_lost_total 1\n"), "{metrics}");
     assert!(
         metrics.contains("onejob_attempts_total{state=\"discarded\"} 1\n"),

@@ -283,6 +283,13 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The counters, as the operators read them.
+    pub async fn metrics(&self) -> String {
+        let response = self.get(OPERATOR, "/metrics").await;
+        assert_eq!(response.status(), 200);
+        response.text().await.unwrap()
+    }
+
     /// Jobs and attempts in the store: (jobs, attempts).
     pub async fn row_counts(&self) -> (i64, i64) {
         self.backend.row_counts().await

@@ -67,16 +67,7 @@ async fn a_create_whose_store_write_fails_either_side_answers_one_201_per_key() 
         assert!(answers.iter().all(|(_, id)| *id == answers[0].1));
     }
     assert_eq!(app.row_counts().await.0, 2, "one job per key");
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .bearer_auth(OPERATOR)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("onejob_creates_total{outcome=\"created\"} 2\n"),
         "{metrics}"

@@ -11,7 +11,9 @@ use onejob::domain::{
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use serde_json::json;
 
-use super::{RETENTION, all_jobs, at, by, claimed_job, fresh_job, later, lease, new_job, stop, to};
+use super::{
+    RETENTION, all_jobs, answer, at, by, claimed_job, fresh_job, later, lease, new_job, stop, to,
+};
 
 /// The statuses under which a listing filtered by status finds the job `key` of alice.
 async fn listed_as(store: &dyn JobStore, now: onejob::domain::Timestamp) -> Vec<JobStatus> {
@@ -256,16 +258,7 @@ pub async fn a_started_attempt_of_a_job_another_attempt_won_still_ends(store: Ar
         .claim_attempt(&job.id, 2, second_lease, &by(3))
         .await
         .unwrap();
-    let (won, after) = store
-        .complete_attempt(
-            &job.id,
-            1,
-            json!({"summary": "late"}),
-            CallReport::default(),
-            &by(4),
-        )
-        .await
-        .unwrap();
+    let (won, after) = answer(store.as_ref(), &job, 1, "late", 4).await;
     assert_eq!(won, Completion::Won);
     assert_eq!(after.status(), JobStatus::Succeeded);
     assert_eq!(after.attempt(2).unwrap().state, AttemptState::Started);
@@ -280,16 +273,7 @@ pub async fn a_started_attempt_of_a_job_another_attempt_won_still_ends(store: Ar
     let unknown = store.mark_unknown(&job.id, 2, &by(5)).await.unwrap();
     assert_eq!(unknown.attempt(2).unwrap().state, AttemptState::Unknown);
     assert_eq!(unknown.status(), JobStatus::Succeeded);
-    let (lost, _) = store
-        .complete_attempt(
-            &job.id,
-            2,
-            json!({"summary": "B"}),
-            CallReport::default(),
-            &by(6),
-        )
-        .await
-        .unwrap();
+    let (lost, _) = answer(store.as_ref(), &job, 2, "B", 6).await;
     assert_eq!(lost, Completion::Lost { winner: Some(1) });
     let stored = store
         .get_job(&job.owner, &job.id, later())
@@ -308,16 +292,7 @@ pub async fn a_winning_result_ends_the_queued_attempt(store: Arc<dyn JobStore>) 
         .cancel_attempt(&job.owner, &job.id, 1, &to("fallback"), &by(2))
         .await
         .unwrap();
-    let (won, after) = store
-        .complete_attempt(
-            &job.id,
-            1,
-            json!({"summary": "late"}),
-            CallReport::default(),
-            &by(3),
-        )
-        .await
-        .unwrap();
+    let (won, after) = answer(store.as_ref(), &job, 1, "late", 3).await;
     assert_eq!(won, Completion::Won);
     assert_eq!(after.attempt(2).unwrap().state, AttemptState::Cancelled);
     assert_eq!(

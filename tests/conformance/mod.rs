@@ -201,6 +201,26 @@ pub async fn claimed_job(store: &dyn JobStore) -> Job {
         .unwrap()
 }
 
+/// Attempt `number` of `job` answers `{"summary": summary}` at `at(ms)`, as a writer of its own.
+pub async fn answer(
+    store: &dyn JobStore,
+    job: &Job,
+    number: u32,
+    summary: &str,
+    ms: i64,
+) -> (Completion, Job) {
+    store
+        .complete_attempt(
+            &job.id,
+            number,
+            json!({ "summary": summary }),
+            CallReport::default(),
+            &by(ms),
+        )
+        .await
+        .unwrap()
+}
+
 /// Failover to nobody: no provider is qualified.
 pub fn stop() -> Failover {
     to_any(&[])
@@ -524,16 +544,7 @@ pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
 pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     two_claimed_attempts(store.as_ref(), &job).await;
-    let (won, after_b) = store
-        .complete_attempt(
-            &job.id,
-            2,
-            json!({"summary": "B"}),
-            CallReport::default(),
-            &by(6),
-        )
-        .await
-        .unwrap();
+    let (won, after_b) = answer(store.as_ref(), &job, 2, "B", 6).await;
     assert_eq!(won, Completion::Won);
     // The loser's call was paid for: what its provider reported is kept even though its result is not.
     let paid = CallReport {
@@ -568,16 +579,7 @@ pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn Jo
     let (cancel, cancelled) = store.cancel_job(&job.owner, &job.id, &by(2)).await.unwrap();
     assert_eq!(cancel, JobCancel::Cancelled);
     assert_eq!(cancelled.version, 1);
-    let (outcome, after) = store
-        .complete_attempt(
-            &job.id,
-            1,
-            json!({"summary": "late"}),
-            CallReport::default(),
-            &by(3),
-        )
-        .await
-        .unwrap();
+    let (outcome, after) = answer(store.as_ref(), &job, 1, "late", 3).await;
     assert_eq!(outcome, Completion::Lost { winner: None });
     assert_eq!(after.status(), JobStatus::Cancelled);
     assert_eq!(after.result, None);
@@ -632,16 +634,7 @@ pub async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarde
 pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: Arc<dyn JobStore>) {
     let job = claimed_job(store.as_ref()).await;
     store.mark_unknown(&job.id, 1, &by(2)).await.unwrap();
-    let (outcome, after) = store
-        .complete_attempt(
-            &job.id,
-            1,
-            json!({"summary": "late"}),
-            CallReport::default(),
-            &by(3),
-        )
-        .await
-        .unwrap();
+    let (outcome, after) = answer(store.as_ref(), &job, 1, "late", 3).await;
     assert_eq!(outcome, Completion::Won);
     assert_eq!(after.status(), JobStatus::Succeeded);
     let stored = store
@@ -711,16 +704,7 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
         .claim_attempt(&done.id, 1, lease(), &by(1))
         .await
         .unwrap();
-    store
-        .complete_attempt(
-            &done.id,
-            1,
-            json!({"summary": "x"}),
-            CallReport::default(),
-            &by(2),
-        )
-        .await
-        .unwrap();
+    answer(store.as_ref(), &done, 1, "x", 2).await;
     assert!(matches!(
         store.cancel_job(&done.owner, &done.id, &by(3)).await,
         Err(StoreError::Refused(Refusal::JobFinished {
