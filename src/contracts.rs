@@ -408,7 +408,7 @@ mod tests {
         let contracts = Contracts::load(&[], &chains, only_openai).unwrap();
         assert_eq!(
             contracts.get(&summarize()).unwrap().providers,
-            [openai.clone()]
+            std::slice::from_ref(&openai)
         );
         let unknown: BTreeMap<_, _> =
             [(ContractRef::parse("nope@1").unwrap(), vec![openai])].into();

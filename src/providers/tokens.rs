@@ -47,7 +47,13 @@ mod tests {
     fn a_count_brackets_the_real_one() {
         // "hello world!" is 3 tokens in o200k_base and in cl100k_base.
         let counted = count("hello world!");
-        assert_eq!(counted, Count { lower: 3, upper: 12 });
+        assert_eq!(
+            counted,
+            Count {
+                lower: 3,
+                upper: 12
+            }
+        );
         assert!(counted.lower <= 3 && 3 <= counted.upper);
         // Non-Latin text: more bytes per character, never fewer tokens than bytes allow.
         assert_eq!(count("héllo").upper, 6);
