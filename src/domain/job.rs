@@ -21,7 +21,7 @@ use super::ids::{ContractRef, IdempotencyKey, JobId, Owner, ProviderName, WriteT
 pub type Timestamp = DateTime<Utc>;
 
 /// The longest input kept, as JSON text, in bytes: with the largest result, the attempt limit and error messages
-/// cut to size, a job stays well within a DynamoDB item (400 KB; the README gives the worst case).
+/// cut to size, a job stays well within a DynamoDB item (400 KB; `docs/dynamodb.md` gives the worst case).
 pub const MAX_INPUT_BYTES: usize = 256 * 1024;
 
 /// Where one try at a job stands.

@@ -157,7 +157,7 @@ pub async fn a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job(
 
 /// The largest input, the most attempts a job may have (each failing with an error message far past its cap and a
 /// long model id), then the largest result: every write fits the store. On DynamoDB (400 KB items) this is the
-/// worst case the README states.
+/// worst case `docs/dynamodb.md` states.
 pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
     let limit = onejob::config::MAX_ATTEMPTS_LIMIT;
     let text_len = MAX_INPUT_BYTES - r#"{"text":""}"#.len();
