@@ -3,18 +3,19 @@
 //! # Layout
 //!
 //! - [`domain`]: pure types and rules — idempotency keys, job ids, the intent's fingerprint, jobs, attempts and
-//!   every state transition. No I/O, no async. Start here to learn what the service promises.
+//!   every state transition (all in `domain/job.rs`), failover's decision, the writer's stamp. No I/O, no async.
+//!   Start here to learn what the service promises.
 //! - [`store`]: the `JobStore` port (each method one atomic operation) and its adapters; [`store::sqlite`] is the
 //!   embedded default.
 //! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
 //!   input checks, prompt rendering, output checks.
-//! - [`engine`]: the parts an attempt's life touches, and the mutations the API and the worker share (each write
-//!   followed by its dispatch, count and change notice).
+//! - [`engine`]: the parts an attempt's life touches, and every write of a job's life — the API's, the worker's
+//!   and the sweeper's, each followed by its dispatch, count and change notice — plus the ledger's standings.
 //! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`, Anthropic's
-//!   Messages API `anthropic`), their keys (a secret, else the environment) and token counting.
-//! - [`checks`]: what every call of a contract on a provider must pass, before and after the call.
-//! - [`qualify`]: `onejob qualify`: a contract's samples through a provider, the evidence into the ledger; the
-//!   failover gate reads it.
+//!   Messages API `anthropic`), their keys (a secret, else the environment) and token counting;
+//!   [`providers::checks`], what every call of a contract on a provider must pass, before and after the call; and
+//!   [`providers::qualify`], `onejob qualify`: a contract's samples through a provider, the evidence the failover
+//!   gate reads.
 //! - [`queue`]: the dispatch port (a message names one attempt) and its in-process adapter.
 //! - [`worker`]: one step, `process_attempt` (claim, call, complete by compare-and-swap, fail with failover,
 //!   time out into `unknown`), the sweeper step, and the local loops around both.
@@ -32,7 +33,6 @@
 //! The binary `onejob` (in `src/main.rs`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`
 //! are the Lambda mains.
 
-pub mod checks;
 pub mod client;
 pub mod clock;
 pub mod config;
@@ -43,7 +43,6 @@ pub mod http;
 pub mod lambda;
 pub mod metrics;
 pub mod providers;
-pub mod qualify;
 pub mod queue;
 pub mod retry;
 pub mod server;

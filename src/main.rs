@@ -13,7 +13,7 @@ use onejob::domain::{ContractRef, ProviderName};
 use onejob::engine::Engine;
 use onejob::http::auth::Tokens;
 use onejob::providers::keys::ProviderKeys;
-use onejob::qualify;
+use onejob::providers::qualify;
 use onejob::queue::local::LocalQueue;
 use onejob::server;
 use onejob::startup::{self, SECRET_ARN_VAR, StartError};
@@ -293,7 +293,7 @@ async fn run_qualify(
         },
     )
     .await;
-    engine.store.put_qualification(&evidence).await?;
+    engine.record_qualification(&evidence).await?;
     print!("{}", qualify::summary(&evidence));
     println!("evidence stored in {place}");
     Ok(if evidence.passed {
@@ -306,7 +306,7 @@ async fn run_qualify(
 async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
     let (engine, _) = ledger.engine().await?;
     let providers = &engine.providers;
-    let standings = qualify::standings(&*engine.store, &engine.contracts, providers).await?;
+    let standings = engine.standings().await?;
     println!(
         "{:<16} {:<10} {:<14} {:<12} {:<25} problem",
         "provider", "kind", "contract", "standing", "checked at"

@@ -1,4 +1,4 @@
-//! Qualification (SPEC §7): a provider keeps a contract or it does not, and a failed check names its reason. Each
+//! Qualification: a provider keeps a contract or it does not, and a failed check names its reason. Each
 //! misbehaviour is a real HTTP stand-in on loopback, spoken to in both wire formats (openai and anthropic) through
 //! the real clients; time is a manual clock, so "slower than the timeout" needs no waiting.
 
@@ -13,13 +13,13 @@ use onejob::clock::ManualClock;
 use onejob::config::{Config, ProviderConfig};
 use onejob::contracts::{Contract, Contracts};
 use onejob::domain::{
-    ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, NextStep, Owner, ProviderName,
+    ContractRef, FailoverDecision, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
     Qualification, Stamp,
 };
 use onejob::engine::Engine;
 use onejob::providers::Providers;
 use onejob::providers::keys::ProviderKeys;
-use onejob::qualify::{qualify, summary};
+use onejob::providers::qualify::{qualify, summary};
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
@@ -339,9 +339,9 @@ fn job_after_primary() -> Job {
 
 /// What failover does for `job` on `engine`'s ledger.
 async fn gate_says(engine: &Engine, job: &Job) -> String {
-    match job.next_step(&engine.failover(job).await.unwrap()) {
-        NextStep::Queue(provider) => format!("queue {provider}"),
-        NextStep::Stop(error) => error.code,
+    match job.failover_decision(&engine.failover(job).await.unwrap()) {
+        FailoverDecision::Queue(provider) => format!("queue {provider}"),
+        FailoverDecision::Stop(error) => error.code,
     }
 }
 

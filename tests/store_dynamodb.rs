@@ -1,5 +1,5 @@
 //! The store conformance suite (and the engine's suite) on the DynamoDB store, against a real DynamoDB-compatible
-//! server (moto, started by `scripts/test`), each test on its own table; plus the request budget of SPEC §6.
+//! server (moto, started by `scripts/test`), each test on its own table; plus the request budget (`docs/design.md`).
 
 mod conformance;
 mod support;
@@ -41,7 +41,7 @@ async fn dynamodb() -> Option<Fixture> {
 
 conformance_suite!(dynamodb());
 
-/// SPEC §6: create 1, replay 1, conflict 1, claim 1, time-out 1, completion 1 (winner and loser), cancel 1.
+/// The request budget: create 1, replay 1, conflict 1, claim 1, time-out 1, completion 1 (winner and loser), cancel 1.
 #[tokio::test]
 async fn each_operation_costs_the_requests_the_spec_budgets() {
     let Some((store, counter)) = dynamodb_counted().await else {

@@ -1,4 +1,4 @@
-//! Qualification: evidence, kept in the ledger, that a provider kept a contract (SPEC §7, invariant 9).
+//! Qualification: evidence, kept in the ledger, that a provider kept a contract (invariant 9, `docs/design.md`).
 //!
 //! It is stored under two fingerprints: the contract's (prompt, schemas, temperature, output budget) and the
 //! provider's (kind, base URL, model, context window, timeout). Change any of them and the stored evidence no longer
@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use super::ids::{ContractRef, ProviderName};
-use super::job::{CallReport, ErrorInfo, Timestamp};
+use super::job::Timestamp;
+use super::report::{CallReport, ErrorInfo};
 
 /// The outcome of `onejob qualify <contract> <provider>`, with every run as evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,4 +75,12 @@ impl Standing {
             Self::Unqualified => "unqualified",
         }
     }
+}
+
+/// Where one provider stands for one contract.
+#[derive(Debug, Clone)]
+pub struct ContractStanding {
+    pub contract: ContractRef,
+    pub standing: Standing,
+    pub evidence: Option<Qualification>,
 }

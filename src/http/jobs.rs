@@ -1,4 +1,4 @@
-//! The job endpoints of SPEC §5 and the JSON they answer with.
+//! The job endpoints (`docs/api.md`) and the JSON they answer with.
 
 use axum::Json;
 use axum::body::Body;

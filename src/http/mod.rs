@@ -219,8 +219,7 @@ async fn list_providers(
     _: Caller,
 ) -> Result<Json<ProviderList>, ApiError> {
     let engine = &app.engine;
-    let standings =
-        crate::qualify::standings(&*engine.store, &engine.contracts, &engine.providers).await?;
+    let standings = engine.standings().await?;
     let providers = standings
         .into_iter()
         .filter_map(|(name, rows)| {

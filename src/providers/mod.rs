@@ -1,11 +1,13 @@
 //! Providers: where attempts run. One trait, [`Provider`], and its clients: [`demo`] (built in), [`openai`] (any
 //! OpenAI-compatible endpoint) and [`anthropic`] (the Messages API). A client only reports what happened on the
-//! wire; [`crate::checks`] holds the output to the contract, and the worker decides the attempt's state.
+//! wire; [`checks`] holds the output to the contract, and the worker decides the attempt's state.
 
 pub mod anthropic;
+pub mod checks;
 pub mod demo;
 pub mod keys;
 pub mod openai;
+pub mod qualify;
 pub mod tokens;
 
 use std::collections::BTreeMap;
@@ -39,7 +41,7 @@ pub struct ProviderRequest {
     pub max_output_tokens: u32,
 }
 
-/// What came back, in the three classes that decide an attempt's state (SPEC invariant 5).
+/// What came back, in the three classes that decide an attempt's state (invariant 5, `docs/design.md`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderOutcome {
     /// An answer, as JSON; the checks still hold it to the contract.

@@ -9,10 +9,10 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::checks::{self, Prepared};
 use crate::contracts::Contract;
 use crate::domain::{AttemptRef, CallReport, Completion, ErrorInfo, Job, Timestamp, WriteToken};
 use crate::engine::{AnswerLost, Engine};
+use crate::providers::checks::{self, Prepared};
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
 use crate::store::StoreError;
 

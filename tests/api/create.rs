@@ -4,7 +4,7 @@ use tokio::task::JoinSet;
 
 use crate::helpers::{ALICE, BOB, TestApp, assert_problem, intent, json_with_status, summarize};
 
-/// SPEC §8 breakpoint 1: N simultaneous POSTs with one key → one job, one 201, the same id everywhere.
+/// Breakpoint 1: N simultaneous POSTs with one key → one job, one 201, the same id everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_double_click_storm_makes_one_job() {
     let app = std::sync::Arc::new(TestApp::spawn().await);
@@ -61,7 +61,7 @@ async fn a_new_job_is_queued_on_its_first_provider() {
     assert!(created_at.ends_with('Z'), "{created_at}");
 }
 
-/// SPEC §8 breakpoint 2: same key, different input → 409 naming the job; the job is unchanged.
+/// Breakpoint 2: same key, different input → 409 naming the job; the job is unchanged.
 #[tokio::test]
 async fn the_same_key_with_another_input_is_a_conflict_that_changes_nothing() {
     let app = TestApp::spawn().await;

@@ -81,7 +81,7 @@ async fn a_failing_primary_fails_over_and_the_fallback_wins() {
     assert_eq!(job["result"], json!({"summary": "from the fallback"}));
 }
 
-/// The README's hang scenario, and SPEC §8 breakpoints 3 and 4 over HTTP: the primary times out into `unknown`,
+/// The README's hang scenario, and breakpoints 3 and 4 over HTTP: the primary times out into `unknown`,
 /// new attempts are refused, an out-of-band cancel lets the fallback run and win, and the primary's late answer is
 /// discarded, logged and counted.
 #[tokio::test]
@@ -287,8 +287,15 @@ async fn qualify_on(app: &TestApp, provider: &str) -> bool {
         .get(&onejob::domain::ContractRef::parse("summarize@1").unwrap())
         .unwrap();
     let candidate = engine.providers.get(&name).unwrap();
-    let evidence =
-        onejob::qualify::qualify(contract, &name, candidate, 1, &*engine.clock, |_, _, _| {}).await;
+    let evidence = onejob::providers::qualify::qualify(
+        contract,
+        &name,
+        candidate,
+        1,
+        &*engine.clock,
+        |_, _, _| {},
+    )
+    .await;
     engine.store.put_qualification(&evidence).await.unwrap();
     evidence.passed
 }

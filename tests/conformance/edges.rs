@@ -221,7 +221,7 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
         .add_attempt(&job.owner, &job.id, None, &everything, &by(t))
         .await;
     assert!(matches!(refused, Err(StoreError::Refused(_))));
-    let largest = json!({"summary": "y".repeat(onejob::checks::MAX_RESULT_BYTES - r#"{"summary":""}"#.len())});
+    let largest = json!({"summary": "y".repeat(onejob::providers::checks::MAX_RESULT_BYTES - r#"{"summary":""}"#.len())});
     let (won, done) = store
         .complete_attempt(&job.id, limit, largest.clone(), paid.clone(), &by(t))
         .await

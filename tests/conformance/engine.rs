@@ -47,7 +47,7 @@ async fn answering(text: &str) -> StandIn {
     StandIn::answering(summary(text)).await
 }
 
-/// SPEC §8 breakpoint 3: a timeout is `unknown`, not `failed`, and blocks new attempts until resolved.
+/// Breakpoint 3: a timeout is `unknown`, not `failed`, and blocks new attempts until resolved.
 pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStore>) {
     let (_gate, primary) = held().await;
     let fallback = answering("B").await;
@@ -85,7 +85,7 @@ pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStor
     assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
 }
 
-/// SPEC §8 breakpoint 4: A leaves first and returns last, B leaves second and returns first → B wins, A's result
+/// Breakpoint 4: A leaves first and returns last, B leaves second and returns first → B wins, A's result
 /// is discarded and counted, although A was the primary.
 pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
@@ -242,7 +242,7 @@ pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallbac
 
 /// A result too large to keep fails its attempt with a clear code.
 pub async fn a_result_too_large_to_keep_fails_the_attempt(store: Arc<dyn JobStore>) {
-    let huge = summary(&"x".repeat(onejob::checks::MAX_RESULT_BYTES));
+    let huge = summary(&"x".repeat(onejob::providers::checks::MAX_RESULT_BYTES));
     an_answer_that_fails_the_attempt(store, huge, "result_too_large").await;
 }
 

@@ -1,4 +1,4 @@
-//! The store conformance suite (and, in [`engine`], the engine's suite on that store): every case takes an `Arc<dyn JobStore>` and asserts what SPEC §3 promises, so
+//! The store conformance suite (and, in [`engine`], the engine's suite on that store): every case takes an `Arc<dyn JobStore>` and asserts what the design's invariants promise, so
 //! every backend runs the very same cases. A backend's test file calls [`conformance_suite!`] with an async
 //! expression that yields a fresh [`Fixture`].
 
@@ -540,7 +540,7 @@ pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
     assert_eq!(job.status(), JobStatus::Running);
 }
 
-/// SPEC §8 breakpoint 4 at the store: A leaves first and returns last, B leaves second and returns first.
+/// Breakpoint 4 at the store: A leaves first and returns last, B leaves second and returns first.
 pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     two_claimed_attempts(store.as_ref(), &job).await;

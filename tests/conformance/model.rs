@@ -4,7 +4,7 @@
 //! plain in-memory reference model (a map of jobs moved by the domain's own transitions). Any write may fail before
 //! it reaches the store or land and lose its answer; it is then repeated with the same token, as the engine does,
 //! and must answer as the model says the write did (invariant 11). Steps may share a millisecond. After every step
-//! the SPEC §3 invariants hold in the store, and the store's job equals the model's, field by field. Shrunk
+//! the design's invariants hold in the store, and the store's job equals the model's, field by field. Shrunk
 //! failures print the steps.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -195,7 +195,7 @@ impl Model {
     }
 }
 
-/// SPEC §3, on one job.
+/// The design's invariants, on one job.
 fn check_invariants(job: &Job) {
     let live = job.attempts.iter().filter(|a| a.state.is_live()).count();
     assert!(live <= 1, "two live attempts: {job:?}");
@@ -214,7 +214,7 @@ fn check_invariants(job: &Job) {
         "past the limit: {job:?}"
     );
     // A cancel ends every live attempt; a result ends every queued one. (A result may win while a later attempt
-    // is still started — a cancelled attempt answering while the slot was free, SPEC §4.)
+    // is still started — a cancelled attempt answering while the slot was free.)
     if job.cancelled_at.is_some() {
         assert_eq!(live, 0, "a cancelled job with a live attempt: {job:?}");
     }

@@ -7,7 +7,7 @@
 //!   exactly K jobs exist, and the server's peak resident memory.
 //! - `lifecycle`: create → the demo provider answers at once → `succeeded`, in process: jobs/s and create-to-result
 //!   latency, the orchestration overhead.
-//! - `dynamo-cost`: store requests per operation on DynamoDB (moto at `AWS_ENDPOINT_URL`), beside SPEC §6's budget.
+//! - `dynamo-cost`: store requests per operation on DynamoDB (moto at `AWS_ENDPOINT_URL`), beside the design's request budget.
 //! - Each takes `--preload N`: that many jobs in the store before measuring (scale of cost).
 
 use std::path::{Path, PathBuf};
@@ -661,7 +661,7 @@ async fn dynamo_cost(preload_n: usize, reps: usize) {
     );
     println!(
         "  {:<24} {:>9} {:>22} {:>10}",
-        "operation", "requests", "SPEC §6 budget", "p50 ms"
+        "operation", "requests", "budget", "p50 ms"
     );
     for ((name, budget, counts), mut times) in costs.into_iter().zip(timings) {
         let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());

@@ -6,15 +6,11 @@
 
 use std::fmt::Write as _;
 
-use crate::checks;
+use super::checks;
+use super::{ConfiguredProvider, ProviderOutcome, Reply};
 use crate::clock::Clock;
-use crate::contracts::{Contract, Contracts};
-use crate::domain::{
-    CallReport, ContractRef, ErrorInfo, ProviderName, Qualification, RunEvidence, Standing,
-    Timestamp,
-};
-use crate::providers::{ConfiguredProvider, ProviderOutcome, Providers, Reply};
-use crate::store::{JobStore, StoreError};
+use crate::contracts::Contract;
+use crate::domain::{CallReport, ErrorInfo, ProviderName, Qualification, RunEvidence, Timestamp};
 
 /// The default number of runs of each sample.
 pub const DEFAULT_RUNS: u32 = 3;
@@ -165,36 +161,4 @@ pub fn summary(q: &Qualification) -> String {
 
 fn describe(run: u32, problem: &ErrorInfo) -> String {
     format!("run {run}: {}: {}", problem.code, problem.message)
-}
-
-/// Where one provider stands for one contract.
-#[derive(Debug, Clone)]
-pub struct ContractStanding {
-    pub contract: ContractRef,
-    pub standing: Standing,
-    pub evidence: Option<Qualification>,
-}
-
-/// Each provider's standing for each contract, as the ledger holds it for their current fingerprints.
-pub async fn standings(
-    store: &dyn JobStore,
-    contracts: &Contracts,
-    providers: &Providers,
-) -> Result<Vec<(ProviderName, Vec<ContractStanding>)>, StoreError> {
-    let mut out = Vec::new();
-    for (name, provider) in providers.iter() {
-        let mut rows = Vec::new();
-        for contract in contracts.iter() {
-            let evidence = store
-                .qualification(&contract.fingerprint, &provider.fingerprint)
-                .await?;
-            rows.push(ContractStanding {
-                contract: contract.reference.clone(),
-                standing: Standing::of(evidence.as_ref()),
-                evidence,
-            });
-        }
-        out.push((name.clone(), rows));
-    }
-    Ok(out)
 }

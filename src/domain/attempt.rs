@@ -1,0 +1,130 @@
+//! One try at a job: its state, its record, and the name a queue message carries.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::{JobId, ProviderName, WriteToken};
+use super::job::Timestamp;
+use super::report::{CallReport, ErrorInfo};
+use super::write::{Refusal, Stamp};
+
+/// Where one try at a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    Queued,
+    Started,
+    Succeeded,
+    Failed,
+    /// Timed out, lost its connection after sending, or its worker's lease expired: the provider may still have
+    /// done the work. Blocks new attempts until resolved.
+    Unknown,
+    /// Completed after another attempt had already won (or after the job was cancelled): its payload was dropped.
+    Discarded,
+    /// Resolved out of band: stop waiting, allow the next attempt.
+    Cancelled,
+}
+
+impl AttemptState {
+    pub const ALL: [Self; 7] = [
+        Self::Queued,
+        Self::Started,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Unknown,
+        Self::Discarded,
+        Self::Cancelled,
+    ];
+
+    /// A live attempt blocks any other: at most one is live per job (invariant 4).
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Queued | Self::Started | Self::Unknown)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Started => "started",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Unknown => "unknown",
+            Self::Discarded => "discarded",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
+/// One concrete try at a job on one provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// 1, 2, … in creation order; never reused.
+    pub number: u32,
+    pub provider: ProviderName,
+    pub state: AttemptState,
+    /// The job's `version` when this attempt was claimed: its result may win only if the job is still there.
+    pub seen_version: Option<u64>,
+    /// The end of the lease its claim took: until then the claiming worker owns it (past it, while still
+    /// `started`, the sweeper makes it `unknown`). Kept after the attempt moves on: once it is `cancelled`, a late
+    /// answer wins only before this moment, so a failed job is settled from then on (invariant 12).
+    pub lease_expires_at: Option<Timestamp>,
+    pub created_at: Timestamp,
+    /// When it was last handed to the queue: at creation, then by each re-dispatch of the sweeper.
+    pub dispatched_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    pub error: Option<ErrorInfo>,
+    /// What the provider reported about the call (model, token usage, `Retry-After`), once it answered.
+    pub report: Option<CallReport>,
+    /// The token of the write that queued it (a create, a manual retry, a failover): a repeat of that write finds
+    /// it here. `None` only on attempts stored before tokens existed.
+    pub origin: Option<WriteToken>,
+    /// The token of the last write that moved its state (claim, time-out, completion, failure, cancel).
+    pub writer: Option<WriteToken>,
+}
+
+/// Names one attempt: what a queue message carries, and what the sweeper finds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttemptRef {
+    pub job_id: JobId,
+    #[serde(rename = "attempt")]
+    pub number: u32,
+}
+
+impl Attempt {
+    pub(super) fn queued(number: u32, provider: ProviderName, stamp: &Stamp) -> Self {
+        Self {
+            number,
+            provider,
+            state: AttemptState::Queued,
+            seen_version: None,
+            lease_expires_at: None,
+            created_at: stamp.now,
+            dispatched_at: stamp.now,
+            started_at: None,
+            finished_at: None,
+            error: None,
+            report: None,
+            origin: Some(stamp.token.clone()),
+            writer: None,
+        }
+    }
+
+    pub(super) fn refuse(&self, to: AttemptState) -> Refusal {
+        Refusal::InvalidTransition {
+            number: self.number,
+            from: self.state,
+            to,
+        }
+    }
+
+    pub(super) fn expect(&self, from: AttemptState, to: AttemptState) -> Result<(), Refusal> {
+        if self.state == from {
+            Ok(())
+        } else {
+            Err(self.refuse(to))
+        }
+    }
+}

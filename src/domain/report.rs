@@ -1,0 +1,75 @@
+//! What is kept about how an attempt went: a bounded error, and what the provider said about its call.
+
+use serde::{Deserialize, Serialize};
+
+/// A machine-readable reason with a human one, kept on a failed attempt or a failed job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorInfo {
+    /// Stable, snake_case: clients branch on it.
+    pub code: String,
+    pub message: String,
+}
+
+impl ErrorInfo {
+    /// The longest message kept, in bytes: an error may quote a provider's answer, and a job must stay within
+    /// what every store accepts (invariant 11).
+    pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+        .bounded()
+    }
+
+    /// The same error with its message cut to [`ErrorInfo::MAX_MESSAGE_BYTES`] (marked with `…`).
+    pub fn bounded(mut self) -> Self {
+        truncate(&mut self.message, Self::MAX_MESSAGE_BYTES);
+        self
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary, ending with `…` when something was cut.
+fn truncate(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+}
+
+/// What a provider said about one call besides its answer, recorded on the attempt for billing and operators.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CallReport {
+    /// The model id the provider reports having used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Prompt tokens, as the provider counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Answer tokens, as the provider counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// The provider's `Retry-After`, in seconds: information for the operator. onejob never retries by itself; a
+    /// retry is a new attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
+
+impl CallReport {
+    /// The longest model id kept, in bytes (the provider chooses it).
+    pub const MAX_MODEL_BYTES: usize = 200;
+
+    /// `None` when the provider said nothing worth keeping; the model id cut to [`CallReport::MAX_MODEL_BYTES`].
+    pub fn into_option(mut self) -> Option<Self> {
+        if let Some(model) = &mut self.model {
+            truncate(model, Self::MAX_MODEL_BYTES);
+        }
+        (self != Self::default()).then_some(self)
+    }
+}

@@ -1,0 +1,75 @@
+//! What every transition is given and answers: the writer's [`Stamp`], a typed [`Refusal`], and what each
+//! transition did.
+
+use super::attempt::AttemptState;
+use super::ids::WriteToken;
+use super::job::{JobStatus, Timestamp};
+
+/// Why a transition was refused. The job is unchanged whenever one is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("attempt {number} is still {state:?}; resolve or cancel it first")]
+    AttemptInProgress { number: u32, state: AttemptState },
+    #[error("the job is already {status:?}")]
+    JobFinished { status: JobStatus },
+    #[error("the job has no attempt {number}")]
+    NoSuchAttempt { number: u32 },
+    #[error("attempt {number} is {from:?} and cannot become {to:?}")]
+    InvalidTransition {
+        number: u32,
+        from: AttemptState,
+        to: AttemptState,
+    },
+    #[error("the job already has {limit} attempts, the most one job may have")]
+    AttemptLimitReached { limit: u32 },
+}
+
+/// What a completion did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The result slot was free and the version unchanged: this attempt's result is the job's.
+    Won,
+    /// The slot was taken or the job moved on: the payload was discarded. `winner` is the attempt that holds the
+    /// slot, if any (none when the job was cancelled).
+    Lost { winner: Option<u32> },
+}
+
+/// What cancelling a job did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobCancel {
+    Cancelled,
+    /// It was cancelled before; nothing changed.
+    AlreadyCancelled,
+}
+
+/// What cancelling an attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptCancel {
+    /// This write cancelled it (failover followed in the same write).
+    Cancelled,
+    /// Another write had cancelled it (by hand, or with its job); nothing changed.
+    AlreadyCancelled,
+}
+
+/// Who writes, and when: the writer's token and the time of this try of the write. Retries of one write keep the
+/// token and take a new time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub token: WriteToken,
+    pub now: Timestamp,
+}
+
+impl Stamp {
+    pub fn new(token: WriteToken, now: Timestamp) -> Self {
+        Self { token, now }
+    }
+
+    /// A stamp with a fresh token: a write that nobody will repeat under the same token.
+    pub fn fresh(now: Timestamp) -> Self {
+        Self::new(WriteToken::new(), now)
+    }
+
+    pub(super) fn is(&self, token: Option<&WriteToken>) -> bool {
+        token == Some(&self.token)
+    }
+}

@@ -1,0 +1,112 @@
+//! The writes an API call makes: create, a manual attempt, cancelling an attempt or the job.
+
+use std::collections::BTreeSet;
+
+use super::Engine;
+use crate::domain::{
+    AttemptCancel, AttemptState, Job, JobCancel, JobId, NewJob, Owner, ProviderName, WriteToken,
+};
+use crate::metrics::CreateKind;
+use crate::store::{CreateOutcome, StoreError};
+
+impl Engine {
+    /// Creates the job, or finds the one its key names; a new job's attempt 1 is dispatched. A create whose answer
+    /// was lost and that is repeated finds its own job: still `Created`.
+    pub async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        let token = WriteToken::new();
+        let retention = self.settings.retention;
+        let outcome = self
+            .persist("create", &token, self.write_deadline(), |stamp| {
+                let new = new.clone();
+                async move { self.store.create_job(new, retention, &stamp).await }
+            })
+            .await?;
+        match &outcome {
+            CreateOutcome::Created(job) => {
+                self.metrics.create(CreateKind::Created);
+                self.changed(job);
+                self.dispatch_queued(job).await;
+            }
+            CreateOutcome::Replayed(_) => self.metrics.create(CreateKind::Replayed),
+            CreateOutcome::Conflict(_) => self.metrics.create(CreateKind::Conflict),
+        }
+        Ok(outcome)
+    }
+
+    /// Queues a new attempt by hand: on `provider`, or on the next untried provider of the chain that is qualified
+    /// (else the primary). The caller's explicit choice needs no qualification.
+    pub async fn add_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        provider: Option<ProviderName>,
+    ) -> Result<(u32, Job), StoreError> {
+        let job = self.existing_job(owner, id).await?;
+        let failover = match &provider {
+            Some(_) => self.failover_to(BTreeSet::new()),
+            None => self.failover(&job).await?,
+        };
+        let token = WriteToken::new();
+        let (number, job) = self
+            .persist("add attempt", &token, self.write_deadline(), |stamp| {
+                let (provider, failover) = (provider.clone(), &failover);
+                async move {
+                    self.store
+                        .add_attempt(owner, id, provider, failover, &stamp)
+                        .await
+                }
+            })
+            .await?;
+        self.changed(&job);
+        self.dispatch_queued(&job).await;
+        Ok((number, job))
+    }
+
+    /// Resolves a live attempt out of band; automatic failover follows, decided on the state written.
+    /// Cancelling a cancelled attempt answers the job as it is.
+    pub async fn cancel_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        number: u32,
+    ) -> Result<Job, StoreError> {
+        let job = self.existing_job(owner, id).await?;
+        let failover = self.failover(&job).await?;
+        let token = WriteToken::new();
+        let (outcome, job) = self
+            .persist("cancel attempt", &token, self.write_deadline(), |stamp| {
+                let failover = &failover;
+                async move {
+                    self.store
+                        .cancel_attempt(owner, id, number, failover, &stamp)
+                        .await
+                }
+            })
+            .await?;
+        if outcome == AttemptCancel::Cancelled {
+            tracing::info!(job_id = %job.id, attempt = number, "attempt cancelled");
+            self.metrics.attempt(AttemptState::Cancelled);
+            self.changed(&job);
+            self.dispatch_queued(&job).await;
+        }
+        Ok(job)
+    }
+
+    pub async fn cancel_job(&self, owner: &Owner, id: &JobId) -> Result<Job, StoreError> {
+        let token = WriteToken::new();
+        let (outcome, job) = self
+            .persist(
+                "cancel job",
+                &token,
+                self.write_deadline(),
+                |stamp| async move { self.store.cancel_job(owner, id, &stamp).await },
+            )
+            .await?;
+        if outcome == JobCancel::Cancelled {
+            tracing::info!(job_id = %job.id, "job cancelled");
+        }
+        // Also when it was cancelled before: that may have been this very call, whose first answer was lost.
+        self.changed(&job);
+        Ok(job)
+    }
+}

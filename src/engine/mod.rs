@@ -1,0 +1,285 @@
+//! The engine: the parts an attempt's life touches (store, clock, contracts, providers, queue, metrics, change
+//! feed) and every write of a job's life — the API's, the worker's and the sweeper's — each followed by the same
+//! dispatch, count and change notice.
+//!
+//! # Writes that may be repeated
+//!
+//! onejob's own parts are clients of the store, and a store write can fail after it landed (invariant 11). Each
+//! write here carries a [`WriteToken`]; when the store fails, whether the write landed is not known, so the engine
+//! tries the same write again with the same token, after a backoff with full jitter, for as long as its budget
+//! allows. A repeat that finds its own earlier effect answers as the first write did: a create is still `Created`
+//! (one 201 per key, and its attempt is dispatched), a manual retry finds its attempt, a claim is still this
+//! worker's. An answer a worker holds is written for as long as it can still matter, and logged at ERROR with the
+//! result if it cannot be.
+
+mod api;
+mod worker;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use chrono::Duration;
+use futures_util::future::try_join_all;
+use tokio::sync::broadcast;
+
+use crate::clock::Clock;
+use crate::contracts::Contracts;
+use crate::domain::{
+    AttemptRef, AttemptState, ContractRef, ContractStanding, Failover, Job, JobId, Owner,
+    ProviderName, Qualification, Stamp, Standing, Timestamp, WriteToken,
+};
+use crate::metrics::Metrics;
+use crate::providers::Providers;
+use crate::queue::Dispatcher;
+use crate::store::{JobPage, JobStore, ListQuery, StoreError};
+
+/// Timings and limits of the engine that do not belong to one provider.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Added to the longest listen of any provider (timeout + late window) to make a claim's lease.
+    pub lease_margin: Duration,
+    /// A `queued` attempt nobody claimed for this long is dispatched again by the sweeper.
+    pub redispatch_after: Duration,
+    /// How many attempts one sweep handles of each kind.
+    pub sweep_batch: usize,
+    /// How long a job, and the memory of its key, is kept.
+    pub retention: Duration,
+    /// The most attempts one job may have (failover stops there; a manual retry is refused).
+    pub max_attempts: u32,
+    /// How long a write made for an API call (or a claim) is tried again after the store failed.
+    pub write_budget: Duration,
+    /// How long a worker keeps trying to write an answer it holds (a result, a failure, a time-out), bounded by
+    /// a Lambda's remaining time.
+    pub answer_budget: Duration,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            lease_margin: Duration::seconds(30),
+            redispatch_after: Duration::seconds(30),
+            sweep_batch: 100,
+            retention: Duration::days(30),
+            max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
+            write_budget: Duration::seconds(3),
+            answer_budget: Duration::minutes(5),
+        }
+    }
+}
+
+/// Backoff between tries of one store write: the first repeat at once (the store's client has already waited),
+/// then full jitter from this base up to the cap.
+const WRITE_BACKOFF_BASE: std::time::Duration = std::time::Duration::from_millis(50);
+const WRITE_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(2);
+
+#[derive(Debug)]
+pub struct Engine {
+    pub store: Arc<dyn JobStore>,
+    pub clock: Arc<dyn Clock>,
+    pub contracts: Arc<Contracts>,
+    pub providers: Arc<Providers>,
+    pub dispatcher: Arc<dyn Dispatcher>,
+    pub metrics: Metrics,
+    pub settings: EngineSettings,
+    /// Ids of jobs that just changed, for long polls in this process.
+    changes: broadcast::Sender<JobId>,
+}
+
+/// What a worker's answer write did when the store kept failing: the answer could not be kept.
+#[derive(Debug, thiserror::Error)]
+#[error("the answer of attempt {number} of job {job_id} could not be written")]
+pub struct AnswerLost {
+    pub job_id: JobId,
+    pub number: u32,
+    #[source]
+    pub source: StoreError,
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        clock: Arc<dyn Clock>,
+        contracts: Arc<Contracts>,
+        providers: Arc<Providers>,
+        dispatcher: Arc<dyn Dispatcher>,
+        settings: EngineSettings,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            contracts,
+            providers,
+            dispatcher,
+            metrics: Metrics::default(),
+            settings,
+            changes: broadcast::channel(1024).0,
+        }
+    }
+
+    /// How long a claim owns its attempt: long enough for the worker to hear a late answer.
+    pub fn lease(&self) -> Duration {
+        self.providers.longest_listen() + self.settings.lease_margin
+    }
+
+    /// A feed of the ids of jobs changed by this process.
+    pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self, job: &Job) {
+        // Nobody listening is fine.
+        let _ = self.changes.send(job.id.clone());
+    }
+
+    /// The end of an API write's budget, from now.
+    fn write_deadline(&self) -> Timestamp {
+        self.clock.now() + self.settings.write_budget
+    }
+
+    /// The end of the time a worker may spend writing an answer: its budget, and no later than `deadline`.
+    pub fn answer_deadline(&self, deadline: Option<Timestamp>) -> Timestamp {
+        let budget = self.clock.now() + self.settings.answer_budget;
+        deadline.map_or(budget, |d| d.min(budget))
+    }
+
+    /// Runs one store write until the store answers: while it fails (the write may or may not have landed), the
+    /// same write is tried again with the same token until `until`, the first repeat at once, then after a backoff
+    /// with full jitter.
+    async fn persist<T, Fut>(
+        &self,
+        what: &'static str,
+        token: &WriteToken,
+        until: Timestamp,
+        mut write: impl FnMut(Stamp) -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut repeats = 0u32;
+        loop {
+            let stamp = Stamp::new(token.clone(), self.clock.now());
+            match write(stamp).await {
+                Err(StoreError::Backend(e)) if self.clock.now() < until => {
+                    tracing::warn!(write = what, repeats, error = %crate::telemetry::error_chain(e.as_ref()), "store write failed; trying it again with the same token");
+                    self.metrics.store_retry();
+                    if repeats > 0 {
+                        let wait = crate::retry::full_jitter(
+                            WRITE_BACKOFF_BASE,
+                            WRITE_BACKOFF_CAP,
+                            repeats - 1,
+                        );
+                        let wait = Duration::from_std(wait)
+                            .unwrap_or_default()
+                            .min(until - self.clock.now());
+                        self.clock.sleep(wait).await;
+                    }
+                    repeats += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One of the owner's jobs, unless it is gone.
+    pub async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError> {
+        self.store.get_job(owner, id, self.clock.now()).await
+    }
+
+    pub async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError> {
+        self.store.list_jobs(owner, query, self.clock.now()).await
+    }
+
+    async fn existing_job(&self, owner: &Owner, id: &JobId) -> Result<Job, StoreError> {
+        self.get_job(owner, id).await?.ok_or(StoreError::NotFound)
+    }
+
+    /// What failover may do for `job`: the providers of its chain not tried yet that are qualified for the
+    /// contract's current fingerprint (invariant 9), one read of the ledger each, and the attempt limit. Providers
+    /// are only ever tried, never untried, so this stays right for any later state of the job.
+    pub async fn failover(&self, job: &Job) -> Result<Failover, StoreError> {
+        let untried: Vec<&ProviderName> = job.untried_providers().collect();
+        let standings = try_join_all(
+            untried
+                .iter()
+                .map(|provider| self.qualification(&job.contract, provider)),
+        )
+        .await?;
+        let qualified = untried
+            .into_iter()
+            .zip(standings)
+            .filter(|(_, evidence)| Standing::of(evidence.as_ref()) == Standing::Qualified)
+            .map(|(provider, _)| provider.clone())
+            .collect();
+        Ok(self.failover_to(qualified))
+    }
+
+    fn failover_to(&self, qualified: BTreeSet<ProviderName>) -> Failover {
+        Failover {
+            qualified,
+            max_attempts: self.settings.max_attempts,
+        }
+    }
+
+    /// The stored qualification of `provider` for `contract`'s current fingerprint, if any.
+    pub async fn qualification(
+        &self,
+        contract: &ContractRef,
+        provider: &ProviderName,
+    ) -> Result<Option<Qualification>, StoreError> {
+        let (Some(contract), Some(provider)) =
+            (self.contracts.get(contract), self.providers.get(provider))
+        else {
+            return Ok(None);
+        };
+        self.store
+            .qualification(&contract.fingerprint, &provider.fingerprint)
+            .await
+    }
+    /// Each provider's standing for each contract, as the ledger holds it for their current fingerprints.
+    pub async fn standings(
+        &self,
+    ) -> Result<Vec<(ProviderName, Vec<ContractStanding>)>, StoreError> {
+        let mut out = Vec::new();
+        for (name, provider) in self.providers.iter() {
+            let mut rows = Vec::new();
+            for contract in self.contracts.iter() {
+                let evidence = self
+                    .store
+                    .qualification(&contract.fingerprint, &provider.fingerprint)
+                    .await?;
+                rows.push(ContractStanding {
+                    contract: contract.reference.clone(),
+                    standing: Standing::of(evidence.as_ref()),
+                    evidence,
+                });
+            }
+            out.push((name.clone(), rows));
+        }
+        Ok(out)
+    }
+
+    /// Keeps a qualification's evidence in the ledger, where failover reads it.
+    pub async fn record_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
+        self.store.put_qualification(evidence).await
+    }
+
+    /// Dispatches the job's queued attempt, if the last write queued one. A failure to dispatch is logged, not
+    /// returned: the write stands, and the sweeper dispatches the attempt again.
+    async fn dispatch_queued(&self, job: &Job) {
+        let Some(attempt) = job
+            .live_attempt()
+            .filter(|a| a.state == AttemptState::Queued)
+        else {
+            return;
+        };
+        self.metrics.attempt(AttemptState::Queued);
+        let message = AttemptRef {
+            job_id: job.id.clone(),
+            number: attempt.number,
+        };
+        if let Err(e) = self.dispatcher.dispatch(&message).await {
+            tracing::warn!(job_id = %job.id, attempt = attempt.number, error = %e, "dispatch failed; the sweeper will retry");
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The writes of an attempt's run — the worker's claim, result, failure and time-out — and the sweeper's.
+
+use serde_json::Value;
+
+use super::{AnswerLost, Engine};
+use crate::domain::{
+    AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Job, JobId, Timestamp, WriteToken,
+};
+use crate::store::StoreError;
+
+impl Engine {
+    /// A worker takes the attempt a message names (`queued` → `started`), as the step that `token` stands for.
+    pub async fn claim(&self, message: &AttemptRef, token: &WriteToken) -> Result<Job, StoreError> {
+        let lease = self.lease();
+        let job = self
+            .persist("claim", token, self.write_deadline(), |stamp| async move {
+                let lease_expires_at = stamp.now + lease;
+                self.store
+                    .claim_attempt(&message.job_id, message.number, lease_expires_at, &stamp)
+                    .await
+            })
+            .await?;
+        self.metrics.attempt(AttemptState::Started);
+        self.changed(&job);
+        Ok(job)
+    }
+
+    /// `started` → `unknown`, written until `until`. `None` when the domain refused: someone resolved the attempt
+    /// meanwhile.
+    pub async fn mark_unknown(
+        &self,
+        attempt: &AttemptRef,
+        token: &WriteToken,
+        until: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        let written = self
+            .persist("time-out", token, until, |stamp| async move {
+                self.store
+                    .mark_unknown(&attempt.job_id, attempt.number, &stamp)
+                    .await
+            })
+            .await;
+        match written {
+            Ok(job) => {
+                self.metrics.attempt(AttemptState::Unknown);
+                self.changed(&job);
+                Ok(Some(job))
+            }
+            Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A valid result for attempt `number` of `job`: compare-and-swap on the result slot, written until `until`.
+    /// The loser is discarded and logged. If the store never takes it, the result is logged at ERROR, whole, so
+    /// that an operator can recover it.
+    pub async fn complete(
+        &self,
+        job_id: &JobId,
+        number: u32,
+        result: Value,
+        report: CallReport,
+        token: &WriteToken,
+        until: Timestamp,
+    ) -> Result<Completion, AnswerLost> {
+        let written = self
+            .persist("completion", token, until, |stamp| {
+                let (result, report) = (result.clone(), report.clone());
+                async move {
+                    self.store
+                        .complete_attempt(job_id, number, result, report, &stamp)
+                        .await
+                }
+            })
+            .await;
+        match written {
+            Ok((Completion::Won, job)) => {
+                tracing::info!(job_id = %job.id, attempt = number, "result claimed");
+                self.metrics.attempt(AttemptState::Succeeded);
+                self.changed(&job);
+                Ok(Completion::Won)
+            }
+            Ok((Completion::Lost { winner }, job)) => {
+                // `winner` is the attempt holding the result slot; none when the job was cancelled, or when a
+                // cancelled attempt answered after its lease.
+                let winner_text = winner.map_or_else(|| "none".to_owned(), |w| w.to_string());
+                tracing::warn!(job_id = %job.id, loser = number, winner = %winner_text, "race lost: result discarded");
+                self.metrics.race_lost();
+                self.changed(&job);
+                Ok(Completion::Lost { winner })
+            }
+            Err(e) => {
+                let lost = AnswerLost {
+                    job_id: job_id.clone(),
+                    number,
+                    source: e,
+                };
+                if !matches!(lost.source, StoreError::Refused(_) | StoreError::NotFound) {
+                    tracing::error!(job_id = %job_id, attempt = number, result = %result, error = %crate::telemetry::error_chain(&lost), "a result could not be written: recover it from this line");
+                }
+                Err(lost)
+            }
+        }
+    }
+
+    /// A definite failure of attempt `number` of `job` (the claimed copy), with failover in the same write,
+    /// written until `until`.
+    pub async fn fail(
+        &self,
+        job: &Job,
+        number: u32,
+        error: ErrorInfo,
+        report: CallReport,
+        token: &WriteToken,
+        until: Timestamp,
+    ) -> Result<Job, AnswerLost> {
+        let written = self
+            .persist("failure", token, until, |stamp| {
+                let (error, report) = (error.clone(), report.clone());
+                async move {
+                    let failover = self.failover(job).await?;
+                    self.store
+                        .fail_attempt(&job.id, number, error, report, &failover, &stamp)
+                        .await
+                }
+            })
+            .await;
+        match written {
+            Ok(after) => {
+                self.metrics.attempt(AttemptState::Failed);
+                if let Some(error) = &after.error {
+                    tracing::warn!(job_id = %after.id, code = %error.code, "no failover: {}", error.message);
+                }
+                self.changed(&after);
+                self.dispatch_queued(&after).await;
+                Ok(after)
+            }
+            Err(e) => {
+                if !matches!(e, StoreError::Refused(_) | StoreError::NotFound) {
+                    tracing::error!(job_id = %job.id, attempt = number, code = %error.code, message = %error.message, error = %crate::telemetry::error_chain(&e), "a failure could not be written");
+                }
+                Err(AnswerLost {
+                    job_id: job.id.clone(),
+                    number,
+                    source: e,
+                })
+            }
+        }
+    }
+
+    /// The sweeper's time-out of a `started` attempt whose lease ended. Whether it wrote (its worker may have got
+    /// there first).
+    pub async fn expire_lease(&self, attempt: &AttemptRef) -> Result<bool, StoreError> {
+        let token = WriteToken::new();
+        let written = self
+            .mark_unknown(attempt, &token, self.write_deadline())
+            .await?;
+        if written.is_some() {
+            tracing::warn!(job_id = %attempt.job_id, attempt = attempt.number, "lease expired: attempt unknown");
+        }
+        Ok(written.is_some())
+    }
+
+    /// The sweeper's second dispatch of a `queued` attempt nobody claimed: recorded first, so the next sweep waits
+    /// its turn, then sent. Whether it was sent.
+    pub async fn redispatch(&self, attempt: &AttemptRef) -> Result<bool, StoreError> {
+        let token = WriteToken::new();
+        let recorded = self
+            .persist(
+                "re-dispatch",
+                &token,
+                self.write_deadline(),
+                |stamp| async move {
+                    self.store
+                        .redispatch(&attempt.job_id, attempt.number, stamp.now)
+                        .await
+                },
+            )
+            .await;
+        match recorded {
+            Ok(_) => {}
+            Err(StoreError::Refused(_) | StoreError::NotFound) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        match self.dispatcher.dispatch(attempt).await {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::warn!(job_id = %attempt.job_id, attempt = attempt.number, error = %e, "re-dispatch failed; the next sweep tries again");
+                Ok(false)
+            }
+        }
+    }
+}
