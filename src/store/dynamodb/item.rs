@@ -1,0 +1,483 @@
+//! The table's items: their stored shapes, derived with serde and encoded by `serde_dynamo`, and how a job is read
+//! back from them. A value that does not read names its attribute (`attempts.2.created_at: invalid type …`); nothing
+//! is defaulted.
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `pk` | S | the intent part of the job id, `job_<32 hex>` (table hash key); the id adds the creation time |
+//! | `owner`, `created_key` | S, S | GSI `by_owner`: owner → `<created_at ms, 13 digits>#<id>`, newest first |
+//! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
+//! | `input` | S | the input, as JSON text |
+//! | `providers` | L of S | the chain |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, started_at?, finished_at?, error?, report?, origin?, writer?}` |
+//! | `status` | S | the status while the job is open (`queued`, `running`, `unknown`, `failed`) |
+//! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
+//! | `error` | S | the job's error, as JSON text |
+//! | `rev` | N | bumped by every write; guards the writes that read first |
+//! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep`: `QUEUED#s` / `STARTED#s` (s = shard 0–7) → last dispatch / lease end |
+//! | `created_at`, `updated_at` | N | milliseconds |
+//! | `expires_at` | N | seconds: the end of the retention, and the table's TTL attribute |
+//!
+//! Qualification evidence lives in the same table, one item per (contract fingerprint, provider fingerprint):
+//! `pk = qualification#<contract fp>#<provider fp>`, `passed` (BOOL), `evidence` (S, JSON). It has no TTL.
+//!
+//! `version` is not stored: it is 1 once the slot is taken (by a result or a cancel) and 0 before, which is exactly
+//! "bumped by job-level transitions only". An attempt that delivered a result is stored as `answered`; it reads as
+//! `succeeded` if it holds the slot, else `discarded`. That lets a completion be one `UpdateItem`
+//! (`SET slot = if_not_exists(slot, :mine)`) for the winner and the loser alike: the loser's payload is never
+//! written. A live attempt of a cancelled job reads as `cancelled`.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::serde::{ts_milliseconds, ts_milliseconds_option, ts_seconds};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::update::{Sweep, sweep_key, sweep_kind};
+use super::{DynamoError, Item};
+use crate::domain::{
+    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
+    JobId, JobStatus, Owner, ProviderName, Qualification, Timestamp, WriteToken,
+};
+use crate::store::StoreError;
+
+/// The state an attempt that delivered a result is stored in, winner or loser alike.
+pub(super) const ANSWERED: &str = "answered";
+
+/// A job's item.
+#[derive(Debug, Serialize, Deserialize)]
+struct JobItem {
+    pk: String,
+    owner: Owner,
+    created_key: String,
+    idempotency_key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    contract: ContractRef,
+    #[serde(with = "json_text")]
+    input: Value,
+    providers: Vec<ProviderName>,
+    #[serde(with = "ts_milliseconds")]
+    created_at: Timestamp,
+    #[serde(with = "ts_milliseconds")]
+    updated_at: Timestamp,
+    #[serde(with = "ts_seconds")]
+    expires_at: Timestamp,
+    rev: i64,
+    status: JobStatus,
+    attempts: BTreeMap<String, AttemptItem>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "json_text_option"
+    )]
+    error: Option<ErrorInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sweep_pk: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    sweep_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slot: Option<Slot>,
+}
+
+/// One attempt, under its number in the job's `attempts` map.
+#[derive(Debug, Serialize, Deserialize)]
+struct AttemptItem {
+    provider: ProviderName,
+    /// An [`AttemptState`], or [`ANSWERED`].
+    state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seen_version: Option<u64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    lease_expires_at: Option<Timestamp>,
+    #[serde(with = "ts_milliseconds")]
+    created_at: Timestamp,
+    /// Absent on items written before re-dispatches were recorded: the creation time then.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    dispatched_at: Option<Timestamp>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    started_at: Option<Timestamp>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    finished_at: Option<Timestamp>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "json_text_option"
+    )]
+    error: Option<ErrorInfo>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "json_text_option"
+    )]
+    report: Option<CallReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<WriteToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    writer: Option<WriteToken>,
+}
+
+/// The result slot: taken once, by a result (`attempt` > 0) or by the job's cancel (`attempt` 0).
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Slot {
+    attempt: u32,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "json_text_option"
+    )]
+    result: Option<Value>,
+    #[serde(with = "ts_milliseconds")]
+    at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token: Option<WriteToken>,
+}
+
+impl Slot {
+    /// The slot a winning result takes.
+    pub(super) fn result(number: u32, result: Value, at: Timestamp) -> AttributeValue {
+        encode_value(&Slot {
+            attempt: number,
+            result: Some(result),
+            at,
+            token: None,
+        })
+    }
+
+    /// The slot the job's cancel takes, by the write `token`.
+    pub(super) fn cancelled(token: &WriteToken, at: Timestamp) -> AttributeValue {
+        encode_value(&Slot {
+            attempt: 0,
+            result: None,
+            at,
+            token: Some(token.clone()),
+        })
+    }
+}
+
+/// A qualification's item.
+#[derive(Debug, Serialize, Deserialize)]
+struct QualificationItem {
+    pk: String,
+    passed: bool,
+    #[serde(with = "json_text")]
+    evidence: Qualification,
+}
+
+/// What a read of an item needs besides the job: the guard of a read-then-write, and the sweep entry's time.
+pub(super) struct Decoded {
+    pub job: Job,
+    pub rev: i64,
+    pub sweep_at: Option<Timestamp>,
+}
+
+/// The item for a job as the domain sees it, at revision `rev`. Attempt states are written as they are.
+pub(super) fn encode(job: &Job, rev: i64) -> Item {
+    let sweep = job
+        .live_attempt()
+        .and_then(|live| match sweep_kind(job, live)? {
+            Sweep::Queued => Some((Sweep::Queued, live.dispatched_at)),
+            Sweep::Started => Some((
+                Sweep::Started,
+                live.lease_expires_at.unwrap_or(job.updated_at),
+            )),
+        });
+    let item = JobItem {
+        pk: job.id.intent().to_owned(),
+        owner: job.owner.clone(),
+        created_key: created_key(job.created_at.timestamp_millis(), &job.id),
+        idempotency_key: job.idempotency_key.clone(),
+        fingerprint: job.fingerprint.clone(),
+        contract: job.contract.clone(),
+        input: job.input.clone(),
+        providers: job.providers.clone(),
+        created_at: job.created_at,
+        updated_at: job.updated_at,
+        expires_at: job.expires_at,
+        rev,
+        status: job.status(),
+        attempts: job
+            .attempts
+            .iter()
+            .map(|a| (a.number.to_string(), encode_attempt(a)))
+            .collect(),
+        error: job.error.clone(),
+        sweep_pk: sweep.map(|(kind, _)| sweep_key(kind, &job.id)),
+        sweep_at: sweep.map(|(_, at)| at),
+        slot: (job.version > 0).then(|| Slot {
+            attempt: job.completed_by.unwrap_or(0),
+            result: job.result.clone(),
+            at: job.cancelled_at.unwrap_or(job.updated_at),
+            token: job.cancelled_by.clone(),
+        }),
+    };
+    serde_dynamo::to_item(item).expect("a job's item always encodes")
+}
+
+fn encode_attempt(a: &Attempt) -> AttemptItem {
+    AttemptItem {
+        provider: a.provider.clone(),
+        state: a.state.as_str().to_owned(),
+        seen_version: a.seen_version,
+        lease_expires_at: a.lease_expires_at,
+        created_at: a.created_at,
+        dispatched_at: Some(a.dispatched_at),
+        started_at: a.started_at,
+        finished_at: a.finished_at,
+        error: a.error.clone(),
+        report: a.report.clone(),
+        origin: a.origin.clone(),
+        writer: a.writer.clone(),
+    }
+}
+
+/// A value in an update expression, encoded as the item's attribute of that type is.
+fn encode_value(value: &impl Serialize) -> AttributeValue {
+    serde_dynamo::to_attribute_value(value).expect("stored values always encode")
+}
+
+/// A value kept as JSON text, for an update expression (a report, an error).
+pub(super) fn json_attribute(value: &impl Serialize) -> AttributeValue {
+    AttributeValue::S(serde_json::to_string(value).expect("domain values always serialise"))
+}
+
+/// The job an item holds, with `version`, result, cancellation and derived attempt states read from the slot.
+pub(super) fn decode(item: &Item) -> Result<Job, StoreError> {
+    decode_item(item).map(|d| d.job)
+}
+
+/// The job an item holds, with its revision and sweep time.
+pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
+    let stored: JobItem = read(item)?;
+    let bad = |what: &str, detail: &dyn std::fmt::Display| corrupt(&stored.pk, what, detail);
+    let intent = JobId::parse(&stored.pk).map_err(|e| bad("pk", &e))?;
+    let id = JobId::incarnation(intent.intent(), stored.created_at.timestamp_millis());
+    let slot = stored.slot;
+    let slot_at = slot.as_ref().map(|s| s.at);
+    let cancelled_at = slot.as_ref().filter(|s| s.attempt == 0).map(|s| s.at);
+    let completed_by = slot.as_ref().map(|s| s.attempt).filter(|a| *a > 0);
+    let mut attempts = Vec::with_capacity(stored.attempts.len());
+    for (key, a) in stored.attempts {
+        let number: u32 = key
+            .parse()
+            .map_err(|e| bad(&format!("attempts.{key}"), &e))?;
+        let state = read_state(&a.state, number, completed_by, cancelled_at)
+            .ok_or_else(|| bad(&format!("attempts.{key}.state"), &a.state))?;
+        let finished_at = match cancelled_at {
+            // The job was cancelled while this attempt was live.
+            Some(when) if state == AttemptState::Cancelled && a.state != state.as_str() => {
+                Some(when)
+            }
+            _ => a.finished_at,
+        };
+        attempts.push(Attempt {
+            number,
+            provider: a.provider,
+            state,
+            seen_version: a.seen_version,
+            lease_expires_at: a.lease_expires_at,
+            created_at: a.created_at,
+            dispatched_at: a.dispatched_at.unwrap_or(a.created_at),
+            started_at: a.started_at,
+            finished_at,
+            error: a.error,
+            report: a.report,
+            origin: a.origin,
+            writer: a.writer,
+        });
+    }
+    attempts.sort_by_key(|a| a.number);
+    let (result, cancelled_by) = match slot {
+        Some(slot) => (slot.result, slot.token.filter(|_| cancelled_at.is_some())),
+        None => (None, None),
+    };
+    let job = Job {
+        id,
+        owner: stored.owner,
+        idempotency_key: stored.idempotency_key,
+        fingerprint: stored.fingerprint,
+        contract: stored.contract,
+        input: stored.input,
+        providers: stored.providers,
+        version: u64::from(slot_at.is_some()),
+        completed_by,
+        result,
+        // A job that has its result has no error (a late winner after a failure leaves the old one behind).
+        error: stored.error.filter(|_| completed_by.is_none()),
+        cancelled_at,
+        cancelled_by,
+        attempts,
+        created_at: stored.created_at,
+        updated_at: slot_at.map_or(stored.updated_at, |at| at.max(stored.updated_at)),
+        expires_at: stored.expires_at,
+    };
+    Ok(Decoded {
+        job,
+        rev: stored.rev,
+        sweep_at: stored.sweep_at,
+    })
+}
+
+/// The state attempt `number` reads as, from its stored state and the slot.
+fn read_state(
+    stored: &str,
+    number: u32,
+    completed_by: Option<u32>,
+    cancelled_at: Option<Timestamp>,
+) -> Option<AttemptState> {
+    if stored == ANSWERED {
+        return Some(if completed_by == Some(number) {
+            AttemptState::Succeeded
+        } else {
+            AttemptState::Discarded
+        });
+    }
+    let state = AttemptState::parse(stored)?;
+    Some(if cancelled_at.is_some() && state.is_live() {
+        AttemptState::Cancelled
+    } else {
+        state
+    })
+}
+
+/// The item holding a qualification's evidence.
+pub(super) fn encode_qualification(evidence: &Qualification) -> Item {
+    serde_dynamo::to_item(QualificationItem {
+        pk: qualification_key(
+            &evidence.contract_fingerprint,
+            &evidence.provider_fingerprint,
+        ),
+        passed: evidence.passed,
+        evidence: evidence.clone(),
+    })
+    .expect("evidence always encodes")
+}
+
+pub(super) fn decode_qualification(item: &Item) -> Result<Qualification, StoreError> {
+    read::<QualificationItem>(item).map(|q| q.evidence)
+}
+
+/// Reads an item as `T`, naming the attribute that does not read.
+fn read<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
+    let value = serde_dynamo::AttributeValue::M(serde_dynamo::Item::from(item.clone()).into());
+    serde_path_to_error::deserialize(serde_dynamo::Deserializer::from_attribute_value(value))
+        .map_err(|e| {
+            let pk = item.get("pk").and_then(|v| v.as_s().ok());
+            corrupt(
+                pk.map_or("?", String::as_str),
+                &e.path().to_string(),
+                e.inner(),
+            )
+        })
+}
+
+fn corrupt(pk: &str, attribute: &str, detail: &dyn std::fmt::Display) -> StoreError {
+    DynamoError::Corrupt(pk.to_owned(), format!("{attribute}: {detail}")).into()
+}
+
+/// The sort key of the `by_owner` index: newest first when read backwards.
+pub(super) fn created_key(created_at_ms: i64, id: &JobId) -> String {
+    format!("{created_at_ms:013}#{id}")
+}
+
+/// The key of the item holding qualification evidence for a pair of fingerprints. It cannot be a job id (those
+/// start `job_`), and it carries neither `owner` nor `sweep_pk`, so no index sees it.
+pub(super) fn qualification_key(contract: &Fingerprint, provider: &Fingerprint) -> String {
+    format!("qualification#{contract}#{provider}")
+}
+
+/// The size DynamoDB counts for the item that holds `job`, by its documented rules: attribute names and values in
+/// bytes (UTF-8 strings; numbers about one byte per two significant digits, plus one; 3 bytes per map or list and 1
+/// per element). An item may be at most 400 KB.
+pub fn item_size(job: &Job) -> usize {
+    encode(job, 1)
+        .iter()
+        .map(|(name, value)| name.len() + value_size(value))
+        .sum()
+}
+
+fn value_size(value: &AttributeValue) -> usize {
+    match value {
+        AttributeValue::S(text) => text.len(),
+        AttributeValue::N(number) => {
+            let digits = number.trim_start_matches('-').trim_start_matches('0');
+            digits
+                .chars()
+                .filter(char::is_ascii_digit)
+                .count()
+                .div_ceil(2)
+                + 1
+        }
+        AttributeValue::M(map) => {
+            3 + map
+                .iter()
+                .map(|(name, value)| name.len() + value_size(value) + 1)
+                .sum::<usize>()
+        }
+        AttributeValue::L(list) => 3 + list.iter().map(|v| value_size(v) + 1).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+/// A value kept as JSON text (an `S`), as the input, results, errors and reports are.
+mod json_text {
+    use serde::de::{DeserializeOwned, Error as _};
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&serde_json::to_string(value).map_err(S::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        serde_json::from_str(&String::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
+/// An optional [`json_text`] value (absent when `None`).
+mod json_text_option {
+    use serde::de::{DeserializeOwned, Error as _};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => super::json_text::serialize(value, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(D::Error::custom)
+    }
+}

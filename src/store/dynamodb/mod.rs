@@ -1,0 +1,268 @@
+//! The DynamoDB store: one table, one item per job, keyed by the intent part of the job's id (derived from owner and
+//! idempotency key, so the item's existence *is* the (owner, key) uniqueness).
+//!
+//! - [`item`]: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one.
+//! - [`update`]: the conditional update expressions of the one-request transitions, and the sweep index's keys.
+//! - [`table`]: the table itself: key schema, both indexes, TTL, point-in-time recovery.
+//! - `adapter`: the [`JobStore`] port on all of it.
+//!
+//! # Retention
+//!
+//! DynamoDB's TTL deletes an item within about two days of `expires_at`; until then it is still there. So every
+//! request treats it as gone itself: a create's condition lets it be overwritten (`attribute_not_exists(pk) OR
+//! expires_at <= :now`), every write's condition asks `expires_at > :now`, and reads drop what they find expired.
+//! Every write's condition also names the incarnation (`created_at` from the id), so a message for an expired job's
+//! attempt never touches the job that took its key afterwards.
+//!
+//! # Writes that may be repeated
+//!
+//! Each write carries its writer's token into the attempt it makes (`origin`) or moves (`writer`). The SDK retries a
+//! request whose answer was lost; the retry's condition then fails, the item comes back, and the domain, seeing its
+//! own token there, answers as the first write did (invariant 11).
+//!
+//! # Requests
+//!
+//! create, replay and conflict: one `PutItem` (the old item returned on a failed condition). claim, time-out,
+//! completion, re-dispatch and job cancel: one conditional `UpdateItem` each; when its condition fails, the old
+//! item comes back with the error and the domain's own rules say why — a refusal, a repeat of a write that landed,
+//! or (rarely: the late answer of a cancelled attempt) a case the one-request form does not cover, written in full
+//! from that returned item and guarded by `rev`. fail, attempt cancel and add attempt read the item (consistently)
+//! and write it back guarded by `rev`. Listings and sweeps are `Query`s on the two indexes; nothing scans.
+//! Listings read the `by_owner` index, which is eventually consistent: a job created a moment ago may be missing
+//! from a listing for a moment (reading it by id is always consistent).
+
+mod adapter;
+mod item;
+mod table;
+mod update;
+
+pub use item::item_size;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::StoreError;
+use crate::domain::{AttemptRef, Job, JobId, Owner, Refusal, Timestamp};
+use item::{Decoded, decode, decode_item, encode};
+use update::{Sweep, Update, sweep_kind};
+
+type Item = HashMap<String, AttributeValue>;
+
+const OWNER_INDEX: &str = "by_owner";
+const SWEEP_INDEX: &str = "sweep";
+/// Sweep entries spread over this many partitions, so no index key grows hot.
+const SWEEP_SHARDS: u32 = 8;
+/// How often a read-then-write transition retries when another write slipped in between.
+const RETRIES: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+/// What went wrong inside the adapter; it leaves only as [`StoreError::Backend`].
+#[derive(Debug, thiserror::Error)]
+enum DynamoError {
+    #[error("the item of job {0} is not readable: {1}")]
+    Corrupt(String, String),
+    #[error("job {0} kept changing under a guarded write")]
+    Contended(String),
+}
+
+impl From<DynamoError> for StoreError {
+    fn from(e: DynamoError) -> Self {
+        StoreError::backend(e)
+    }
+}
+
+fn sdk<E, R>(e: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    StoreError::backend(e)
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    async fn read_item(&self, id: &JobId) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(id.intent()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out.item)
+    }
+
+    /// One conditional `UpdateItem` on the job `id` names (that incarnation, not expired at `now`), answering the
+    /// job after it. When the condition failed, the domain decides on the item as it was (and its answer comes
+    /// back too): a refusal; nothing to write (a no-op, or this very write landed before); or, when the domain
+    /// would still change the item, the write done in full from that item, guarded by `rev`.
+    async fn update<T>(
+        &self,
+        id: &JobId,
+        owner: Option<&Owner>,
+        now: Timestamp,
+        update: Update,
+        apply: impl Fn(&mut Job) -> Result<T, Refusal>,
+    ) -> Result<(Option<T>, Job), StoreError> {
+        let created_at = id.created_at_ms().ok_or(StoreError::NotFound)?;
+        let (expression, condition, names, values) = update.finish();
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(id.intent()))
+            .update_expression(expression)
+            .condition_expression(format!(
+                "({condition}) AND created_at = :created AND expires_at > :now_s"
+            ))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .expression_attribute_values(":created", n(created_at))
+            .expression_attribute_values(":now_s", n(now.timestamp()));
+        if let Some(owner) = owner {
+            request = request.expression_attribute_values(":owner", s(owner.as_str()));
+        }
+        match request.send().await {
+            Ok(out) => {
+                let item = out.attributes.as_ref().ok_or_else(|| {
+                    DynamoError::Corrupt(id.to_string(), "no item returned".into())
+                })?;
+                Ok((None, decode(item)?))
+            }
+            Err(e) => match e.into_service_error() {
+                UpdateItemError::ConditionalCheckFailedException(failed) => {
+                    let Some(old) = failed.item else {
+                        return Err(StoreError::NotFound);
+                    };
+                    let (out, job) = self
+                        .read_then_write(id, owner, now, Some(old), apply)
+                        .await?;
+                    Ok((Some(out), job))
+                }
+                other => Err(StoreError::backend(other)),
+            },
+        }
+    }
+
+    /// Reads the job (or starts from `first`, an item already in hand), applies a domain transition and, if it
+    /// changed the job, writes the whole item back guarded by `rev`; retries if another write slipped in between.
+    /// A transition that changes nothing (a repeat of a write that landed, a no-op) writes nothing.
+    async fn read_then_write<T>(
+        &self,
+        id: &JobId,
+        owner: Option<&Owner>,
+        now: Timestamp,
+        mut first: Option<Item>,
+        apply: impl Fn(&mut Job) -> Result<T, Refusal>,
+    ) -> Result<(T, Job), StoreError> {
+        for _ in 0..RETRIES {
+            let item = match first.take() {
+                Some(item) => item,
+                None => self.read_item(id).await?.ok_or(StoreError::NotFound)?,
+            };
+            let Decoded { job, rev, .. } = decode_item(&item)?;
+            if job.id != *id || job.is_expired(now) || owner.is_some_and(|o| *o != job.owner) {
+                return Err(StoreError::NotFound);
+            }
+            let mut after = job.clone();
+            let out = apply(&mut after)?;
+            if after == job {
+                return Ok((out, job));
+            }
+            let written = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(encode(&after, rev + 1)))
+                .condition_expression("rev = :rev")
+                .expression_attribute_values(":rev", n(rev))
+                .send()
+                .await;
+            match written {
+                Ok(_) => return Ok((out, after)),
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(PutItemError::ConditionalCheckFailedException(_))
+                    ) => {}
+                Err(e) => return Err(sdk(e)),
+            }
+        }
+        Err(DynamoError::Contended(id.to_string()).into())
+    }
+
+    async fn sweep_query(
+        &self,
+        kind: Sweep,
+        before: Timestamp,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        let mut found = Vec::new();
+        for shard in 0..SWEEP_SHARDS {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(SWEEP_INDEX)
+                .key_condition_expression("sweep_pk = :pk AND sweep_at < :before")
+                .expression_attribute_values(":pk", s(&format!("{}#{shard}", kind.as_str())))
+                .expression_attribute_values(":before", n(before.timestamp_millis()))
+                .limit(limit as i32)
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in out.items() {
+                let Decoded { job, sweep_at, .. } = decode_item(item)?;
+                if job.is_expired(now) {
+                    continue;
+                }
+                if let Some(live) = job
+                    .live_attempt()
+                    .filter(|a| sweep_kind(&job, a) == Some(kind))
+                {
+                    found.push((
+                        sweep_at,
+                        AttemptRef {
+                            job_id: job.id.clone(),
+                            number: live.number,
+                        },
+                    ));
+                }
+            }
+        }
+        found.sort_by_key(|(at, _)| *at);
+        Ok(found.into_iter().take(limit).map(|(_, r)| r).collect())
+    }
+}
+
+fn s(text: &str) -> AttributeValue {
+    AttributeValue::S(text.to_owned())
+}
+
+fn n(number: impl ToString) -> AttributeValue {
+    AttributeValue::N(number.to_string())
+}

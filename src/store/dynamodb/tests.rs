@@ -1,0 +1,149 @@
+//! The item encoding on its own: every attempt state survives a write and a read, and an item that does not read
+//! names its attribute instead of being defaulted.
+
+use std::collections::BTreeSet;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{Duration, TimeZone, Utc};
+use serde_json::json;
+
+use super::item::{decode, encode};
+use crate::domain::{
+    AttemptState, CallReport, ContractRef, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job,
+    NewJob, Owner, ProviderName, Stamp, Timestamp,
+};
+use crate::store::StoreError;
+
+fn at(ms: i64) -> Timestamp {
+    Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+}
+
+fn by(ms: i64) -> Stamp {
+    Stamp::fresh(at(ms))
+}
+
+fn provider(name: &str) -> ProviderName {
+    ProviderName::parse(name).unwrap()
+}
+
+fn nowhere() -> Failover {
+    Failover {
+        qualified: BTreeSet::new(),
+        max_attempts: 10,
+    }
+}
+
+fn job() -> Job {
+    let input = json!({"text": "héllo"});
+    Job::new(
+        NewJob {
+            owner: Owner::parse("alice").unwrap(),
+            idempotency_key: IdempotencyKey::parse("k").unwrap(),
+            fingerprint: Fingerprint::of_intent("summarize@1", &input, None),
+            contract: ContractRef::parse("summarize@1").unwrap(),
+            input,
+            providers: vec![provider("a"), provider("b")],
+        },
+        Duration::days(30),
+        &by(0),
+    )
+}
+
+/// A job whose attempt 1 ends in `state`, reached by the domain's own transitions.
+fn job_with_attempt(state: AttemptState) -> Job {
+    let mut job = job();
+    let report = CallReport {
+        model: Some("m-1".into()),
+        ..CallReport::default()
+    };
+    if state != AttemptState::Queued && state != AttemptState::Cancelled {
+        job.claim(1, at(30_000), &by(1)).unwrap();
+    }
+    match state {
+        AttemptState::Queued | AttemptState::Started => {}
+        AttemptState::Unknown => job.mark_unknown(1, &by(2)).unwrap(),
+        AttemptState::Failed => job
+            .fail(
+                1,
+                ErrorInfo::new("provider_error", "500"),
+                report,
+                &nowhere(),
+                &by(2),
+            )
+            .unwrap(),
+        AttemptState::Cancelled => {
+            job.cancel_attempt(1, &nowhere(), &by(2)).unwrap();
+        }
+        AttemptState::Succeeded => {
+            job.complete(1, json!({"summary": "s"}), report, &by(2))
+                .unwrap();
+        }
+        AttemptState::Discarded => {
+            job.cancel(&by(2)).unwrap();
+            job.complete(1, json!({"summary": "late"}), report, &by(3))
+                .unwrap();
+        }
+    }
+    assert_eq!(job.attempt(1).unwrap().state, state);
+    job
+}
+
+#[test]
+fn every_attempt_state_reads_back_as_it_was_written() {
+    for state in [
+        AttemptState::Queued,
+        AttemptState::Started,
+        AttemptState::Unknown,
+        AttemptState::Failed,
+        AttemptState::Cancelled,
+        AttemptState::Succeeded,
+        AttemptState::Discarded,
+    ] {
+        let job = job_with_attempt(state);
+        assert_eq!(decode(&encode(&job, 3)).unwrap(), job, "{state:?}");
+    }
+}
+
+fn unreadable(mut change: impl FnMut(&mut super::Item)) -> String {
+    let mut item = encode(&job_with_attempt(AttemptState::Started), 1);
+    change(&mut item);
+    match decode(&item) {
+        Err(e @ StoreError::Backend(_)) => crate::telemetry::error_chain(&e),
+        other => panic!("an unreadable item read as {other:?}"),
+    }
+}
+
+#[test]
+fn an_unreadable_attribute_is_named_not_defaulted() {
+    let bad_time = unreadable(|item| {
+        item.insert("updated_at".into(), AttributeValue::S("yesterday".into()));
+    });
+    assert!(bad_time.contains("updated_at"), "{bad_time}");
+    let out_of_range = unreadable(|item| {
+        item.insert("expires_at".into(), AttributeValue::N("1e40".into()));
+    });
+    assert!(out_of_range.contains("expires_at"), "{out_of_range}");
+    let nested = unreadable(|item| {
+        let AttributeValue::M(attempts) = item.get_mut("attempts").unwrap() else {
+            panic!("attempts is a map")
+        };
+        let AttributeValue::M(first) = attempts.get_mut("1").unwrap() else {
+            panic!("an attempt is a map")
+        };
+        first.remove("created_at");
+    });
+    assert!(
+        nested.contains("attempts.1") && nested.contains("created_at"),
+        "{nested}"
+    );
+    let state = unreadable(|item| {
+        let AttributeValue::M(attempts) = item.get_mut("attempts").unwrap() else {
+            panic!("attempts is a map")
+        };
+        let AttributeValue::M(first) = attempts.get_mut("1").unwrap() else {
+            panic!("an attempt is a map")
+        };
+        first.insert("state".into(), AttributeValue::S("sleeping".into()));
+    });
+    assert!(state.contains("attempts.1.state"), "{state}");
+}
