@@ -208,7 +208,7 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
         owner: job.owner.clone(),
         created_key: created_key(job.created_at.timestamp_millis(), &job.id),
         idempotency_key: job.idempotency_key.clone(),
-        fingerprint: job.fingerprint.clone(),
+        fingerprint: job.fingerprint,
         contract: job.contract.clone(),
         input: job.input.clone(),
         providers: job.providers.clone(),
