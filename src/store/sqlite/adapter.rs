@@ -1,0 +1,326 @@
+//! The [`JobStore`] port on SQLite: each method one transaction, its guard in the SQL.
+
+use async_trait::async_trait;
+use chrono::Duration as Retention;
+use rusqlite::{OptionalExtension, params};
+use serde_json::Value;
+
+use super::rows::{
+    JOB_COLUMNS, JobRow, attempt_refs, delete_jobs, from_json, insert_job, json_text,
+    load_attempts, load_job, parse_job_id,
+};
+use super::{SqliteError, SqliteStore};
+use crate::domain::{
+    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
+    JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
+};
+use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    async fn create_job(
+        &self,
+        new: NewJob,
+        retention: Retention,
+        stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError> {
+        let job = Job::new(new, retention, stamp);
+        let token = stamp.token.clone();
+        let now = stamp.now;
+        self.write(move |tx| {
+            if insert_job(tx, &job)? {
+                return Ok(CreateOutcome::Created(job));
+            }
+            let existing = tx
+                .query_row(
+                    "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
+                    params![job.owner.as_str(), job.idempotency_key.as_str()],
+                    |row| row.get::<_, String>(0),
+                )
+                .optional()?
+                .ok_or(SqliteError::GuardFailed(
+                    "jobs (insert conflicted, yet no row)",
+                ))?;
+            let existing = parse_job_id(&existing)?;
+            let Some(existing) = load_job(tx, &existing, now)? else {
+                // Expired: gone, and its key is free again.
+                delete_jobs(tx, &[existing])?;
+                if !insert_job(tx, &job)? {
+                    return Err(SqliteError::GuardFailed("jobs (expired row came back)").into());
+                }
+                return Ok(CreateOutcome::Created(job));
+            };
+            Ok(if existing.created_by(&token) {
+                CreateOutcome::Created(existing)
+            } else if existing.fingerprint == job.fingerprint {
+                CreateOutcome::Replayed(existing)
+            } else {
+                CreateOutcome::Conflict(existing)
+            })
+        })
+        .await
+    }
+
+    async fn get_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        let (owner, id) = (owner.clone(), id.clone());
+        self.read(move |conn| Ok(load_job(conn, &id, now)?.filter(|job| job.owner == owner)))
+            .await
+    }
+
+    async fn list_jobs(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        let (owner, query) = (owner.clone(), query.clone());
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {JOB_COLUMNS} FROM jobs \
+                 WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
+                   AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) AND expires_at > ?6 \
+                 ORDER BY created_at DESC, id DESC LIMIT ?5"
+            ))?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        owner.as_str(),
+                        query.status.map(JobStatus::as_str),
+                        query.cursor.as_ref().map(|c| c.created_at_ms),
+                        query.cursor.as_ref().map(|c| c.id.as_str().to_owned()),
+                        query.limit as i64 + 1,
+                        now.timestamp_millis(),
+                    ],
+                    JobRow::read,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut jobs = rows
+                .into_iter()
+                .map(|row| {
+                    let attempts = load_attempts(conn, &row.id)?;
+                    row.into_job(attempts)
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let next_cursor = (jobs.len() > query.limit).then(|| {
+                jobs.truncate(query.limit);
+                Cursor::after(jobs.last().expect("limit is at least 1"))
+            });
+            Ok(JobPage { jobs, next_cursor })
+        })
+        .await
+    }
+
+    async fn add_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        provider: Option<ProviderName>,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(u32, Job), StoreError> {
+        let (failover, stamp) = (failover.clone(), stamp.clone());
+        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
+            job.add_attempt(provider, &failover, &stamp)
+        })
+        .await
+    }
+
+    async fn claim_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        lease_expires_at: Timestamp,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let stamp = stamp.clone();
+        let (_, job) = self
+            .transition(None, id, stamp.now, move |job| {
+                job.claim(number, lease_expires_at, &stamp)
+            })
+            .await?;
+        Ok(job)
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &JobId,
+        number: u32,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let stamp = stamp.clone();
+        let (_, job) = self
+            .transition(None, id, stamp.now, move |job| {
+                job.mark_unknown(number, &stamp)
+            })
+            .await?;
+        Ok(job)
+    }
+
+    async fn complete_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        result: Value,
+        report: CallReport,
+        stamp: &Stamp,
+    ) -> Result<(Completion, Job), StoreError> {
+        let stamp = stamp.clone();
+        self.transition(None, id, stamp.now, move |job| {
+            job.complete(number, result, report, &stamp)
+        })
+        .await
+    }
+
+    async fn fail_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        error: ErrorInfo,
+        report: CallReport,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let (failover, stamp) = (failover.clone(), stamp.clone());
+        let (_, job) = self
+            .transition(None, id, stamp.now, move |job| {
+                job.fail(number, error, report, &failover, &stamp)
+            })
+            .await?;
+        Ok(job)
+    }
+
+    async fn cancel_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        number: u32,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(AttemptCancel, Job), StoreError> {
+        let (failover, stamp) = (failover.clone(), stamp.clone());
+        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
+            job.cancel_attempt(number, &failover, &stamp)
+        })
+        .await
+    }
+
+    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
+        let (_, job) = self
+            .transition(None, id, now, move |job| job.redispatch(number, now))
+            .await?;
+        Ok(job)
+    }
+
+    async fn expired_leases(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        self.read(move |conn| {
+            attempt_refs(
+                conn,
+                "SELECT a.job_id, a.number FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                 WHERE a.state = 'started' AND a.lease_expires_at < ?1 \
+                   AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
+                 ORDER BY a.lease_expires_at LIMIT ?3",
+                now,
+                now,
+                limit,
+            )
+        })
+        .await
+    }
+
+    async fn stale_queued(
+        &self,
+        before: Timestamp,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        self.read(move |conn| {
+            attempt_refs(
+                conn,
+                "SELECT a.job_id, a.number FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                 WHERE a.state = 'queued' AND a.dispatched_at < ?1 \
+                   AND j.completed_by IS NULL AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
+                 ORDER BY a.dispatched_at LIMIT ?3",
+                before,
+                now,
+                limit,
+            )
+        })
+        .await
+    }
+
+    async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |tx| {
+            let ids = tx
+                .prepare_cached("SELECT id FROM jobs WHERE expires_at <= ?1 LIMIT ?2")?
+                .query_map(params![now.timestamp_millis(), limit as i64], |row| {
+                    row.get::<_, String>(0)
+                })?
+                .collect::<Result<Vec<_>, _>>()?
+                .iter()
+                .map(|id| parse_job_id(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            delete_jobs(tx, &ids)?;
+            Ok(ids.len())
+        })
+        .await
+    }
+
+    async fn cancel_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        stamp: &Stamp,
+    ) -> Result<(JobCancel, Job), StoreError> {
+        let stamp = stamp.clone();
+        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
+            job.cancel(&stamp)
+        })
+        .await
+    }
+
+    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
+        let row = (
+            evidence.contract_fingerprint.to_string(),
+            evidence.provider_fingerprint.to_string(),
+            json_text(evidence),
+        );
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO qualifications (contract_fingerprint, provider_fingerprint, evidence) \
+                 VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (contract_fingerprint, provider_fingerprint) DO UPDATE SET evidence = ?3",
+                params![row.0, row.1, row.2],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn qualification(
+        &self,
+        contract: &Fingerprint,
+        provider: &Fingerprint,
+    ) -> Result<Option<Qualification>, StoreError> {
+        let key = (contract.to_string(), provider.to_string());
+        self.read(move |conn| {
+            let evidence: Option<String> = conn
+                .prepare_cached(
+                    "SELECT evidence FROM qualifications \
+                     WHERE contract_fingerprint = ?1 AND provider_fingerprint = ?2",
+                )?
+                .query_row(params![key.0, key.1], |row| row.get(0))
+                .optional()?;
+            evidence.map(|e| from_json("evidence", &e)).transpose()
+        })
+        .await
+    }
+}

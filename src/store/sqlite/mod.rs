@@ -1,0 +1,144 @@
+//! The embedded store: one SQLite file in WAL mode.
+//!
+//! One writer connection takes every write in a `BEGIN IMMEDIATE` transaction; a few reader connections serve
+//! reads beside it. The database itself keeps the invariants that matter most: `UNIQUE(owner, idempotency_key)`
+//! decides creates (an `INSERT … ON CONFLICT DO NOTHING`, never a read first), a partial unique index allows one
+//! live attempt per job, and every update is guarded by the state it expects — a completion is
+//! `UPDATE jobs … WHERE id = ? AND version = ? AND completed_by IS NULL` and must change exactly one row.
+//!
+//! - `schema`: the tables, indexes and migrations, and how each connection is configured.
+//! - `rows`: jobs and attempts as rows: reading, inserting and writing back a transition's changes.
+//! - `adapter`: the [`JobStore`] port on them, each method one transaction.
+
+mod adapter;
+mod rows;
+mod schema;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use tokio::sync::Mutex;
+
+use super::StoreError;
+use crate::domain::{Job, JobId, Owner, Refusal, Timestamp};
+use rows::{load_job, write_back};
+use schema::{configure, migrate};
+
+/// How many connections serve reads beside the writer.
+const READERS: usize = 4;
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: Arc<Mutex<Connection>>,
+    readers: Arc<[Arc<Mutex<Connection>>]>,
+    next_reader: Arc<AtomicUsize>,
+}
+
+/// What went wrong inside the adapter; it never leaves it except as a [`StoreError`].
+#[derive(Debug, thiserror::Error)]
+enum SqliteError {
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+    #[error("row {0} holds a value this version cannot read: {1}")]
+    Corrupt(&'static str, String),
+    #[error("a guarded update of {0} changed no row: the row moved under the writer's lock")]
+    GuardFailed(&'static str),
+}
+
+impl From<SqliteError> for StoreError {
+    fn from(e: SqliteError) -> Self {
+        StoreError::backend(e)
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        SqliteError::Sql(e).into()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and its schema.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(StoreError::backend)?;
+        }
+        let mut writer = Connection::open(path)?;
+        configure(&writer)?;
+        migrate(&mut writer)?;
+        let readers = (0..READERS)
+            .map(|_| {
+                let conn = Connection::open_with_flags(
+                    path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                configure(&conn)?;
+                Ok(Arc::new(Mutex::new(conn)))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Self {
+            writer: Arc::new(Mutex::new(writer)),
+            readers: readers.into(),
+            next_reader: Arc::default(),
+        })
+    }
+
+    /// Runs `f` in one read transaction on a reader, so that all its queries see one snapshot: a job row and
+    /// its attempts are never read from two sides of a write.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % self.readers.len();
+        let mut conn = self.readers[i].clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+        .map_err(StoreError::backend)?
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; commits only if `f` succeeds.
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.writer.clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+        .map_err(StoreError::backend)?
+    }
+
+    /// Loads a job (not expired by `now`), applies one domain transition and writes back exactly what it changed,
+    /// in one transaction. A transition that finds its own write already applied changes nothing, so nothing is
+    /// written.
+    async fn transition<T: Send + 'static>(
+        &self,
+        owner: Option<Owner>,
+        id: &JobId,
+        now: Timestamp,
+        apply: impl FnOnce(&mut Job) -> Result<T, Refusal> + Send + 'static,
+    ) -> Result<(T, Job), StoreError> {
+        let id = id.clone();
+        self.write(move |tx| {
+            let before = load_job(tx, &id, now)?
+                .filter(|job| owner.as_ref().is_none_or(|o| *o == job.owner))
+                .ok_or(StoreError::NotFound)?;
+            let mut after = before.clone();
+            let out = apply(&mut after)?;
+            write_back(tx, &before, &after)?;
+            Ok((out, after))
+        })
+        .await
+    }
+}
