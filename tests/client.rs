@@ -409,6 +409,18 @@ async fn exit_codes_say_what_happened() {
         unreachable.stderr
     );
 
+    let bad_status = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+        .args(["jobs", "list", "--status", "done", "--url", &url])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(bad_status.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&bad_status.stderr);
+    assert!(
+        said.contains("succeeded") && said.contains("cancelled"),
+        "{said}"
+    );
+
     let no_token = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
         .args(["jobs", "list", "--url", &url])
         .env_remove("ONEJOB_TOKEN")

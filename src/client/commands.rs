@@ -8,9 +8,11 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use chrono::Utc;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde_json::Value;
 
 use super::{Client, ClientError, NewJob, Poll, RetryPolicy, is_settled, new_key, render};
+use crate::domain::JobStatus;
 
 /// The server and the caller.
 #[derive(Debug, clap::Args)]
@@ -61,9 +63,9 @@ pub enum JobsCommand {
     Get { id: String },
     /// List your jobs, newest first.
     List {
-        /// queued, running, unknown, succeeded, failed or cancelled.
-        #[arg(long)]
-        status: Option<String>,
+        /// Only jobs with this status.
+        #[arg(long, value_parser = job_status())]
+        status: Option<JobStatus>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
@@ -201,7 +203,7 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandEr
             Ok(0)
         }
         JobsCommand::List { status, limit } => {
-            let page = client.list_jobs(status.as_deref(), limit).await?;
+            let page = client.list_jobs(status, limit).await?;
             if remote.json {
                 println!("{page:#}");
             } else {
@@ -337,4 +339,10 @@ impl Screen {
         let _ = stdout.write_all(out.as_bytes());
         let _ = stdout.flush();
     }
+}
+
+/// `--status`: one of the statuses a job can have, listed in `--help` and checked by clap.
+fn job_status() -> impl TypedValueParser<Value = JobStatus> {
+    PossibleValuesParser::new(JobStatus::ALL.map(JobStatus::as_str))
+        .try_map(|raw: String| JobStatus::parse(&raw).ok_or("not a job status"))
 }

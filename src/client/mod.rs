@@ -13,6 +13,8 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::domain::JobStatus;
+
 /// How hard the client tries.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -157,10 +159,14 @@ impl Client {
         Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
     }
 
-    pub async fn list_jobs(&self, status: Option<&str>, limit: u32) -> Result<Value, ClientError> {
+    pub async fn list_jobs(
+        &self,
+        status: Option<JobStatus>,
+        limit: u32,
+    ) -> Result<Value, ClientError> {
         let mut path = format!("/v1/jobs?limit={limit}");
         if let Some(status) = status {
-            path.push_str(&format!("&status={status}"));
+            path.push_str(&format!("&status={}", status.as_str()));
         }
         Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
     }
@@ -326,14 +332,10 @@ fn refusal(status: StatusCode, body: &Value) -> ClientError {
 }
 
 fn retry_after(headers: &header::HeaderMap) -> Option<Duration> {
-    headers
-        .get(header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
+    crate::retry::retry_after(
+        headers.get(header::RETRY_AFTER)?.to_str().ok()?,
+        std::time::SystemTime::now(),
+    )
 }
 
 fn snippet(text: &str) -> String {

@@ -7,6 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{Duration, SecondsFormat};
+use headers::{ETag, HeaderMapExt, IfNoneMatch};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -318,21 +319,20 @@ pub async fn get_job(
         Ok::<_, ApiError>(Tagged::new(&job, engine.clock.now()))
     };
     let first = read().await?;
-    // What the client has seen: the version it names, else the job as it is now (unless that is settled).
-    let named = headers
-        .get(header::IF_NONE_MATCH)
-        .map(|tag| tag.as_bytes().to_vec());
+    // What the client has seen: the versions it names (a list, weak tags or `*`, compared as RFC 9110 §13.1.2
+    // says; a malformed header is ignored), else the job as it is now (unless that is settled).
+    let named = headers.typed_get::<IfNoneMatch>();
     let seen = match &named {
-        Some(tag) => tag.clone(),
+        Some(tags) => tags.clone(),
         None if wait == 0 || first.view.settled => return Ok(first.into_response()),
-        None => first.etag.as_bytes().to_vec(),
+        None => IfNoneMatch::from(first.tag()),
     };
     // A 304 answers only a request that named a version (RFC 9110 §15.4.5).
     let answer = |tagged: Tagged| match &named {
         Some(_) => tagged.or_not_modified(&seen),
         None => tagged.into_response(),
     };
-    if first.etag.as_bytes() != seen || wait == 0 {
+    if seen.precondition_passes(&first.tag()) || wait == 0 {
         return Ok(answer(first));
     }
     let mut deadline = engine.clock.sleep(Duration::seconds(wait as i64));
@@ -349,7 +349,7 @@ pub async fn get_job(
             () = engine.clock.sleep(POLL_EVERY.min(settling)) => {}
         }
         let now = read().await?;
-        if now.etag.as_bytes() != seen {
+        if seen.precondition_passes(&now.tag()) {
             return Ok(now.into_response());
         }
     }
@@ -383,9 +383,15 @@ impl Tagged {
         }
     }
 
+    fn tag(&self) -> ETag {
+        self.etag
+            .parse()
+            .expect("a job's entity tag is a valid ETag")
+    }
+
     /// 304 if the client already has this version, else the job.
-    fn or_not_modified(self, seen: &[u8]) -> Response {
-        if self.etag.as_bytes() == seen {
+    fn or_not_modified(self, seen: &IfNoneMatch) -> Response {
+        if !seen.precondition_passes(&self.tag()) {
             (StatusCode::NOT_MODIFIED, [(header::ETAG, self.etag)]).into_response()
         } else {
             self.into_response()

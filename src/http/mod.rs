@@ -14,6 +14,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::Value;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 use utoipa::{OpenApi, ToSchema};
 
@@ -48,9 +50,21 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/attempts/{number}/cancel", post(attempts::cancel_attempt))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
-            tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
+        // Innermost first: a panic is a problem+json 500, the request id goes back on every answer, the request's
+        // span names it, and a request without one is given one.
+        .layer(CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(ApiError::Internal("a handler panicked".into()))
         }))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+        }))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
 }
 

@@ -209,7 +209,9 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+        .and_then(|v| crate::retry::retry_after(v, std::time::SystemTime::now()))
+        // Whole seconds, rounded up: never sooner than asked.
+        .map(|wait| wait.as_secs() + u64::from(wait.subsec_nanos() > 0));
     let text = response.text().await.map_err(|e| {
         Reply::from(ProviderOutcome::Lost(ErrorInfo::new(
             "connection_lost",

@@ -278,6 +278,66 @@ async fn a_long_poll_waits_for_a_version_the_client_has_not_seen() {
     assert_eq!(job["status"], "cancelled");
 }
 
+/// `If-None-Match` as RFC 9110 reads it: a list matches if any tag does, a weak tag matches its strong twin, `*`
+/// matches any version; a list of other versions is a change.
+#[tokio::test]
+async fn if_none_match_takes_lists_weak_tags_and_a_star() {
+    let app = TestApp::spawn().await;
+    let body = json!({"contract": "summarize@1", "input": {"text": "x"}});
+    let id = created_id(&app, "k", &body).await;
+    app.wait_until(ALICE, &id, |j| j["status"] == "running")
+        .await;
+    let etag = app.get_job(ALICE, &id).await.headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let other = "\"00000000000000000000000000000000\"";
+    for (named, status) in [
+        (format!("{other}, {etag}"), 304),
+        (format!("W/{etag}"), 304),
+        ("*".to_owned(), 304),
+        (other.to_owned(), 200),
+        (format!("{other}, W/{other}"), 200),
+    ] {
+        let response = app
+            .client
+            .get(app.url(&format!("/v1/jobs/{id}")))
+            .bearer_auth(ALICE)
+            .header("if-none-match", &named)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "If-None-Match: {named}");
+        assert_eq!(response.headers()["etag"], etag.as_str());
+    }
+}
+
+/// Every answer carries a request id: the caller's own when it sent one, else a fresh one per request.
+#[tokio::test]
+async fn every_answer_names_its_request() {
+    let app = TestApp::spawn().await;
+    let mine = app
+        .client
+        .get(app.url("/healthz"))
+        .header("x-request-id", "req-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mine.headers()["x-request-id"], "req-42");
+    let mut ids = std::collections::BTreeSet::new();
+    for path in ["/healthz", "/v1/jobs/nope"] {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        ids.insert(
+            response.headers()["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert_eq!(ids.len(), 2, "a fresh id per request: {ids:?}");
+    assert!(ids.iter().all(|id| !id.is_empty()));
+}
+
 /// Qualifies `provider` for summarize@1 through the app's engine and stores the evidence, as `onejob qualify` does.
 async fn qualify_on(app: &TestApp, provider: &str) -> bool {
     let engine = app.engine();
