@@ -1,0 +1,78 @@
+//! create → the demo provider answers at once → `succeeded`, in process.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use onejob::clock::SystemClock;
+use onejob::domain::{JobStatus, Owner};
+use onejob::providers::keys::ProviderKeys;
+use onejob::queue::local::LocalQueue;
+use onejob::store::sqlite::SqliteStore;
+use tokio::sync::Semaphore;
+
+use super::{instant_config, intent, percentiles, preload, scratch};
+
+pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize) {
+    let dir = scratch("lifecycle");
+    let store = Arc::new(SqliteStore::open(&dir.join("bench.db")).unwrap());
+    preload(store.as_ref(), preload_n).await;
+    let config = instant_config();
+    let (queue, messages) = LocalQueue::new();
+    let engine = Arc::new(
+        onejob::startup::engine(
+            &config,
+            &ProviderKeys::default(),
+            store,
+            Arc::new(SystemClock),
+            Arc::new(queue),
+        )
+        .unwrap(),
+    );
+    let worker = tokio::spawn(onejob::worker::run_local(
+        engine.clone(),
+        messages,
+        config.worker_concurrency,
+    ));
+    let owner = Owner::parse("alice").unwrap();
+    let slots = Arc::new(Semaphore::new(concurrency));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(jobs)));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..jobs {
+        let (engine, owner, slots, latencies) = (
+            engine.clone(),
+            owner.clone(),
+            slots.clone(),
+            latencies.clone(),
+        );
+        tasks.spawn(async move {
+            let _slot = slots.acquire_owned().await.unwrap();
+            let mut changes = engine.subscribe();
+            let sent = Instant::now();
+            let job = engine
+                .create_job(intent(&owner, &format!("life-{i}"), "The projector broke."))
+                .await
+                .unwrap()
+                .job()
+                .clone();
+            loop {
+                let now = engine.get_job(&owner, &job.id).await.unwrap().unwrap();
+                if now.status() == JobStatus::Succeeded {
+                    break;
+                }
+                // A change of any job wakes us; ours is read again.
+                while changes.recv().await.map(|id| id != job.id).unwrap_or(false) {}
+            }
+            latencies.lock().unwrap().push(sent.elapsed());
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let seconds = started.elapsed().as_secs_f64();
+    worker.abort();
+    let mut samples = std::mem::take(&mut *latencies.lock().unwrap());
+    let (p50, p99, _) = percentiles(&mut samples);
+    println!(
+        "lifecycle: {jobs} jobs, {concurrency} in flight, {preload_n} preloaded: {:.0} jobs/s   create→succeeded p50 {p50:.2} ms   p99 {p99:.2} ms",
+        jobs as f64 / seconds
+    );
+}
