@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::contracts::{ContractError, Contracts};
 use crate::domain::{ContractRef, Owner, ProviderName};
+use crate::providers::{DemoBehavior, ProviderConfig};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,144 +55,6 @@ pub struct Config {
     /// A claim's lease is the longest provider timeout + late window, plus this.
     #[serde(default = "default_lease_margin_ms")]
     pub lease_margin_ms: u64,
-}
-
-/// One `[providers.NAME]` table. Which keys apply depends on `kind`; [`Config::load`] refuses the others.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    pub kind: ProviderKind,
-    /// openai, anthropic: the API root, e.g. `https://api.openai.com/v1`, `https://api.anthropic.com/v1`; requests
-    /// go to `{base_url}/chat/completions`, `{base_url}/messages`.
-    pub base_url: Option<String>,
-    /// openai, anthropic: the model name sent with each request.
-    pub model: Option<String>,
-    /// openai, anthropic: the environment variable that holds the API key (a bearer token, `x-api-key`).
-    pub api_key_env: Option<String>,
-    /// The model's context window in tokens: the prompt plus the contract's output budget must fit in it.
-    /// Default: 8192 for openai and anthropic (set it to your model's), unbounded for demo.
-    pub context_window: Option<u64>,
-    /// Without an answer after this long, the attempt becomes `unknown`.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
-    /// After the timeout, how much longer the worker keeps listening for a late answer.
-    #[serde(default = "default_late_result_ms")]
-    pub late_result_ms: u64,
-    /// demo: what the provider does.
-    #[serde(default)]
-    pub behavior: DemoBehavior,
-    /// demo: how long it takes to answer (or to fail).
-    #[serde(default)]
-    pub delay_ms: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// Built in, in process, deterministic: for local runs and demos.
-    Demo,
-    /// Any OpenAI-compatible `POST /chat/completions` endpoint.
-    Openai,
-    /// Anthropic's Messages API, `POST /messages`, structured output through a forced tool.
-    Anthropic,
-}
-
-impl ProviderKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Demo => "demo",
-            Self::Openai => "openai",
-            Self::Anthropic => "anthropic",
-        }
-    }
-}
-
-/// What a demo provider does with a request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DemoBehavior {
-    /// Answers with an output that keeps the contract's output schema.
-    #[default]
-    Answer,
-    /// Answers with an error.
-    Fail,
-    /// Never answers.
-    Hang,
-    /// Answers, adding a top-level key the contract does not have.
-    ExtraKey,
-}
-
-impl DemoBehavior {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Answer => "answer",
-            Self::Fail => "fail",
-            Self::Hang => "hang",
-            Self::ExtraKey => "extra_key",
-        }
-    }
-}
-
-impl ProviderConfig {
-    pub fn timeout(&self) -> chrono::Duration {
-        chrono::Duration::milliseconds(self.timeout_ms as i64)
-    }
-
-    pub fn late_result(&self) -> chrono::Duration {
-        chrono::Duration::milliseconds(self.late_result_ms as i64)
-    }
-
-    /// The context window in tokens, with the kind's default; `None` is unbounded.
-    pub fn context_window(&self) -> Option<u64> {
-        self.context_window.or(match self.kind {
-            ProviderKind::Demo => None,
-            ProviderKind::Openai | ProviderKind::Anthropic => Some(8_192),
-        })
-    }
-
-    /// A demo provider with the given behaviour and delay, and default timings.
-    pub fn demo(behavior: DemoBehavior, delay_ms: u64) -> Self {
-        Self {
-            kind: ProviderKind::Demo,
-            base_url: None,
-            model: None,
-            api_key_env: None,
-            context_window: None,
-            timeout_ms: default_timeout_ms(),
-            late_result_ms: default_late_result_ms(),
-            behavior,
-            delay_ms,
-        }
-    }
-
-    fn check(&self) -> Result<(), String> {
-        let kind = self.kind.as_str();
-        match self.kind {
-            ProviderKind::Openai | ProviderKind::Anthropic => {
-                if self.base_url.is_none() || self.model.is_none() {
-                    return Err(format!("an {kind} provider needs base_url and model"));
-                }
-                if self.behavior != DemoBehavior::default() || self.delay_ms != 0 {
-                    return Err("behavior and delay_ms are for demo providers only".into());
-                }
-            }
-            ProviderKind::Demo => {
-                if self.base_url.is_some() || self.model.is_some() || self.api_key_env.is_some() {
-                    return Err(
-                        "base_url, model and api_key_env are for openai and anthropic providers only"
-                            .into(),
-                    );
-                }
-            }
-        }
-        if self.timeout_ms == 0 {
-            return Err("timeout_ms must be above 0".into());
-        }
-        if self.context_window == Some(0) {
-            return Err("context_window must be above 0".into());
-        }
-        Ok(())
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -250,22 +113,10 @@ fn default_lease_margin_ms() -> u64 {
     30_000
 }
 
-fn default_timeout_ms() -> u64 {
-    30_000
-}
-
-fn default_late_result_ms() -> u64 {
-    60_000
-}
-
 /// The built-in providers: all demo, each showing one behaviour of the engine (see the README). None is qualified
 /// until `onejob qualify` says so.
 fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
-    let slow = ProviderConfig {
-        timeout_ms: 3_000,
-        late_result_ms: 30_000,
-        ..ProviderConfig::demo(DemoBehavior::Answer, 20_000)
-    };
+    let slow = ProviderConfig::demo(DemoBehavior::Answer, 20_000).with_timings(3_000, 30_000);
     [
         ("demo", ProviderConfig::demo(DemoBehavior::Answer, 300)),
         (
@@ -413,10 +264,8 @@ mod tests {
         let path = dir.path().join("onejob.toml");
         std::fs::write(&path, "[providers.x]\nkind = \"openai\"\nmodel = \"m\"\n").unwrap();
         let err = Config::load(Some(&path), None).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "providers.x: an openai provider needs base_url and model"
-        );
+        let said = crate::telemetry::error_chain(&err);
+        assert!(said.contains("missing field `base_url`"), "{said}");
         std::fs::write(&path, "[providers.x]\nkind = \"demo\"\nmodel = \"m\"\n").unwrap();
         assert!(Config::load(Some(&path), None).is_err());
         std::fs::write(
@@ -426,8 +275,8 @@ mod tests {
         .unwrap();
         let config = Config::load(Some(&path), None).unwrap();
         assert_eq!(
-            config.providers.values().next().unwrap().behavior,
-            DemoBehavior::Hang
+            config.providers.values().next().unwrap(),
+            &ProviderConfig::demo(DemoBehavior::Hang, 0)
         );
     }
 

@@ -312,7 +312,7 @@ async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
         "provider", "kind", "contract", "standing", "checked at"
     );
     for (name, rows) in standings {
-        let kind = providers.get(&name).map_or("", |p| p.config.kind.as_str());
+        let kind = providers.get(&name).map_or("", |p| p.config.kind());
         for row in rows {
             let checked = row.evidence.as_ref().map_or_else(
                 || "-".to_owned(),

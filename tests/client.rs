@@ -8,10 +8,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use onejob::clock::SystemClock;
-use onejob::config::{Config, DemoBehavior, ProviderConfig};
+use onejob::config::Config;
 use onejob::domain::ProviderName;
 use onejob::http::auth::Tokens;
 use onejob::providers::keys::ProviderKeys;
+use onejob::providers::{DemoBehavior, ProviderConfig};
 use onejob::server::{self, Running};
 use onejob::store::sqlite::SqliteStore;
 use serde_json::Value;

@@ -13,6 +13,7 @@ use onejob::config::Config;
 use onejob::domain::{JobId, ProviderName};
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
+use onejob::providers::ProviderConfig;
 use serde_json::{Value, json};
 use support::aws::{queue_for_test, sdk_config, table_for_test, unique_name};
 use support::stand_in::{Reply, StandIn, openai};
@@ -263,7 +264,10 @@ async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
     .await;
     let keyed = |config: &mut Config| {
         let demo = ProviderName::parse("demo").unwrap();
-        config.providers.get_mut(&demo).unwrap().api_key_env = Some("OPENAI_API_KEY".into());
+        let Some(ProviderConfig::Openai(endpoint)) = config.providers.get_mut(&demo) else {
+            panic!("the functions' demo provider is an openai stand-in")
+        };
+        endpoint.api_key_env = Some("OPENAI_API_KEY".into());
     };
     let Some(f) = functions_with(provider, keyed, secret.arn).await else {
         return;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use chrono::{Duration, TimeZone, Utc};
 use onejob::clock::ManualClock;
-use onejob::config::{Config, ProviderConfig};
+use onejob::config::Config;
 use onejob::contracts::{Contract, Contracts};
 use onejob::domain::{
     ContractRef, FailoverDecision, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
@@ -20,12 +20,13 @@ use onejob::engine::Engine;
 use onejob::providers::Providers;
 use onejob::providers::keys::ProviderKeys;
 use onejob::providers::qualify::{qualify, summary};
+use onejob::providers::{Endpoint, ProviderConfig};
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
 use serde_json::{Value, json};
 
-use support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, anthropic, openai};
+use support::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, anthropic, endpoint, openai};
 
 /// A provider config for a stand-in's base URL.
 type ProviderAt = fn(String) -> ProviderConfig;
@@ -206,10 +207,17 @@ async fn http_429_fails_and_keeps_retry_after_for_the_operator() {
 async fn a_context_window_too_small_fails_without_a_call() {
     for (kind, config) in KINDS {
         let stand_in = StandIn::answering(good()).await;
-        let small = ProviderConfig {
-            // The output budget alone is 256 tokens.
-            context_window: Some(300),
-            ..config(stand_in.base_url())
+        // The output budget alone is 256 tokens.
+        let small = match config(stand_in.base_url()) {
+            ProviderConfig::Openai(e) => ProviderConfig::Openai(Endpoint {
+                context_window: Some(300),
+                ..e
+            }),
+            ProviderConfig::Anthropic(e) => ProviderConfig::Anthropic(Endpoint {
+                context_window: Some(300),
+                ..e
+            }),
+            demo => demo,
         };
         let evidence = qualify_summarize(small, 1).await;
         assert!(!evidence.passed, "{kind}");
@@ -388,14 +396,11 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     assert_eq!(gate_says(&after_edit, &job).await, "fallback_not_qualified");
 
     // The same provider on another model, or with a shorter timeout than it was qualified with.
-    let other_model = ProviderConfig {
-        model: Some("gpt-4o".into()),
-        ..openai(stand_in.base_url())
-    };
-    let shorter_timeout = ProviderConfig {
-        timeout_ms: 10,
-        ..openai(stand_in.base_url())
-    };
+    let other_model = ProviderConfig::Openai(Endpoint {
+        model: "gpt-4o".into(),
+        ..endpoint(stand_in.base_url())
+    });
+    let shorter_timeout = openai(stand_in.base_url()).with_timings(10, LATE_MS);
     for changed in [other_model, shorter_timeout] {
         let after_swap = engine(store.clone(), &[], changed);
         assert_eq!(gate_says(&after_swap, &job).await, "fallback_not_qualified");

@@ -240,11 +240,11 @@ async fn list_providers(
             let p = engine.providers.get(&name)?;
             Some(ProviderView {
                 name: name.to_string(),
-                kind: p.config.kind.as_str().to_owned(),
-                model: p.config.model.clone(),
-                base_url: p.config.base_url.clone(),
-                timeout_ms: p.config.timeout_ms,
-                late_result_ms: p.config.late_result_ms,
+                kind: p.config.kind().to_owned(),
+                model: p.config.endpoint().map(|e| e.model.clone()),
+                base_url: p.config.endpoint().map(|e| e.base_url.clone()),
+                timeout_ms: p.config.timeout_ms(),
+                late_result_ms: p.config.late_result_ms(),
                 context_window: p.config.context_window(),
                 tokenizer: crate::providers::tokens::METHOD.to_owned(),
                 fingerprint: p.fingerprint.to_string(),

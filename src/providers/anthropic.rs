@@ -6,11 +6,10 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed, snippet,
+    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed,
+    snippet,
 };
-use crate::config::ProviderConfig;
 use crate::domain::CallReport;
-use crate::providers::keys::KeySource;
 
 /// The API version this client speaks.
 const API_VERSION: &str = "2023-06-01";
@@ -19,26 +18,17 @@ const TOOL: &str = "answer";
 
 #[derive(Debug)]
 pub struct AnthropicProvider {
-    http: reqwest::Client,
-    url: String,
-    model: String,
-    key: KeySource,
+    endpoint: HttpEndpoint,
 }
 
 impl AnthropicProvider {
-    pub fn new(config: &ProviderConfig, key: KeySource, http: reqwest::Client) -> Self {
-        let base = config.base_url.as_deref().unwrap_or_default();
-        Self {
-            http,
-            url: format!("{}/messages", base.trim_end_matches('/')),
-            model: config.model.clone().unwrap_or_default(),
-            key,
-        }
+    pub fn new(endpoint: HttpEndpoint) -> Self {
+        Self { endpoint }
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
         json!({
-            "model": self.model,
+            "model": self.endpoint.model,
             "max_tokens": request.max_output_tokens,
             "temperature": request.temperature,
             "system": SYSTEM_PROMPT,
@@ -57,12 +47,10 @@ impl AnthropicProvider {
 impl Provider for AnthropicProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
         let mut call = self
-            .http
-            .post(&self.url)
-            .header("anthropic-version", API_VERSION)
-            .header("Idempotency-Key", &request.idempotency_key)
-            .json(&self.body(request));
-        let key = self.key.current();
+            .endpoint
+            .post(&request.idempotency_key, &self.body(request))
+            .header("anthropic-version", API_VERSION);
+        let key = self.endpoint.key.current();
         if let Some(key) = &key {
             call = call.header("x-api-key", key.expose());
         }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
+use super::{DemoBehavior, DemoSettings};
 use super::{Provider, ProviderOutcome, ProviderRequest, Reply};
 use crate::clock::Clock;
-use crate::config::{DemoBehavior, ProviderConfig};
 use crate::domain::{CallReport, ErrorInfo};
 
 #[derive(Debug)]
@@ -19,7 +19,7 @@ pub struct DemoProvider {
 }
 
 impl DemoProvider {
-    pub fn new(config: &ProviderConfig, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(config: &DemoSettings, clock: Arc<dyn Clock>) -> Self {
         Self {
             behavior: config.behavior,
             delay: chrono::Duration::milliseconds(config.delay_ms as i64),

@@ -8,7 +8,10 @@ pub mod demo;
 pub mod keys;
 pub mod openai;
 pub mod qualify;
+pub mod settings;
 pub mod tokens;
+
+pub use settings::{DemoBehavior, DemoSettings, Endpoint, ProviderConfig};
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -19,9 +22,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::clock::Clock;
-use crate::config::{ProviderConfig, ProviderKind};
 use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, ProviderName};
-use keys::{ProviderKeys, Secret};
+use keys::{KeySource, ProviderKeys, Secret};
 
 /// The system prompt of every HTTP provider: the contract's prompt says what to do, this says how to answer.
 pub const SYSTEM_PROMPT: &str =
@@ -107,16 +109,17 @@ pub struct ConfiguredProvider {
 /// limits a qualification checks against (context window, timeout). A demo provider's behaviour and delay are its
 /// "model".
 pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
+    let endpoint = config.endpoint();
     let mut identity = json!({
-        "kind": config.kind.as_str(),
-        "base_url": config.base_url,
-        "model": config.model,
+        "kind": config.kind(),
+        "base_url": endpoint.map(|e| &e.base_url),
+        "model": endpoint.map(|e| &e.model),
         "context_window": config.context_window(),
-        "timeout_ms": config.timeout_ms,
+        "timeout_ms": config.timeout_ms(),
     });
-    if config.kind == ProviderKind::Demo {
-        identity["behavior"] = json!(config.behavior.as_str());
-        identity["delay_ms"] = json!(config.delay_ms);
+    if let ProviderConfig::Demo(demo) = config {
+        identity["behavior"] = json!(demo.behavior.as_str());
+        identity["delay_ms"] = json!(demo.delay_ms);
     }
     Fingerprint::of_value(&identity)
 }
@@ -138,20 +141,18 @@ impl Providers {
             configs
                 .iter()
                 .map(|(name, config)| {
-                    let client: Arc<dyn Provider> = match config.kind {
-                        ProviderKind::Demo => {
-                            Arc::new(demo::DemoProvider::new(config, clock.clone()))
+                    let client: Arc<dyn Provider> = match config {
+                        ProviderConfig::Demo(demo) => {
+                            Arc::new(demo::DemoProvider::new(demo, clock.clone()))
                         }
-                        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(
-                            config,
-                            keys.source(config.api_key_env.as_deref()),
-                            http.clone(),
+                        ProviderConfig::Openai(endpoint) => Arc::new(openai::OpenAiProvider::new(
+                            HttpEndpoint::new(endpoint, "chat/completions", keys, &http),
                         )),
-                        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(
-                            config,
-                            keys.source(config.api_key_env.as_deref()),
-                            http.clone(),
-                        )),
+                        ProviderConfig::Anthropic(endpoint) => {
+                            Arc::new(anthropic::AnthropicProvider::new(HttpEndpoint::new(
+                                endpoint, "messages", keys, &http,
+                            )))
+                        }
                     };
                     let configured = ConfiguredProvider {
                         config: config.clone(),
@@ -183,6 +184,41 @@ impl Providers {
             .map(|p| p.config.timeout() + p.config.late_result())
             .max()
             .unwrap_or_default()
+    }
+}
+
+/// Where an HTTP provider's calls go: the client (one connection pool for all), the full URL, the model, and the
+/// key. Shared by the OpenAI and Anthropic clients, which differ only in what they send and read.
+#[derive(Debug)]
+pub struct HttpEndpoint {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub model: String,
+    pub key: KeySource,
+}
+
+impl HttpEndpoint {
+    /// The endpoint at `{base_url}/{path}`, its key from `keys` (else the environment).
+    pub fn new(
+        endpoint: &Endpoint,
+        path: &str,
+        keys: &ProviderKeys,
+        http: &reqwest::Client,
+    ) -> Self {
+        Self {
+            http: http.clone(),
+            url: format!("{}/{path}", endpoint.base_url.trim_end_matches('/')),
+            model: endpoint.model.clone(),
+            key: keys.source(endpoint.api_key_env.as_deref()),
+        }
+    }
+
+    /// A JSON `POST` of `body`, carrying the attempt's idempotency key.
+    pub fn post(&self, idempotency_key: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .header("Idempotency-Key", idempotency_key)
+            .json(body)
     }
 }
 

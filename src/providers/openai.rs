@@ -5,34 +5,24 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed, snippet,
+    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed,
+    snippet,
 };
-use crate::config::ProviderConfig;
 use crate::domain::CallReport;
-use crate::providers::keys::KeySource;
 
 #[derive(Debug)]
 pub struct OpenAiProvider {
-    http: reqwest::Client,
-    url: String,
-    model: String,
-    key: KeySource,
+    endpoint: HttpEndpoint,
 }
 
 impl OpenAiProvider {
-    pub fn new(config: &ProviderConfig, key: KeySource, http: reqwest::Client) -> Self {
-        let base = config.base_url.as_deref().unwrap_or_default();
-        Self {
-            http,
-            url: format!("{}/chat/completions", base.trim_end_matches('/')),
-            model: config.model.clone().unwrap_or_default(),
-            key,
-        }
+    pub fn new(endpoint: HttpEndpoint) -> Self {
+        Self { endpoint }
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
         json!({
-            "model": self.model,
+            "model": self.endpoint.model,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": request.prompt},
@@ -51,11 +41,9 @@ impl OpenAiProvider {
 impl Provider for OpenAiProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
         let mut call = self
-            .http
-            .post(&self.url)
-            .header("Idempotency-Key", &request.idempotency_key)
-            .json(&self.body(request));
-        let key = self.key.current();
+            .endpoint
+            .post(&request.idempotency_key, &self.body(request));
+        let key = self.endpoint.key.current();
         if let Some(key) = &key {
             call = call.bearer_auth(key.expose());
         }

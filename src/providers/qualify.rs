@@ -88,7 +88,7 @@ async fn one_run(
             "timeout",
             format!(
                 "no answer within the provider's timeout_ms = {}",
-                provider.config.timeout_ms
+                provider.config.timeout_ms()
             ),
         ));
         return evidence;

@@ -158,7 +158,7 @@ impl Step<'_> {
         let late_end = clock.now() + late;
         let late_window = clock.sleep(late);
         tracing::warn!(
-            timeout_ms = provider.config.timeout_ms,
+            timeout_ms = provider.config.timeout_ms(),
             "no answer in time: attempt unknown"
         );
         // Written while the window runs; if the store will not take it, listening goes on all the same (an answer
@@ -170,7 +170,7 @@ impl Step<'_> {
         tokio::select! {
             outcome = &mut call => Ok(Some(outcome)),
             () = late_window => {
-                tracing::warn!(late_result_ms = provider.config.late_result_ms, "no late answer either: attempt stays unknown");
+                tracing::warn!(late_result_ms = provider.config.late_result_ms(), "no late answer either: attempt stays unknown");
                 marked.map(|_| None)
             }
         }

@@ -2,8 +2,8 @@
 //! stand-ins (real HTTP servers on loopback), watched through `?wait=` long polls.
 
 use chrono::Duration;
-use onejob::config::{DemoBehavior, ProviderConfig};
 use onejob::domain::ProviderName;
+use onejob::providers::{DemoBehavior, ProviderConfig};
 use serde_json::{Value, json};
 
 use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};

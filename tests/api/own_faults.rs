@@ -3,8 +3,8 @@
 
 use chrono::Duration;
 use onejob::clock::Clock;
-use onejob::config::{DemoBehavior, ProviderConfig};
 use onejob::domain::ProviderName;
+use onejob::providers::{DemoBehavior, ProviderConfig};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -13,7 +13,7 @@ use crate::helpers::{
 };
 use crate::support::faulty::{Call, Fault};
 use crate::support::record_qualified;
-use crate::support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
+use crate::support::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, openai};
 
 fn chain_job(text: &str) -> Value {
     json!({"contract": "summarize@1", "input": {"text": text}, "providers": ["primary", "fallback"]})
@@ -111,10 +111,7 @@ async fn an_unconditional_long_poll_that_times_out_answers_200() {
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
     let mut config = config();
     // The primary holds on its gate, and its timeout is far beyond the wait.
-    let patient = ProviderConfig {
-        timeout_ms: 600_000,
-        ..openai(primary.base_url())
-    };
+    let patient = openai(primary.base_url()).with_timings(600_000, LATE_MS);
     config
         .providers
         .insert(ProviderName::parse("primary").unwrap(), patient);

@@ -6,11 +6,12 @@ use std::time::Duration as StdDuration;
 
 use chrono::{Duration, TimeZone, Utc};
 use onejob::clock::ManualClock;
-use onejob::config::{Config, ProviderConfig};
+use onejob::config::Config;
 use onejob::domain::{
     AttemptRef, ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
 };
 use onejob::engine::Engine;
+use onejob::providers::ProviderConfig;
 use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
 use onejob::startup;

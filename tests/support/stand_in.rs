@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use onejob::config::{ProviderConfig, ProviderKind};
+use onejob::providers::{Endpoint, ProviderConfig};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
@@ -20,27 +20,30 @@ use tokio::sync::watch;
 pub const TIMEOUT_MS: u64 = 1_000;
 pub const LATE_MS: u64 = 10_000;
 
-/// An openai provider at `base_url` with short, known timings and a model whose tokenizer is known
-/// (`o200k_base`); its key is read from `CARGO_PKG_NAME`.
-pub fn openai(base_url: String) -> ProviderConfig {
-    ProviderConfig {
-        kind: ProviderKind::Openai,
-        base_url: Some(base_url),
-        model: Some("gpt-4o-mini".into()),
+/// The endpoint of an openai stand-in at `base_url`, with short, known timings; its key is read from
+/// `CARGO_PKG_NAME`.
+pub fn endpoint(base_url: String) -> Endpoint {
+    Endpoint {
+        base_url,
+        model: "gpt-4o-mini".into(),
         api_key_env: Some("CARGO_PKG_NAME".into()),
+        context_window: None,
         timeout_ms: TIMEOUT_MS,
         late_result_ms: LATE_MS,
-        ..ProviderConfig::demo(Default::default(), 0)
     }
+}
+
+/// An openai provider at `base_url`, timed as [`endpoint`] says.
+pub fn openai(base_url: String) -> ProviderConfig {
+    ProviderConfig::Openai(endpoint(base_url))
 }
 
 /// An anthropic provider at `base_url`, timed like [`openai`].
 pub fn anthropic(base_url: String) -> ProviderConfig {
-    ProviderConfig {
-        kind: ProviderKind::Anthropic,
-        model: Some("claude-stand-in".into()),
-        ..openai(base_url)
-    }
+    ProviderConfig::Anthropic(Endpoint {
+        model: "claude-stand-in".into(),
+        ..endpoint(base_url)
+    })
 }
 
 /// How the stand-in answers one call.

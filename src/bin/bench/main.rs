@@ -14,10 +14,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use onejob::config::{Config, DemoBehavior, ProviderConfig};
+use onejob::config::Config;
 use onejob::domain::{
     ContractRef, Fingerprint, IdempotencyKey, NewJob, Owner, ProviderName, Stamp,
 };
+use onejob::providers::{DemoBehavior, ProviderConfig};
 use onejob::store::JobStore;
 use serde_json::json;
 
