@@ -22,15 +22,15 @@
 //! - [`metrics`]: counters served as Prometheus text (and as CloudWatch EMF lines on Lambda).
 //! - [`lambda`]: the api, worker and sweeper Lambda functions, as library code the `src/bin/onejob-*` mains run.
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
-//! - [`client`]: the client side: `onejob jobs …` / `onejob attempts …` over HTTP, one key per intent, retries
-//!   with backoff and jitter, the terminal view of a job.
+//! - [`client`]: the client side over HTTP, without the command line: one key per intent, retries with backoff
+//!   and jitter, the terminal view of a job. `onejob jobs …` / `onejob attempts …` are built on it.
 //! - [`startup`]: one wiring of an engine from a config (and the provider keys), for every entry point.
 //! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
 //! - [`config`]: `onejob.toml`, every key documented.
 //! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
 //! - [`telemetry`]: `tracing` set-up.
 //!
-//! The binary `onejob` (in `src/main.rs`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`
+//! The binary `onejob` (in `src/bin/onejob/`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`
 //! are the Lambda mains.
 
 pub mod client;

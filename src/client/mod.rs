@@ -5,7 +5,6 @@
 //! Only requests that are safe to repeat are retried: creates (the key makes them so), reads, and cancels (which
 //! are idempotent). Adding an attempt by hand is sent once.
 
-pub mod commands;
 pub mod render;
 
 use std::time::Duration;

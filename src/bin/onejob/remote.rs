@@ -11,8 +11,10 @@ use chrono::Utc;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde_json::Value;
 
-use super::{Client, ClientError, NewJob, Poll, RetryPolicy, is_settled, new_key, render};
-use crate::domain::JobStatus;
+use onejob::client::{Client, NewJob, Poll, RetryPolicy, is_settled, new_key, render};
+use onejob::domain::JobStatus;
+
+use crate::error::CliError;
 
 /// The server and the caller.
 #[derive(Debug, clap::Args)]
@@ -87,47 +89,10 @@ pub enum AttemptsCommand {
     Cancel { job: String, number: u32 },
 }
 
-/// Why a command stopped; carries its exit status.
-#[derive(Debug, thiserror::Error)]
-pub enum CommandError {
-    #[error("{0}")]
-    Usage(String),
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    /// A create (or the following of its job) that stopped: the key is the only way to ask for the same intent
-    /// again, so it is part of the message.
-    #[error("{}", create_failure(key, source))]
-    Create {
-        key: String,
-        #[source]
-        source: ClientError,
-    },
-}
-
-/// What a stopped create says: when no answer came, the job may exist, and a rerun with the same key finds it
-/// instead of making a second one.
-fn create_failure(key: &str, source: &ClientError) -> String {
-    match source {
-        ClientError::Refused { .. } => format!("{source} (key {key})"),
-        ClientError::GaveUp { .. } | ClientError::Unexpected(_) => format!(
-            "{source}; the job may exist: rerun with --key {key} to ask for this same intent"
-        ),
-    }
-}
-
-impl CommandError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Self::Usage(_) => 2,
-            Self::Client(e) | Self::Create { source: e, .. } => e.exit_code(),
-        }
-    }
-}
-
 impl Remote {
-    fn client(&self) -> Result<Client, CommandError> {
+    fn client(&self) -> Result<Client, CliError> {
         let token = self.token.as_deref().ok_or_else(|| {
-            CommandError::Usage(
+            CliError::Usage(
                 "no token: pass --token or set ONEJOB_TOKEN (a local server prints its dev tokens)"
                     .into(),
             )
@@ -150,7 +115,7 @@ impl Remote {
 }
 
 /// Runs a `jobs` command; `Ok` carries the exit status.
-pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandError> {
+pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;
     match command {
         JobsCommand::Create {
@@ -169,7 +134,7 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandEr
             // Printed before the first send: if this command gives up, or is killed, the key is still known, and
             // a rerun with it cannot make a second job.
             eprintln!("key {key}");
-            let with_key = |source| CommandError::Create {
+            let with_key = |source| CliError::Create {
                 key: key.clone(),
                 source,
             };
@@ -220,7 +185,7 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CommandEr
 }
 
 /// Runs an `attempts` command.
-pub async fn attempts(command: AttemptsCommand, remote: &Remote) -> Result<u8, CommandError> {
+pub async fn attempts(command: AttemptsCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;
     let answer = match command {
         AttemptsCommand::Retry { job, provider } => {
@@ -241,16 +206,15 @@ fn outcome(job: &Value) -> u8 {
     u8::from(job["status"] != "succeeded")
 }
 
-fn read_input(raw: &str) -> Result<Value, CommandError> {
+fn read_input(raw: &str) -> Result<Value, CliError> {
     let text = match raw.strip_prefix('@') {
         Some("-") => std::io::read_to_string(std::io::stdin())
-            .map_err(|e| CommandError::Usage(format!("cannot read standard input: {e}")))?,
+            .map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))?,
         Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| CommandError::Usage(format!("cannot read {path}: {e}")))?,
+            .map_err(|e| CliError::Usage(format!("cannot read {path}: {e}")))?,
         None => raw.to_owned(),
     };
-    serde_json::from_str(&text)
-        .map_err(|e| CommandError::Usage(format!("--input is not JSON: {e}")))
+    serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("--input is not JSON: {e}")))
 }
 
 fn list(page: &Value) -> String {
@@ -282,7 +246,7 @@ fn list(page: &Value) -> String {
 
 /// Follows the job until it is settled. On a terminal the view is redrawn in place four times a second (a spinner and
 /// running clocks for live attempts); otherwise each new version is printed once.
-async fn watch(client: &Client, id: &str, json: bool) -> Result<u8, CommandError> {
+async fn watch(client: &Client, id: &str, json: bool) -> Result<u8, CliError> {
     let live = std::io::stdout().is_terminal() && !json;
     let mut job = client.get_job(id).await?;
     let mut etag: Option<String> = None;

@@ -1,0 +1,97 @@
+//! Where the ledger is (SQLite or DynamoDB), the config, the provider keys, and an engine on them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use onejob::clock::SystemClock;
+use onejob::config::Config;
+use onejob::engine::Engine;
+use onejob::providers::keys::ProviderKeys;
+use onejob::queue::local::LocalQueue;
+use onejob::startup::{self, SECRET_ARN_VAR, StartError};
+use onejob::store::dynamodb::DynamoStore;
+use onejob::store::sqlite::SqliteStore;
+use onejob::store::{JobStore, StoreError};
+
+/// Where the ledger is, and the config: shared by every command that opens them.
+#[derive(Debug, clap::Args)]
+pub struct Ledger {
+    /// Where jobs (and qualifications) are kept.
+    #[arg(long, value_enum, env = "ONEJOB_STORE", default_value = "sqlite")]
+    pub store: StoreKind,
+    /// The DynamoDB table, with `--store dynamodb`. The AWS SDK's usual settings apply, including
+    /// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL for a local server such as moto.
+    #[arg(long, env = "ONEJOB_TABLE", required_if_eq("store", "dynamodb"))]
+    pub table: Option<String>,
+    /// The SQLite database file; created with its folder if missing.
+    #[arg(long, env = "ONEJOB_DB", default_value = "./data/onejob.db")]
+    pub db: PathBuf,
+    /// A config file (see onejob.example.toml); built-in defaults without one.
+    #[arg(long, env = "ONEJOB_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Sqlite,
+    Dynamodb,
+}
+
+pub async fn dynamodb(table: String) -> DynamoStore {
+    let config = startup::aws_config().await;
+    DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table)
+}
+
+impl Ledger {
+    pub async fn open(&self) -> Result<(Arc<dyn JobStore>, String), StoreError> {
+        Ok(match (self.store, &self.table) {
+            (StoreKind::Dynamodb, Some(table)) => {
+                let place = format!("DynamoDB table {table}");
+                (Arc::new(dynamodb(table.clone()).await), place)
+            }
+            _ => (
+                Arc::new(SqliteStore::open(&self.db)?),
+                format!("SQLite {}", self.db.display()),
+            ),
+        })
+    }
+
+    /// The config (with `ONEJOB_TOKENS` and `ONEJOB_METRICS_TOKEN` applied).
+    pub fn config(&self) -> Result<Config, StartError> {
+        let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
+        let mut config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
+        if let Ok(token) = std::env::var("ONEJOB_METRICS_TOKEN") {
+            config.metrics_token = Some(token);
+        }
+        Ok(config)
+    }
+
+    /// The engine the config describes, on the ledger, for the commands that qualify and report (nothing is
+    /// dispatched); and where the ledger is.
+    pub async fn engine(&self) -> Result<(Engine, String), StartError> {
+        let config = self.config()?;
+        let keys = provider_keys().await?;
+        let (store, place) = self.open().await?;
+        let (queue, _) = LocalQueue::new();
+        let engine = startup::engine(
+            &config,
+            &keys,
+            store,
+            Arc::new(SystemClock),
+            Arc::new(queue),
+        )?;
+        Ok((engine, place))
+    }
+}
+
+/// The provider keys: from the Secrets Manager secret `ONEJOB_SECRET_ARN` names, if it is set (then the AWS SDK's
+/// usual settings apply); else none, and each provider's key comes from its environment variable.
+pub async fn provider_keys() -> Result<ProviderKeys, StartError> {
+    match std::env::var(SECRET_ARN_VAR) {
+        Ok(arn) if !arn.is_empty() => {
+            let aws = startup::aws_config().await;
+            startup::provider_keys(&aws, Some(&arn)).await
+        }
+        _ => Ok(ProviderKeys::default()),
+    }
+}

@@ -1,0 +1,125 @@
+//! `onejob`: the local server and its tools. One file per command family: [`serve`], [`qualify`] (and
+//! `providers`), [`remote`] (`jobs` and `attempts` on a running server, over the library's client); [`ledger`] opens
+//! the store and the config they share, and [`error`] is the one error they stop with.
+
+mod error;
+mod ledger;
+mod qualify;
+mod remote;
+mod serve;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use error::CliError;
+use ledger::{Ledger, dynamodb};
+use remote::{AttemptsCommand, JobsCommand, Remote};
+
+#[derive(Debug, Parser)]
+#[command(name = "onejob", version, about = "One job per user intent.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the API, the worker and the sweeper in one process: on the embedded SQLite store by default.
+    Serve {
+        #[command(flatten)]
+        ledger: Ledger,
+        /// Address to listen on. Without configured tokens, only a loopback address is allowed.
+        #[arg(long, env = "ONEJOB_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
+    /// Check a provider against a contract: every sample input, --runs times, through the real client. The
+    /// evidence is stored in the ledger; automatic failover goes only to a qualified provider.
+    /// Exit status: 0 qualified, 1 not qualified, 2 could not run.
+    Qualify {
+        /// The contract, as name@version (e.g. summarize@1).
+        contract: String,
+        /// The provider's name in the config.
+        provider: String,
+        /// Runs of each sample input.
+        #[arg(long, default_value_t = onejob::providers::qualify::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        #[command(flatten)]
+        ledger: Ledger,
+    },
+    /// List the configured providers with their qualification standing per contract.
+    Providers {
+        #[command(flatten)]
+        ledger: Ledger,
+    },
+    /// Jobs on a running server: create (with retries under one key), get, list, cancel, watch.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// A job's attempts on a running server: retry by hand, cancel.
+    Attempts {
+        #[command(subcommand)]
+        command: AttemptsCommand,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Manage the DynamoDB table.
+    Table {
+        #[command(subcommand)]
+        command: TableCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TableCommand {
+    /// Create the table with its indexes, TTL and point-in-time recovery; does nothing if it exists.
+    Create {
+        #[arg(long, env = "ONEJOB_TABLE")]
+        table: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    onejob::telemetry::init();
+    let Cli { command } = Cli::parse();
+    let outcome = match command {
+        Command::Serve { ledger, addr } => serve::serve(addr, &ledger)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(CliError::from),
+        Command::Qualify {
+            contract,
+            provider,
+            runs,
+            ledger,
+        } => qualify::run_qualify(&contract, &provider, runs, &ledger).await,
+        Command::Providers { ledger } => qualify::list_providers(&ledger)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Command::Jobs { command, remote } => {
+            remote::jobs(command, &remote).await.map(ExitCode::from)
+        }
+        Command::Attempts { command, remote } => {
+            remote::attempts(command, &remote).await.map(ExitCode::from)
+        }
+        Command::Table {
+            command: TableCommand::Create { table },
+        } => match dynamodb(table.clone()).await.create_table().await {
+            Ok(created) => {
+                let done = if created { "created" } else { "already exists" };
+                println!("table {table}: {done}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => Err(e.into()),
+        },
+    };
+    outcome.unwrap_or_else(|e| {
+        eprintln!("onejob: {}", e.message());
+        ExitCode::from(e.exit_code())
+    })
+}
