@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::Caller;
 use super::body;
-use super::error::{ApiError, Problem};
+use super::error::ApiError;
 use super::jobs::{AttemptView, JobView, job_id, job_response};
 use crate::domain::ProviderName;
 
@@ -30,10 +30,13 @@ pub struct AddAttemptRequest {
     request_body(content = Option<AddAttemptRequest>, description = "Optional; an empty body picks the provider"),
     responses(
         (status = 201, description = "The new attempt, queued", body = AttemptView),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "job_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished, attempt_limit_reached", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_request, unknown_provider", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "malformed_json, json_too_deep"),
+        (status = 401, description = "unauthorized"),
+        (status = 404, description = "job_not_found"),
+        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished, attempt_limit_reached"),
+        (status = 413, description = "body_too_large"),
+        (status = 415, description = "unsupported_media_type"),
+        (status = 422, description = "invalid_request, unknown_provider"),
     ),
     security(("bearer" = []))
 )]
@@ -75,10 +78,10 @@ pub async fn add_attempt(
     params(("id" = String, Path, description = "The job's id"), ("number" = u32, Path, description = "The attempt's number")),
     responses(
         (status = 200, description = "The job (also when the attempt was already cancelled: idempotent)", body = JobView),
-        (status = 400, description = "invalid_parameter: not an attempt number", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "job_not_found, attempt_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "attempt_not_cancellable: it already ended", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_parameter: not an attempt number"),
+        (status = 401, description = "unauthorized"),
+        (status = 404, description = "job_not_found, attempt_not_found"),
+        (status = 409, description = "attempt_not_cancellable: it already ended"),
     ),
     security(("bearer" = []))
 )]

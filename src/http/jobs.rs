@@ -17,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::auth::Caller;
 use super::body;
-use super::error::{ApiError, Problem};
+use super::error::ApiError;
 use crate::domain::{
     Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, Job, JobId, JobStatus,
     MAX_INPUT_BYTES, NewJob, ProviderName, Timestamp,
@@ -153,12 +153,12 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
          headers(("Location" = String, description = "/v1/jobs/{id}"))),
         (status = 200, description = "Replay of the same intent: the job as it is now", body = JobView,
          headers(("Idempotent-Replayed" = String, description = "true"))),
-        (status = 400, description = "missing_idempotency_key, invalid_idempotency_key, malformed_json, json_too_deep", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "idempotency_key_reused: `job_id` names the existing job", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "body_too_large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "unsupported_media_type", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_request, unknown_contract, unknown_provider, invalid_input", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "missing_idempotency_key, invalid_idempotency_key, malformed_json, json_too_deep"),
+        (status = 401, description = "unauthorized"),
+        (status = 409, description = "idempotency_key_reused: `job_id` names the existing job"),
+        (status = 413, description = "body_too_large"),
+        (status = 415, description = "unsupported_media_type"),
+        (status = 422, description = "invalid_request, unknown_contract, unknown_provider, invalid_input"),
     ),
     security(("bearer" = []))
 )]
@@ -287,9 +287,9 @@ const POLL_EVERY: Duration = Duration::seconds(1);
     responses(
         (status = 200, body = JobView, headers(("ETag" = String, description = "The version of this job view"))),
         (status = 304, description = "Not modified: the job is still the version named by If-None-Match"),
-        (status = 400, description = "invalid_parameter", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "job_not_found (also for another owner's job)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_parameter"),
+        (status = 401, description = "unauthorized"),
+        (status = 404, description = "job_not_found (also for another owner's job)"),
     ),
     security(("bearer" = []))
 )]
@@ -431,8 +431,8 @@ pub struct JobList {
     params(ListParams),
     responses(
         (status = 200, body = JobList),
-        (status = 400, description = "invalid_parameter", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_parameter"),
+        (status = 401, description = "unauthorized"),
     ),
     security(("bearer" = []))
 )]
@@ -473,9 +473,9 @@ pub async fn list_jobs(
     params(("id" = String, Path, description = "The job's id")),
     responses(
         (status = 200, description = "The job, cancelled", body = JobView),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "job_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "job_finished: it already succeeded", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized"),
+        (status = 404, description = "job_not_found"),
+        (status = 409, description = "job_finished: it already succeeded"),
     ),
     security(("bearer" = []))
 )]

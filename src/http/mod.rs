@@ -5,24 +5,25 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod jobs;
+pub mod openapi;
 pub mod page;
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::Value;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::domain::{ErrorInfo, Standing};
 use crate::engine::Engine;
 use auth::{Auth, Caller, Operator};
-use error::{ApiError, Problem};
+use error::ApiError;
 
 /// What every handler may use; cheap to clone.
 #[derive(Debug, Clone)]
@@ -34,20 +35,15 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(page::index))
+    let (api, document) = openapi::api_routes().split_for_parts();
+    let document = Arc::new(openapi::finish(document));
+    api.route("/", get(page::index))
         .route("/assets/app.js", get(page::script))
         .route("/assets/style.css", get(page::style))
-        .route("/healthz", get(healthz))
-        .route("/openapi.json", get(openapi))
-        .route("/metrics", get(metrics))
-        .route("/v1/contracts", get(list_contracts))
-        .route("/v1/providers", get(list_providers))
-        .route("/v1/jobs", post(jobs::create_job).get(jobs::list_jobs))
-        .route("/v1/jobs/{id}", get(jobs::get_job))
-        .route("/v1/jobs/{id}/cancel", post(jobs::cancel_job))
-        .route("/v1/jobs/{id}/attempts", post(attempts::add_attempt))
-        .route("/v1/jobs/{id}/attempts/{number}/cancel", post(attempts::cancel_attempt))
+        .route(
+            "/openapi.json",
+            get(move || std::future::ready(Json(document.as_ref().clone()))),
+        )
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Innermost first: a panic is a problem+json 500, the request id goes back on every answer, the request's
@@ -68,37 +64,9 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
-    paths(healthz, metrics, list_contracts, list_providers, jobs::create_job, jobs::get_job, jobs::list_jobs, jobs::cancel_job,
-          attempts::add_attempt, attempts::cancel_attempt),
-    components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
-                       ProviderList, StandingView, attempts::AddAttemptRequest)),
-    modifiers(&BearerAuth),
-)]
-struct ApiDoc;
-
-struct BearerAuth;
-
-impl utoipa::Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
-    }
-}
-
 /// The OpenAPI 3.1 document of this API.
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
-}
-
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(openapi_document())
+    openapi::finish(openapi::api_routes().into_openapi())
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -139,7 +107,7 @@ struct ContractList {
     get, path = "/v1/contracts", tag = "contracts",
     responses(
         (status = 200, body = ContractList),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized"),
     ),
     security(("bearer" = []))
 )]
@@ -167,8 +135,8 @@ async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<Contract
 #[utoipa::path(get, path = "/metrics", tag = "meta",
     responses(
         (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "forbidden: an owner's token, not the metrics token", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized"),
+        (status = 403, description = "forbidden: an owner's token, not the metrics token"),
     ),
     security(("bearer" = [])))]
 async fn metrics(State(app): State<AppState>, _: Operator) -> impl axum::response::IntoResponse {
@@ -223,8 +191,8 @@ struct ProviderList {
     get, path = "/v1/providers", tag = "contracts",
     responses(
         (status = 200, body = ProviderList),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "the job store failed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized"),
+        (status = 500, description = "the job store failed"),
     ),
     security(("bearer" = []))
 )]
