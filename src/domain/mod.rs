@@ -17,7 +17,7 @@ pub mod report;
 pub mod write;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
 pub use failover::{Failover, FailoverDecision};

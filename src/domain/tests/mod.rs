@@ -1,5 +1,5 @@
 //! The transitions' own tests, and the model every store is held to: no sequence of transitions, repeats
-//! included, breaks an invariant.
+//! included, breaks an invariant. The fixtures here serve the store adapters' own unit tests too.
 
 mod failover;
 mod model;
@@ -11,32 +11,32 @@ use serde_json::json;
 
 use super::*;
 
-fn at(ms: i64) -> Timestamp {
+pub(crate) fn at(ms: i64) -> Timestamp {
     Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
 }
 
 /// A write by a writer of its own, at `ms`.
-fn by(ms: i64) -> Stamp {
+pub(crate) fn by(ms: i64) -> Stamp {
     Stamp::fresh(at(ms))
 }
 
-fn provider(name: &str) -> ProviderName {
+pub(crate) fn provider(name: &str) -> ProviderName {
     ProviderName::parse(name).unwrap()
 }
 
 /// Failover to any of `qualified`.
-fn to(qualified: &[&str]) -> Failover {
+pub(crate) fn to(qualified: &[&str]) -> Failover {
     Failover {
         qualified: qualified.iter().map(|p| provider(p)).collect(),
         max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
     }
 }
 
-fn nowhere() -> Failover {
+pub(crate) fn nowhere() -> Failover {
     to(&[])
 }
 
-fn job() -> Job {
+pub(crate) fn job() -> Job {
     let input = json!({"text": "hello"});
     Job::new(
         NewJob {

@@ -1,53 +1,13 @@
 //! The item encoding on its own: every attempt state survives a write and a read, and an item that does not read
 //! names its attribute instead of being defaulted.
 
-use std::collections::BTreeSet;
-
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{Duration, TimeZone, Utc};
 use serde_json::json;
 
 use super::item::{decode, encode};
-use crate::domain::{
-    AttemptState, CallReport, ContractRef, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job,
-    NewJob, Owner, ProviderName, Stamp, Timestamp,
-};
+use crate::domain::tests::{at, by, job, nowhere};
+use crate::domain::{AttemptState, CallReport, ErrorInfo, Job};
 use crate::store::StoreError;
-
-fn at(ms: i64) -> Timestamp {
-    Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
-}
-
-fn by(ms: i64) -> Stamp {
-    Stamp::fresh(at(ms))
-}
-
-fn provider(name: &str) -> ProviderName {
-    ProviderName::parse(name).unwrap()
-}
-
-fn nowhere() -> Failover {
-    Failover {
-        qualified: BTreeSet::new(),
-        max_attempts: 10,
-    }
-}
-
-fn job() -> Job {
-    let input = json!({"text": "héllo"});
-    Job::new(
-        NewJob {
-            owner: Owner::parse("alice").unwrap(),
-            idempotency_key: IdempotencyKey::parse("k").unwrap(),
-            fingerprint: Fingerprint::of_intent("summarize@1", &input, None),
-            contract: ContractRef::parse("summarize@1").unwrap(),
-            input,
-            providers: vec![provider("a"), provider("b")],
-        },
-        Duration::days(30),
-        &by(0),
-    )
-}
 
 /// A job whose attempt 1 ends in `state`, reached by the domain's own transitions.
 fn job_with_attempt(state: AttemptState) -> Job {
