@@ -190,4 +190,31 @@ impl Engine {
             }
         }
     }
+
+    /// `started` attempts whose lease ended before now, oldest first, for the sweeper.
+    pub async fn expired_leases(&self) -> Result<Vec<AttemptRef>, StoreError> {
+        let now = self.clock.now();
+        self.store
+            .expired_leases(now, self.settings.sweep_batch)
+            .await
+    }
+
+    /// `queued` attempts nobody claimed since `redispatch_after`, oldest first, for the sweeper.
+    pub async fn stale_queued(&self) -> Result<Vec<AttemptRef>, StoreError> {
+        let now = self.clock.now();
+        self.store
+            .stale_queued(
+                now - self.settings.redispatch_after,
+                now,
+                self.settings.sweep_batch,
+            )
+            .await
+    }
+
+    /// Deletes a batch of jobs past their retention (where the store does not do it by itself); how many.
+    pub async fn purge_expired(&self) -> Result<usize, StoreError> {
+        self.store
+            .purge_expired(self.clock.now(), self.settings.sweep_batch)
+            .await
+    }
 }

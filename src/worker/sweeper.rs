@@ -21,25 +21,18 @@ pub struct Swept {
 }
 
 pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
-    let now = engine.clock.now();
-    let batch = engine.settings.sweep_batch;
     let mut swept = Swept::default();
-    for attempt in engine.store.expired_leases(now, batch).await? {
+    for attempt in engine.expired_leases().await? {
         if engine.expire_lease(&attempt).await? {
             swept.expired += 1;
         }
     }
-    let dispatched_before = now - engine.settings.redispatch_after;
-    for attempt in engine
-        .store
-        .stale_queued(dispatched_before, now, batch)
-        .await?
-    {
+    for attempt in engine.stale_queued().await? {
         if engine.redispatch(&attempt).await? {
             swept.redispatched += 1;
         }
     }
-    swept.purged = engine.store.purge_expired(now, batch).await?;
+    swept.purged = engine.purge_expired().await?;
     if swept != Swept::default() {
         tracing::info!(
             expired = swept.expired,
