@@ -1,0 +1,213 @@
+//! One job per key and owner: concurrent creates, conflicts, owners kept apart, listings, and the ledger's evidence.
+
+use super::*;
+
+pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStore>) {
+    let mut tasks = JoinSet::new();
+    for i in 0..50 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            store
+                .create_job(
+                    new_job("alice", "double-click", json!({"text": "hi"})),
+                    RETENTION,
+                    &by(i),
+                )
+                .await
+                .unwrap()
+        });
+    }
+    let outcomes = tasks.join_all().await;
+    let created = outcomes
+        .iter()
+        .filter(|o| matches!(o, CreateOutcome::Created(_)))
+        .count();
+    let replayed = outcomes
+        .iter()
+        .filter(|o| matches!(o, CreateOutcome::Replayed(_)))
+        .count();
+    assert_eq!((created, replayed), (1, 49));
+    let id = &outcomes[0].job().id;
+    assert!(outcomes.iter().all(|o| &o.job().id == id));
+    let jobs = all_jobs(store.as_ref(), "alice").await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].attempts.len(), 1, "one attempt, queued once");
+}
+
+pub async fn a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged(
+    store: Arc<dyn JobStore>,
+) {
+    let original = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let outcome = store
+        .create_job(
+            new_job("alice", "k", json!({"text": "b"})),
+            RETENTION,
+            &by(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, CreateOutcome::Conflict(original.clone()));
+    let stored = store
+        .get_job(&original.owner, &original.id, later())
+        .await
+        .unwrap();
+    assert_eq!(stored, Some(original));
+    assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
+}
+
+pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
+    let alice = created(
+        store.as_ref(),
+        new_job("alice", "k", json!({"text": "a"})),
+        at(0),
+    )
+    .await;
+    let bob_owner = owner("bob");
+    assert_eq!(
+        store.get_job(&bob_owner, &alice.id, later()).await.unwrap(),
+        None
+    );
+    assert!(matches!(
+        store.cancel_job(&bob_owner, &alice.id, &by(1)).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store
+            .add_attempt(
+                &bob_owner,
+                &alice.id,
+                Some(provider("fallback")),
+                &stop(),
+                &by(1)
+            )
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store
+            .cancel_attempt(&bob_owner, &alice.id, 1, &stop(), &by(1))
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    // Bob's same key is Bob's own intent.
+    let bob = created(
+        store.as_ref(),
+        new_job("bob", "k", json!({"text": "b"})),
+        at(2),
+    )
+    .await;
+    assert_ne!(bob.id, alice.id);
+    let alice_now = store
+        .get_job(&alice.owner, &alice.id, later())
+        .await
+        .unwrap();
+    assert_eq!(alice_now, Some(alice));
+    assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
+    assert_eq!(all_jobs(store.as_ref(), "bob").await, vec![bob]);
+}
+
+pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobStore>) {
+    for i in 0..7 {
+        created(
+            store.as_ref(),
+            new_job("alice", &format!("k{i}"), json!({"text": i.to_string()})),
+            at(i * 1000),
+        )
+        .await;
+    }
+    created(
+        store.as_ref(),
+        new_job("bob", "k0", json!({"text": "b"})),
+        at(500),
+    )
+    .await;
+    let cancelled = &all_jobs(store.as_ref(), "alice").await[3];
+    store
+        .cancel_job(&cancelled.owner, &cancelled.id, &by(9000))
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let query = ListQuery {
+            status: None,
+            limit: 3,
+            cursor,
+        };
+        let page = store
+            .list_jobs(&owner("alice"), &query, later())
+            .await
+            .unwrap();
+        assert!(page.jobs.len() <= 3);
+        seen.extend(page.jobs.iter().map(|j| j.idempotency_key.to_string()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["k6", "k5", "k4", "k3", "k2", "k1", "k0"]);
+
+    let query = ListQuery {
+        status: Some(JobStatus::Cancelled),
+        limit: 10,
+        cursor: None,
+    };
+    let page = store
+        .list_jobs(&owner("alice"), &query, later())
+        .await
+        .unwrap();
+    let keys: Vec<_> = page
+        .jobs
+        .iter()
+        .map(|j| j.idempotency_key.to_string())
+        .collect();
+    assert_eq!(keys, ["k3"]);
+    assert_eq!(page.next_cursor, None);
+}
+
+/// Evidence is found under exactly its two fingerprints, and a later run for the same pair replaces it.
+pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<dyn JobStore>) {
+    let fp = |s: &str| Fingerprint::of_value(&json!(s));
+    let evidence = Qualification {
+        contract: ContractRef::parse("summarize@1").unwrap(),
+        contract_fingerprint: fp("contract"),
+        provider: provider("fallback"),
+        provider_fingerprint: fp("provider"),
+        passed: false,
+        runs_per_sample: 1,
+        checked_at: at(1),
+        runs: vec![RunEvidence {
+            sample: 0,
+            run: 1,
+            problem: Some(ErrorInfo::new("output_invalid", "extra key")),
+            elapsed_ms: 12,
+            counted_prompt_tokens: Some(80),
+            report: Some(CallReport {
+                model: Some("m".into()),
+                ..CallReport::default()
+            }),
+        }],
+    };
+    store.put_qualification(&evidence).await.unwrap();
+    let found = store.qualification(&fp("contract"), &fp("provider")).await;
+    assert_eq!(found.unwrap(), Some(evidence.clone()));
+    for (contract, provider) in [("contract", "other"), ("other", "provider")] {
+        let found = store.qualification(&fp(contract), &fp(provider)).await;
+        assert_eq!(found.unwrap(), None, "({contract}, {provider})");
+    }
+    let passed = Qualification {
+        passed: true,
+        runs: Vec::new(),
+        checked_at: at(2),
+        ..evidence
+    };
+    store.put_qualification(&passed).await.unwrap();
+    let found = store.qualification(&fp("contract"), &fp("provider")).await;
+    assert_eq!(found.unwrap(), Some(passed));
+}
