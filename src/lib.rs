@@ -30,6 +30,25 @@
 //! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
 //! - [`telemetry`]: `tracing` set-up.
 //!
+//! # Where each rule lives
+//!
+//! The invariants of `docs/design.md`, and the one place that decides each (the stores apply the domain's rules
+//! inside their atomic writes; their guards are in their adapters):
+//!
+//! | rule | file |
+//! |---|---|
+//! | 1–3 one job per (owner, key), one 201, a changed payload conflicts | `domain/ids.rs` (the id from owner and key), `domain/fingerprint.rs`, `store/sqlite/schema.rs` (`UNIQUE`), `store/dynamodb/adapter.rs` (conditional put) |
+//! | 4 one live attempt; every transition and its refusals | `domain/job.rs` |
+//! | 5 not knowing is not failing | `providers/mod.rs` (what an answer means), `worker/mod.rs` (timeout, late window) |
+//! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/worker.rs` (logged, counted) |
+//! | 8 one provider call per attempt | `engine/worker.rs` (`claim`), `worker/mod.rs` |
+//! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/mod.rs` (the ledger read) |
+//! | 10 owners kept apart | `http/auth.rs`, every store read by owner |
+//! | 11 own writes repeated safely, answers kept, caps | `domain/write.rs`, `engine/mod.rs` (`persist`), `domain/report.rs`, `domain/job.rs` (`MAX_INPUT_BYTES`) |
+//! | 12 settled | `domain/job.rs` (`settles_at`) |
+//! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |
+//! | statuses and `code`s of every error | `http/error.rs` |
+//!
 //! The binary `onejob` (in `src/bin/onejob/`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`
 //! are the Lambda mains.
 

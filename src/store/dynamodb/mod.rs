@@ -1,9 +1,9 @@
 //! The DynamoDB store: one table, one item per job, keyed by the intent part of the job's id (derived from owner and
 //! idempotency key, so the item's existence *is* the (owner, key) uniqueness).
 //!
-//! - [`item`]: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one.
-//! - [`update`]: the conditional update expressions of the one-request transitions, and the sweep index's keys.
-//! - [`table`]: the table itself: key schema, both indexes, TTL, point-in-time recovery.
+//! - `item`: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one.
+//! - `update`: the conditional update expressions of the one-request transitions, and the sweep index's keys.
+//! - `table`: the table itself: key schema, both indexes, TTL, point-in-time recovery.
 //! - `adapter`: the [`JobStore`] port on all of it.
 //!
 //! # Retention
