@@ -3,7 +3,7 @@
 //! - [`job`]: the job, its status, and every transition (all in one place, each whole or refused).
 //! - [`attempt`]: one try at a job and its states.
 //! - [`failover`]: where a job goes after an attempt ends without a result.
-//! - [`write`]: what a transition is given (the writer's stamp) and what it answers.
+//! - [`write`](mod@write): what a transition is given (the writer's stamp) and what it answers.
 //! - [`report`]: the bounded error and call report kept on an attempt.
 //! - [`ids`], [`fingerprint`], [`qualification`]: names, the intent's fingerprint, providers' standing.
 

@@ -4,7 +4,7 @@
 //! - `item`: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one.
 //! - `update`: the conditional update expressions of the one-request transitions, and the sweep index's keys.
 //! - `table`: the table itself: key schema, both indexes, TTL, point-in-time recovery.
-//! - `adapter`: the [`JobStore`] port on all of it.
+//! - `adapter`: the [`JobStore`](crate::store::JobStore) port on all of it.
 //!
 //! # Retention
 //!

@@ -8,7 +8,7 @@
 //!
 //! - `schema`: the tables, indexes and migrations, and how each connection is configured.
 //! - `rows`: jobs and attempts as rows: reading, inserting and writing back a transition's changes.
-//! - `adapter`: the [`JobStore`] port on them, each method one transaction.
+//! - `adapter`: the [`JobStore`](crate::store::JobStore) port on them, each method one transaction.
 
 mod adapter;
 mod rows;
