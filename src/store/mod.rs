@@ -18,7 +18,7 @@ use chrono::Duration;
 use crate::domain::{
     AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
     JobCancel, JobId, JobStatus, NewJob, Owner, ParseError, ProviderName, Qualification, Refusal,
-    Stamp, Timestamp,
+    Stamp, Timestamp, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -33,6 +33,18 @@ pub enum CreateOutcome {
 }
 
 impl CreateOutcome {
+    /// What a create that found `existing` under its key did: it is this write's own job if the job carries the
+    /// write's token (its earlier try landed), else a replay of the same intent or a conflict with another.
+    pub fn of_existing(existing: Job, fingerprint: &Fingerprint, token: &WriteToken) -> Self {
+        if existing.created_by(token) {
+            Self::Created(existing)
+        } else if existing.fingerprint == *fingerprint {
+            Self::Replayed(existing)
+        } else {
+            Self::Conflict(existing)
+        }
+    }
+
     pub fn job(&self) -> &Job {
         match self {
             Self::Created(job) | Self::Replayed(job) | Self::Conflict(job) => job,

@@ -3,8 +3,9 @@
 //!
 //! - `storm`: K intents, each sent as D concurrent duplicates, over C connections, against the local server on
 //!   SQLite (a child process, so its memory is its own) and against the floor (a bare axum endpoint doing one SQLite
-//!   INSERT under a UNIQUE constraint) under the same load; requests/s, latency percentiles, the ratio, a check that
-//!   exactly K jobs exist, and the server's peak resident memory.
+//!   INSERT under a UNIQUE constraint, one transaction each) and the machine's limit (the same INSERTs batched many
+//!   to a transaction) under the same load; requests/s, latency percentiles, the ratios, a check that exactly K
+//!   rows exist, and each server's peak resident memory.
 //! - `lifecycle`: create → the demo provider answers at once → `succeeded`, in process: jobs/s and create-to-result
 //!   latency, the orchestration overhead.
 //! - `dynamo-cost`: store requests per operation on DynamoDB (moto at `AWS_ENDPOINT_URL`), beside the design's request budget.
@@ -81,11 +82,11 @@ enum Scenario {
         #[arg(long, default_value_t = 20)]
         runs: usize,
     },
-    /// (internal) Serve the onejob server or the floor for `storm`, printing `ready <addr>`.
+    /// (internal) Serve the onejob server, the floor or the batched floor for `storm`, printing `ready <addr>`.
     #[command(hide = true)]
     Serve {
-        #[arg(long)]
-        floor: bool,
+        #[arg(long, value_enum)]
+        target: storm::Target,
         #[arg(long)]
         db: PathBuf,
     },
@@ -107,7 +108,7 @@ async fn main() {
         } => lifecycle(jobs, concurrency, preload).await,
         Scenario::DynamoCost { preload, reps } => dynamo_cost(preload, reps).await,
         Scenario::LambdaInit { bootstraps, runs } => lambda_init::measure(&bootstraps, runs).await,
-        Scenario::Serve { floor, db } => serve(floor, &db).await,
+        Scenario::Serve { target, db } => serve(target, &db).await,
     }
 }
 

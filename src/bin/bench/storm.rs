@@ -1,4 +1,5 @@
-//! The double-click storm: onejob's server and the floor under the same load, and the floor itself.
+//! The double-click storm: onejob's server and the floor under the same load, and the floor itself — one INSERT
+//! per transaction, and (the machine's limit) the same INSERTs batched many to a transaction.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -31,8 +32,9 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
         "storm: {intents} intents x {dups} duplicates over {conns} connections; {preload_n} jobs preloaded"
     );
     let mut runs = Vec::new();
-    for floor in [false, true] {
-        let dir = scratch(if floor { "floor" } else { "storm" });
+    for target in [Target::Onejob, Target::Floor, Target::FloorBatched] {
+        let floor = target != Target::Onejob;
+        let dir = scratch(target.name());
         let db = dir.join("bench.db");
         if floor {
             preload_floor(&db, preload_n);
@@ -40,9 +42,8 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
             preload(&SqliteStore::open(&db).unwrap(), preload_n).await;
         }
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["serve", "--db"])
+            .args(["serve", "--target", target.name(), "--db"])
             .arg(&db)
-            .args(if floor { vec!["--floor"] } else { vec![] })
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -57,7 +58,11 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
             .strip_prefix("ready ")
             .expect("the server says where it listens")
             .to_owned();
-        let path = if floor { "/floor" } else { "/v1/jobs" };
+        let path = match target {
+            Target::Onejob => "/v1/jobs",
+            Target::Floor => "/floor",
+            Target::FloorBatched => "/floor-batched",
+        };
         let run = load(&format!("http://{addr}{path}"), intents, dups, conns).await;
         let peak_rss_kib = peak_rss(child.id());
         child.kill().unwrap();
@@ -74,14 +79,14 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
                 |r| r.get(0),
             )
             .unwrap();
-        let name = if floor { "floor" } else { "onejob" };
+        let name = target.name();
         let ok = if rows as usize == intents {
             "ok"
         } else {
             "WRONG"
         };
         println!(
-            "  {name:<7} {:>8.0} req/s   p50 {:>6.2} ms   p99 {:>7.2} ms   p99.9 {:>7.2} ms   rows {rows} ({ok}: {intents} expected)   server peak RSS {} MiB",
+            "  {name:<13} {:>8.0} req/s   p50 {:>6.2} ms   p99 {:>7.2} ms   p99.9 {:>7.2} ms   rows {rows} ({ok}: {intents} expected)   server peak RSS {} MiB",
             run.requests as f64 / run.seconds,
             run.p.0,
             run.p.1,
@@ -90,12 +95,18 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
         );
         runs.push(run);
     }
-    let (ours, floor) = (&runs[0], &runs[1]);
+    let (ours, floor, limit) = (&runs[0], &runs[1], &runs[2]);
+    let rate = |run: &StormRun| run.requests as f64 / run.seconds;
     println!(
         "  ratio onejob/floor: throughput {:.2}, p50 {:.2}, p99 {:.2}",
-        (ours.requests as f64 / ours.seconds) / (floor.requests as f64 / floor.seconds),
+        rate(ours) / rate(floor),
         ours.p.0 / floor.p.0,
         ours.p.1 / floor.p.1
+    );
+    println!(
+        "  share of the machine's limit (floor-batched): onejob {:.2}, floor {:.2}",
+        rate(ours) / rate(limit),
+        rate(floor) / rate(limit)
     );
 }
 
@@ -161,31 +172,56 @@ fn peak_rss(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The child of `storm`: the real local server (instant demo providers), or the floor.
-pub(super) async fn serve(floor: bool, db: &Path) {
+/// What a `storm` child serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Target {
+    /// The real local server (instant demo providers).
+    Onejob,
+    /// A bare endpoint doing one INSERT under a UNIQUE constraint, one transaction each.
+    Floor,
+    /// The same INSERTs, many to a transaction: what SQLite can do here.
+    FloorBatched,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Onejob => "onejob",
+            Self::Floor => "floor",
+            Self::FloorBatched => "floor-batched",
+        }
+    }
+}
+
+/// The child of `storm`: serves `target` on a port of its own, printing `ready <addr>`.
+pub(super) async fn serve(target: Target, db: &Path) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    if floor {
-        let conn = floor_db(db);
-        let app = axum::Router::new()
+    let app = match target {
+        Target::Onejob => {
+            let store = Arc::new(SqliteStore::open(db).unwrap());
+            let running = onejob::server::start(
+                listener,
+                &instant_config(),
+                &ProviderKeys::default(),
+                store,
+                Arc::new(SystemClock),
+                Tokens::dev(),
+            )
+            .unwrap();
+            println!("ready {addr}");
+            running.serve_until(std::future::pending()).await.unwrap();
+            return;
+        }
+        Target::Floor => axum::Router::new()
             .route("/floor", post(floor_insert))
-            .with_state(Arc::new(tokio::sync::Mutex::new(conn)));
-        println!("ready {addr}");
-        axum::serve(listener, app).await.unwrap();
-    } else {
-        let store = Arc::new(SqliteStore::open(db).unwrap());
-        let running = onejob::server::start(
-            listener,
-            &instant_config(),
-            &ProviderKeys::default(),
-            store,
-            Arc::new(SystemClock),
-            Tokens::dev(),
-        )
-        .unwrap();
-        println!("ready {addr}");
-        running.serve_until(std::future::pending()).await.unwrap();
-    }
+            .with_state(Arc::new(tokio::sync::Mutex::new(floor_db(db)))),
+        Target::FloorBatched => axum::Router::new()
+            .route("/floor-batched", post(batched_insert))
+            .with_state(batcher(floor_db(db))),
+    };
+    println!("ready {addr}");
+    axum::serve(listener, app).await.unwrap();
 }
 
 /// The floor's database: one table, one UNIQUE constraint, the store's durability settings.
@@ -237,6 +273,60 @@ async fn floor_insert(
     .await
     .unwrap();
     if inserted == 1 {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    }
+}
+
+/// One insert waiting for the batched floor's writer, and where its answer goes.
+type Insert = (String, String, tokio::sync::oneshot::Sender<bool>);
+
+/// The batched floor's writer: a thread that inserts every waiting row in one transaction, then answers each.
+fn batcher(mut conn: rusqlite::Connection) -> std::sync::mpsc::Sender<Insert> {
+    let (send, inserts) = std::sync::mpsc::channel::<Insert>();
+    std::thread::spawn(move || {
+        while let Ok(first) = inserts.recv() {
+            let batch: Vec<Insert> = std::iter::once(first)
+                .chain(inserts.try_iter().take(255))
+                .collect();
+            let tx = conn.transaction().unwrap();
+            let done: Vec<_> = batch
+                .into_iter()
+                .map(|(key, body, answer)| {
+                    let inserted = tx
+                        .prepare_cached(
+                            "INSERT INTO intents (owner, key, body) VALUES ('alice', ?1, ?2) ON CONFLICT DO NOTHING",
+                        )
+                        .unwrap()
+                        .execute(rusqlite::params![key, body])
+                        .unwrap();
+                    (answer, inserted == 1)
+                })
+                .collect();
+            tx.commit().unwrap();
+            for (answer, inserted) in done {
+                let _ = answer.send(inserted);
+            }
+        }
+    });
+    send
+}
+
+/// The batched floor: the floor's INSERT, answered after the commit of the batch that holds it.
+async fn batched_insert(
+    State(writer): State<std::sync::mpsc::Sender<Insert>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> StatusCode {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let (answer, inserted) = tokio::sync::oneshot::channel();
+    writer.send((key, body.to_string(), answer)).unwrap();
+    if inserted.await.unwrap() {
         StatusCode::CREATED
     } else {
         StatusCode::OK

@@ -53,13 +53,11 @@ impl JobStore for DynamoStore {
                         )
                     })?;
                     let existing = decode(&old)?;
-                    Ok(if existing.created_by(&stamp.token) {
-                        CreateOutcome::Created(existing)
-                    } else if existing.fingerprint == job.fingerprint {
-                        CreateOutcome::Replayed(existing)
-                    } else {
-                        CreateOutcome::Conflict(existing)
-                    })
+                    Ok(CreateOutcome::of_existing(
+                        existing,
+                        &job.fingerprint,
+                        &stamp.token,
+                    ))
                 }
                 other => Err(StoreError::backend(other)),
             },

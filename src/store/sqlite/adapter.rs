@@ -6,8 +6,8 @@ use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
 use super::rows::{
-    JOB_COLUMNS, JobRow, attempt_refs, delete_jobs, from_json, insert_job, json_text,
-    load_attempts, load_job, parse_job_id,
+    JOB_COLUMNS, JobRow, attempt_refs, delete_jobs, from_json, insert_job, job_for_key, json_text,
+    key_holder, load_attempts, load_job, parse_job_id,
 };
 use super::{SqliteError, SqliteStore};
 use crate::domain::{
@@ -25,38 +25,40 @@ impl JobStore for SqliteStore {
         stamp: &Stamp,
     ) -> Result<CreateOutcome, StoreError> {
         let job = Job::new(new, retention, stamp);
-        let token = stamp.token.clone();
-        let now = stamp.now;
+        let (token, now) = (stamp.token.clone(), stamp.now);
+        // A key whose job is there answers from a reader: within its retention a job stays, so what a snapshot
+        // shows still holds when the answer leaves. Only a key without a live job needs the writer.
+        let (owner, key) = (job.owner.clone(), job.idempotency_key.clone());
+        let found = self
+            .read(move |conn| job_for_key(conn, &owner, &key, now))
+            .await?;
+        if let Some(existing) = found {
+            return Ok(CreateOutcome::of_existing(
+                existing,
+                &job.fingerprint,
+                &token,
+            ));
+        }
         self.write(move |tx| {
             if insert_job(tx, &job)? {
                 return Ok(CreateOutcome::Created(job));
             }
-            let existing = tx
-                .query_row(
-                    "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
-                    params![job.owner.as_str(), job.idempotency_key.as_str()],
-                    |row| row.get::<_, String>(0),
-                )
-                .optional()?
-                .ok_or(SqliteError::GuardFailed(
-                    "jobs (insert conflicted, yet no row)",
-                ))?;
-            let existing = parse_job_id(&existing)?;
-            let Some(existing) = load_job(tx, &existing, now)? else {
-                // Expired: gone, and its key is free again.
-                delete_jobs(tx, &[existing])?;
-                if !insert_job(tx, &job)? {
-                    return Err(SqliteError::GuardFailed("jobs (expired row came back)").into());
-                }
-                return Ok(CreateOutcome::Created(job));
-            };
-            Ok(if existing.created_by(&token) {
-                CreateOutcome::Created(existing)
-            } else if existing.fingerprint == job.fingerprint {
-                CreateOutcome::Replayed(existing)
-            } else {
-                CreateOutcome::Conflict(existing)
-            })
+            if let Some(existing) = job_for_key(tx, &job.owner, &job.idempotency_key, now)? {
+                return Ok(CreateOutcome::of_existing(
+                    existing,
+                    &job.fingerprint,
+                    &token,
+                ));
+            }
+            // Expired: gone, and its key is free again.
+            let expired = key_holder(tx, &job.owner, &job.idempotency_key)?.ok_or(
+                SqliteError::GuardFailed("jobs (insert conflicted, yet no row)"),
+            )?;
+            delete_jobs(tx, &[expired])?;
+            if !insert_job(tx, &job)? {
+                return Err(SqliteError::GuardFailed("jobs (expired row came back)").into());
+            }
+            Ok(CreateOutcome::Created(job))
         })
         .await
     }

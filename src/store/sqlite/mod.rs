@@ -1,18 +1,20 @@
 //! The embedded store: one SQLite file in WAL mode.
 //!
-//! One writer connection takes every write in a `BEGIN IMMEDIATE` transaction; a few reader connections serve
-//! reads beside it. The database itself keeps the invariants that matter most: `UNIQUE(owner, idempotency_key)`
+//! One writer thread takes every write, many to a `BEGIN IMMEDIATE` transaction, each in a savepoint of its own
+//! (`writer`); a few reader connections serve reads beside it, and answer a create whose key already has its job. The database itself keeps the invariants that matter most: `UNIQUE(owner, idempotency_key)`
 //! decides creates (an `INSERT … ON CONFLICT DO NOTHING`, never a read first), a partial unique index allows one
 //! live attempt per job, and every update is guarded by the state it expects — a completion is
 //! `UPDATE jobs … WHERE id = ? AND version = ? AND completed_by IS NULL` and must change exactly one row.
 //!
 //! - `schema`: the tables, indexes and migrations, and how each connection is configured.
 //! - `rows`: jobs and attempts as rows: reading, inserting and writing back a transition's changes.
-//! - `adapter`: the [`JobStore`](crate::store::JobStore) port on them, each method one transaction.
+//! - `writer`: the one writer, committing many writes per transaction (group commit).
+//! - `adapter`: the [`JobStore`](crate::store::JobStore) port on them, each write whole or not at all.
 
 mod adapter;
 mod rows;
 mod schema;
+mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,13 +27,14 @@ use super::StoreError;
 use crate::domain::{Job, JobId, Owner, Refusal, Timestamp};
 use rows::{load_job, write_back};
 use schema::{configure, migrate};
+use writer::Writer;
 
 /// How many connections serve reads beside the writer.
 const READERS: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    writer: Arc<Mutex<Connection>>,
+    writer: Arc<Writer>,
     readers: Arc<[Arc<Mutex<Connection>>]>,
     next_reader: Arc<AtomicUsize>,
 }
@@ -45,6 +48,12 @@ enum SqliteError {
     Corrupt(&'static str, String),
     #[error("a guarded update of {0} changed no row: the row moved under the writer's lock")]
     GuardFailed(&'static str),
+    #[error("the transaction holding the write did not commit: {0}")]
+    Commit(String),
+    #[error(
+        "the write did not finish: the writer stopped, or the write panicked and was rolled back"
+    )]
+    WriterGone,
 }
 
 impl From<SqliteError> for StoreError {
@@ -79,7 +88,7 @@ impl SqliteStore {
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(Self {
-            writer: Arc::new(Mutex::new(writer)),
+            writer: Arc::new(Writer::start(writer)?),
             readers: readers.into(),
             next_reader: Arc::default(),
         })
@@ -103,20 +112,12 @@ impl SqliteStore {
         .map_err(StoreError::backend)?
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; commits only if `f` succeeds.
+    /// Runs `f` on the writer, whole or not at all; answers once the transaction that holds it committed.
     async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let mut conn = self.writer.clone().lock_owned().await;
-        tokio::task::spawn_blocking(move || {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })
-        .await
-        .map_err(StoreError::backend)?
+        self.writer.write(f).await
     }
 
     /// Loads a job (not expired by `now`), applies one domain transition and writes back exactly what it changed,

@@ -17,13 +17,13 @@ const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expi
                                finished_at, error, report, dispatched_at, origin, writer";
 
 pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreError> {
-    let inserted = tx.execute(
-        &format!(
+    let inserted = tx
+        .prepare_cached(&format!(
             "INSERT INTO jobs ({JOB_COLUMNS}, status) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
              ON CONFLICT DO NOTHING"
-        ),
-        params![
+        ))?
+        .execute(params![
             job.id.as_str(),
             job.owner.as_str(),
             job.idempotency_key.as_str(),
@@ -41,8 +41,7 @@ pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreE
             job.expires_at.timestamp_millis(),
             job.cancelled_by.as_ref().map(WriteToken::as_str),
             job.status().as_str(),
-        ],
-    )?;
+        ])?;
     if inserted == 1 {
         for attempt in &job.attempts {
             insert_attempt(tx, &job.id, attempt)?;
@@ -51,10 +50,40 @@ pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreE
     Ok(inserted == 1)
 }
 
+/// The id of the job that holds `key` for `owner`, expired or not.
+pub(super) fn key_holder(
+    conn: &Connection,
+    owner: &Owner,
+    key: &IdempotencyKey,
+) -> Result<Option<JobId>, StoreError> {
+    conn.prepare_cached("SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2")?
+        .query_row(params![owner.as_str(), key.as_str()], |row| {
+            row.get::<_, String>(0)
+        })
+        .optional()?
+        .map(|id| parse_job_id(&id))
+        .transpose()
+}
+
+/// The job that holds `key` for `owner`, unless it expired by `now`.
+pub(super) fn job_for_key(
+    conn: &Connection,
+    owner: &Owner,
+    key: &IdempotencyKey,
+    now: Timestamp,
+) -> Result<Option<Job>, StoreError> {
+    match key_holder(conn, owner, key)? {
+        Some(id) => load_job(conn, &id, now),
+        None => Ok(None),
+    }
+}
+
 pub(super) fn delete_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Result<(), StoreError> {
     for id in ids {
-        tx.execute("DELETE FROM attempts WHERE job_id = ?1", [id.as_str()])?;
-        tx.execute("DELETE FROM jobs WHERE id = ?1", [id.as_str()])?;
+        tx.prepare_cached("DELETE FROM attempts WHERE job_id = ?1")?
+            .execute([id.as_str()])?;
+        tx.prepare_cached("DELETE FROM jobs WHERE id = ?1")?
+            .execute([id.as_str()])?;
     }
     Ok(())
 }
@@ -88,11 +117,11 @@ pub(super) fn write_back(
         &before.cancelled_by,
     );
     if job_changed {
-        let changed = tx.execute(
+        let changed = tx.prepare_cached(
             "UPDATE jobs SET status = ?1, version = ?2, completed_by = ?3, result = ?4, error = ?5, \
                              cancelled_at = ?6, updated_at = ?7, cancelled_by = ?11 \
-             WHERE id = ?8 AND version = ?9 AND completed_by IS ?10",
-            params![
+             WHERE id = ?8 AND version = ?9 AND completed_by IS ?10")?
+        .execute(params![
                 after.status().as_str(),
                 after.version as i64,
                 after.completed_by,
@@ -104,8 +133,7 @@ pub(super) fn write_back(
                 before.version as i64,
                 before.completed_by,
                 after.cancelled_by.as_ref().map(WriteToken::as_str),
-            ],
-        )?;
+            ])?;
         if changed != 1 {
             return Err(SqliteError::GuardFailed("jobs").into());
         }
@@ -114,12 +142,12 @@ pub(super) fn write_back(
         match before.attempt(attempt.number) {
             None => insert_attempt(tx, &after.id, attempt)?,
             Some(old) if old != attempt => {
-                let changed = tx.execute(
+                let changed = tx.prepare_cached(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
                                          writer = ?9 \
-                     WHERE job_id = ?10 AND number = ?11 AND state = ?12",
-                    params![
+                     WHERE job_id = ?10 AND number = ?11 AND state = ?12")?
+        .execute(params![
                         attempt.state.as_str(),
                         attempt.seen_version.map(|v| v as i64),
                         attempt.lease_expires_at.map(|t| t.timestamp_millis()),
@@ -132,8 +160,7 @@ pub(super) fn write_back(
                         after.id.as_str(),
                         attempt.number,
                         old.state.as_str(),
-                    ],
-                )?;
+                    ])?;
                 if changed != 1 {
                     return Err(SqliteError::GuardFailed("attempts").into());
                 }
@@ -145,9 +172,9 @@ pub(super) fn write_back(
 }
 
 fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
-    tx.execute(
-        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
-        params![
+    tx.prepare_cached(
+        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"))?
+        .execute(params![
             job_id.as_str(),
             a.number,
             a.provider.as_str(),
@@ -162,8 +189,7 @@ fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(
             a.dispatched_at.timestamp_millis(),
             a.origin.as_ref().map(WriteToken::as_str),
             a.writer.as_ref().map(WriteToken::as_str),
-        ],
-    )?;
+        ])?;
     Ok(())
 }
 
