@@ -44,14 +44,20 @@ async fn rig(
 
 /// Moves the clock past each backoff the step waits out between tries of its completion — once per try, and never
 /// while the provider call, bounded by its own timeout on the same clock, is in flight — until the step is done.
-/// The real-time bound only turns a hang into a failure that says where the step stood.
+/// An advance can land just before the step registers its sleep; a step that then stays asleep for a while of real
+/// time (it would hang otherwise) gets one more. The real-time bound only turns a hang into a failure that says
+/// where the step stood.
 async fn drive_backoff<T>(rig: &Rig, faulty: &FaultyStore, step: &tokio::task::JoinHandle<T>) {
     let mut woken_after = 0;
     let started = std::time::Instant::now();
+    let mut last_advance = started;
     while !step.is_finished() {
         let tries = faulty.calls(Call::Complete);
-        if tries > woken_after && rig.clock.sleepers() > 0 {
+        let asleep = rig.clock.sleepers() > 0;
+        let stalled = last_advance.elapsed() > std::time::Duration::from_millis(250);
+        if tries > 0 && asleep && (tries > woken_after || stalled) {
             woken_after = tries;
+            last_advance = std::time::Instant::now();
             rig.advance(2_000);
         }
         assert!(

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use onejob::domain::{CallReport, JobId, Owner, Stamp, WriteToken};
+use onejob::domain::{CallReport, Job, JobId, Owner, Stamp, WriteToken};
 use onejob::store::JobStore;
-use onejob::store::dynamodb::DynamoStore;
+use onejob::store::dynamodb::{DynamoStore, WriteUnits, item_size, write_units};
 use serde_json::json;
 
 use super::{RETENTION, intent, percentiles, preload};
@@ -198,4 +198,56 @@ pub(super) async fn dynamo_cost(preload_n: usize, reps: usize) {
         let (p50, _, _) = percentiles(&mut times);
         println!("  {name:<24} {requests:>9} {budget:>22} {p50:>10.2}");
     }
+}
+
+/// `write-units`: the write capacity units of one job's lifecycle (create, claim, completion) on DynamoDB, by the
+/// sizing rules `onejob::store::dynamodb::write_units` states, at each input size.
+pub(super) fn write_units_per_lifecycle() {
+    println!(
+        "write units per job lifecycle (DynamoDB sizing rules; table + by_owner + sweep index entries)"
+    );
+    println!(
+        "  {:<12} {:>10} {:>22} {:>22} {:>22} {:>8}",
+        "input", "item bytes", "create", "claim", "completion", "total"
+    );
+    for kib in [1usize, 64] {
+        let owner = Owner::parse("alice").unwrap();
+        let text = "x".repeat(kib * 1024 - r#"{"text":""}"#.len());
+        let new = Job::new(
+            intent(&owner, "units", &text),
+            RETENTION,
+            &Stamp::fresh(at(0)),
+        );
+        let mut claimed = new.clone();
+        claimed.claim(1, at(60_000), &Stamp::fresh(at(1))).unwrap();
+        let mut done = claimed.clone();
+        let report = CallReport::default();
+        done.complete(
+            1,
+            json!({"summary": "s".repeat(200)}),
+            report,
+            &Stamp::fresh(at(2)),
+        )
+        .unwrap();
+        let steps = [
+            write_units(None, &new),
+            write_units(Some(&new), &claimed),
+            write_units(Some(&claimed), &done),
+        ];
+        let show =
+            |u: WriteUnits| format!("{} ({}+{}+{})", u.total(), u.table, u.by_owner, u.sweep);
+        println!(
+            "  {:<12} {:>10} {:>22} {:>22} {:>22} {:>8}",
+            format!("{kib} KiB"),
+            item_size(&done),
+            show(steps[0]),
+            show(steps[1]),
+            show(steps[2]),
+            steps.iter().map(|u| u.total()).sum::<u64>()
+        );
+    }
+}
+
+fn at(ms: i64) -> onejob::domain::Timestamp {
+    chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
 }

@@ -9,6 +9,8 @@
 //! - `lifecycle`: create → the demo provider answers at once → `succeeded`, in process: jobs/s and create-to-result
 //!   latency, the orchestration overhead.
 //! - `dynamo-cost`: store requests per operation on DynamoDB (moto at `AWS_ENDPOINT_URL`), beside the design's request budget.
+//! - `write-units`: DynamoDB write capacity units of one job's lifecycle at a 1 KiB and a 64 KiB input, by the
+//!   documented sizing rules (`onejob::store::dynamodb::write_units`).
 //! - Each takes `--preload N`: that many jobs in the store before measuring (scale of cost).
 
 use std::path::PathBuf;
@@ -74,6 +76,8 @@ enum Scenario {
         #[arg(long, default_value_t = 20)]
         reps: usize,
     },
+    /// Write capacity units of one job's lifecycle on DynamoDB, by its sizing rules (no server needed).
+    WriteUnits,
     /// Cold starts of Lambda bootstraps against a runtime API stand-in: size and init time of each.
     LambdaInit {
         /// The `bootstrap` binaries (e.g. target/lambda/*/bootstrap, built for this machine).
@@ -107,6 +111,7 @@ async fn main() {
             preload,
         } => lifecycle(jobs, concurrency, preload).await,
         Scenario::DynamoCost { preload, reps } => dynamo_cost(preload, reps).await,
+        Scenario::WriteUnits => dynamo_cost::write_units_per_lifecycle(),
         Scenario::LambdaInit { bootstraps, runs } => lambda_init::measure(&bootstraps, runs).await,
         Scenario::Serve { target, db } => serve(target, &db).await,
     }

@@ -407,39 +407,6 @@ pub(super) fn qualification_key(contract: &Fingerprint, provider: &Fingerprint) 
     format!("qualification#{contract}#{provider}")
 }
 
-/// The size DynamoDB counts for the item that holds `job`, by its documented rules: attribute names and values in
-/// bytes (UTF-8 strings; numbers about one byte per two significant digits, plus one; 3 bytes per map or list and 1
-/// per element). An item may be at most 400 KB.
-pub fn item_size(job: &Job) -> usize {
-    encode(job, 1)
-        .iter()
-        .map(|(name, value)| name.len() + value_size(value))
-        .sum()
-}
-
-fn value_size(value: &AttributeValue) -> usize {
-    match value {
-        AttributeValue::S(text) => text.len(),
-        AttributeValue::N(number) => {
-            let digits = number.trim_start_matches('-').trim_start_matches('0');
-            digits
-                .chars()
-                .filter(char::is_ascii_digit)
-                .count()
-                .div_ceil(2)
-                + 1
-        }
-        AttributeValue::M(map) => {
-            3 + map
-                .iter()
-                .map(|(name, value)| name.len() + value_size(value) + 1)
-                .sum::<usize>()
-        }
-        AttributeValue::L(list) => 3 + list.iter().map(|v| value_size(v) + 1).sum::<usize>(),
-        _ => 1,
-    }
-}
-
 /// A value kept as JSON text (an `S`), as the input, results, errors and reports are.
 mod json_text {
     use serde::de::{DeserializeOwned, Error as _};

@@ -3,6 +3,7 @@
 //!
 //! - `item`: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one.
 //! - `update`: the conditional update expressions of the one-request transitions, and the sweep index's keys.
+//! - `capacity`: what each write costs in write units, by DynamoDB's sizing rules.
 //! - `table`: the table itself: key schema, both indexes, TTL, point-in-time recovery.
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on all of it.
 //!
@@ -32,11 +33,12 @@
 //! from a listing for a moment (reading it by id is always consistent).
 
 mod adapter;
+mod capacity;
 mod item;
 mod table;
 mod update;
 
-pub use item::item_size;
+pub use capacity::{WriteUnits, item_size, write_units};
 
 #[cfg(test)]
 mod tests;

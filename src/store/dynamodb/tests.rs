@@ -107,3 +107,32 @@ fn an_unreadable_attribute_is_named_not_defaulted() {
     });
     assert!(state.contains("attempts.1.state"), "{state}");
 }
+
+/// The sizing rules on the store's own items: a small job's create puts the item and both index entries, its
+/// claim moves the sweep entry (a delete and a put), its completion takes it away; a 64 KiB input is paid by
+/// every write, on the table and on the owner index that projects it.
+#[test]
+fn write_units_follow_the_sizing_rules() {
+    use super::{WriteUnits, write_units};
+    let new = job();
+    let mut claimed = new.clone();
+    claimed.claim(1, at(30_000), &by(1)).unwrap();
+    let mut done = claimed.clone();
+    done.complete(1, json!({"summary": "s"}), CallReport::default(), &by(2))
+        .unwrap();
+    let small = |table, by_owner, sweep| WriteUnits {
+        table,
+        by_owner,
+        sweep,
+    };
+    assert_eq!(write_units(None, &new), small(1, 1, 1));
+    assert_eq!(write_units(Some(&new), &claimed), small(1, 1, 2));
+    assert_eq!(write_units(Some(&claimed), &done), small(1, 1, 1));
+
+    let mut big = job();
+    big.input = json!({"text": "x".repeat(64 * 1024)});
+    let mut big_claimed = big.clone();
+    big_claimed.claim(1, at(30_000), &by(1)).unwrap();
+    let claim = write_units(Some(&big), &big_claimed);
+    assert!(claim.table >= 65 && claim.by_owner >= 65, "{claim:?}");
+}
