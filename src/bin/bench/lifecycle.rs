@@ -10,12 +10,14 @@ use onejob::queue::local::LocalQueue;
 use onejob::store::sqlite::SqliteStore;
 use tokio::sync::Semaphore;
 
-use super::{instant_config, intent, percentiles, preload, scratch};
+use super::{checkpoint, instant_config, intent, percentiles, preload, scratch};
 
 pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize) {
     let dir = scratch("lifecycle");
-    let store = Arc::new(SqliteStore::open(&dir.join("bench.db")).unwrap());
+    let db = dir.join("bench.db");
+    let store = Arc::new(SqliteStore::open(&db).unwrap());
     preload(store.as_ref(), preload_n).await;
+    checkpoint(&db);
     let config = instant_config();
     let (queue, messages) = LocalQueue::new();
     let engine = Arc::new(

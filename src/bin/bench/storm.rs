@@ -18,7 +18,7 @@ use onejob::store::sqlite::SqliteStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use super::{instant_config, percentiles, preload, scratch};
+use super::{checkpoint, instant_config, percentiles, preload, scratch};
 
 /// What one storm run measured.
 struct StormRun {
@@ -41,6 +41,7 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
         } else {
             preload(&SqliteStore::open(&db).unwrap(), preload_n).await;
         }
+        checkpoint(&db);
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["serve", "--target", target.name(), "--db"])
             .arg(&db)
