@@ -258,11 +258,7 @@ async fn floor_insert(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> StatusCode {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let key = key_of(&headers);
     let conn = conn.lock_owned().await;
     let inserted = tokio::task::spawn_blocking(move || {
         conn.execute(
@@ -273,11 +269,7 @@ async fn floor_insert(
     })
     .await
     .unwrap();
-    if inserted == 1 {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    }
+    status_for(inserted == 1)
 }
 
 /// One insert waiting for the batched floor's writer, and where its answer goes.
@@ -320,14 +312,24 @@ async fn batched_insert(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> StatusCode {
-    let key = headers
+    let key = key_of(&headers);
+    let (answer, inserted) = tokio::sync::oneshot::channel();
+    writer.send((key, body.to_string(), answer)).unwrap();
+    status_for(inserted.await.unwrap())
+}
+
+/// The floor's view of the request: its idempotency key.
+fn key_of(headers: &HeaderMap) -> String {
+    headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
-        .to_owned();
-    let (answer, inserted) = tokio::sync::oneshot::channel();
-    writer.send((key, body.to_string(), answer)).unwrap();
-    if inserted.await.unwrap() {
+        .to_owned()
+}
+
+/// 201 for a new row, 200 for a key already there.
+fn status_for(inserted: bool) -> StatusCode {
+    if inserted {
         StatusCode::CREATED
     } else {
         StatusCode::OK
