@@ -57,16 +57,7 @@ fn failover_is_decided_on_the_state_the_write_lands_on() {
 
 #[test]
 fn a_manual_retry_without_a_provider_takes_the_next_qualified_one_else_the_primary() {
-    let mut job = job();
-    job.claim(1, at(30_000), &by(1)).unwrap();
-    job.fail(
-        1,
-        provider_error(),
-        CallReport::default(),
-        &nowhere(),
-        &by(2),
-    )
-    .unwrap();
+    let mut job = failed_job();
     assert_eq!(job.error.as_ref().unwrap().code, "fallback_not_qualified");
     // b was refused as unqualified: a retry that names nobody goes to c, which is qualified...
     let number = job.add_attempt(None, &to(&["c"]), &by(3)).unwrap();

@@ -55,3 +55,18 @@ pub(crate) fn job() -> Job {
 fn provider_error() -> ErrorInfo {
     ErrorInfo::new("provider_error", "500")
 }
+
+/// [`job`] whose attempt 1 was claimed at `by(1)` and failed at `by(2)` with nowhere to fail over: `failed`.
+fn failed_job() -> Job {
+    let mut job = job();
+    job.claim(1, at(30_000), &by(1)).unwrap();
+    job.fail(
+        1,
+        provider_error(),
+        CallReport::default(),
+        &nowhere(),
+        &by(2),
+    )
+    .unwrap();
+    job
+}

@@ -56,16 +56,7 @@ fn every_transition_repeated_with_its_token_answers_the_same_and_changes_nothing
 
 #[test]
 fn a_manual_retry_repeated_with_its_token_finds_its_attempt() {
-    let mut job = job();
-    job.claim(1, at(30_000), &by(1)).unwrap();
-    job.fail(
-        1,
-        provider_error(),
-        CallReport::default(),
-        &nowhere(),
-        &by(2),
-    )
-    .unwrap();
+    let mut job = failed_job();
     let retry = by(3);
     assert_eq!(
         job.add_attempt(Some(provider("b")), &nowhere(), &retry),

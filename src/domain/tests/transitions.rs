@@ -209,16 +209,7 @@ fn a_claim_of_a_claimed_attempt_is_refused() {
 
 #[test]
 fn a_failed_job_may_be_retried_by_hand() {
-    let mut job = job();
-    job.claim(1, at(30_000), &by(1)).unwrap();
-    job.fail(
-        1,
-        provider_error(),
-        CallReport::default(),
-        &nowhere(),
-        &by(2),
-    )
-    .unwrap();
+    let mut job = failed_job();
     assert_eq!(job.status(), JobStatus::Failed);
     assert_eq!(
         job.add_attempt(Some(provider("b")), &nowhere(), &by(3)),
