@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use chrono::Duration;
 use serde_json::Value;
 
@@ -13,11 +13,11 @@ use super::item::{
     ANSWERED, Slot, created_key, decode, decode_qualification, encode, encode_qualification,
     json_attribute, qualification_key,
 };
-use super::update::{Sweep, Update, status_filter};
+use super::update::{Sweep, Update};
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
     AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover,
-    Fingerprint, Job, JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Qualification,
+    Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification,
     Stamp, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
@@ -94,16 +94,10 @@ impl JobStore for DynamoStore {
                 ),
             ])
         });
-        let (filter, status) = match query.status {
-            Some(status) => {
-                let (filter, value) = status_filter(status);
-                (format!("expires_at > :now_s AND {filter}"), Some(value))
-            }
-            None => ("expires_at > :now_s".to_owned(), None),
-        };
+        // The index holds keys only: each page of keys is read in one batch, and the status is the job's own.
         // A filter may leave pages short: keep reading until the page is full or the owner has no more.
         loop {
-            let mut request = self
+            let out = self
                 .client
                 .query()
                 .table_name(&self.table)
@@ -111,20 +105,37 @@ impl JobStore for DynamoStore {
                 .key_condition_expression("#owner = :owner")
                 .expression_attribute_names("#owner", "owner")
                 .expression_attribute_values(":owner", s(owner.as_str()))
-                .filter_expression(&filter)
-                .expression_attribute_values(":now_s", n(now.timestamp()))
                 .scan_index_forward(false)
                 .limit((query.limit + 1) as i32)
-                .set_exclusive_start_key(start.take());
-            if let Some(value) = &status {
-                request = request.expression_attribute_values(":status", value.clone());
-                if filter.contains("#status") {
-                    request = request.expression_attribute_names("#status", "status");
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            let entries: Vec<(String, String)> = out
+                .items()
+                .iter()
+                .filter_map(|entry| match (entry.get("pk"), entry.get("created_key")) {
+                    (Some(AttributeValue::S(pk)), Some(AttributeValue::S(key))) => {
+                        Some((pk.clone(), key.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let keys: Vec<String> = entries.iter().map(|(pk, _)| pk.clone()).collect();
+            for item in self.read_items(&keys).await? {
+                let job = decode(&item)?;
+                // The entry names the incarnation it was made for; the item may hold a later one by now.
+                let listed = entries.iter().any(|(pk, key)| {
+                    *pk == job.id.intent()
+                        && *key == created_key(job.created_at.timestamp_millis(), &job.id)
+                });
+                if listed
+                    && job.owner == *owner
+                    && !job.is_expired(now)
+                    && query.status.is_none_or(|status| job.status() == status)
+                {
+                    jobs.push(job);
                 }
-            }
-            let out = request.send().await.map_err(sdk)?;
-            for item in out.items() {
-                jobs.push(decode(item)?);
             }
             match out.last_evaluated_key {
                 Some(key) if jobs.len() <= query.limit => start = Some(key),
@@ -168,8 +179,6 @@ impl JobStore for DynamoStore {
         u.set("#attempts.#n.started_at = :now");
         u.set("#attempts.#n.lease_expires_at = :lease");
         u.value(":lease", n(lease_expires_at.timestamp_millis()));
-        u.set("#status = :running");
-        u.value(":running", s(JobStatus::Running.as_str()));
         u.sweep(Sweep::Started, id, lease_expires_at);
         Ok(self
             .update(id, None, stamp.now, u, |job| {
@@ -193,7 +202,6 @@ impl JobStore for DynamoStore {
         u.value(":started", s(AttemptState::Started.as_str()));
         u.set("#attempts.#n.#state = :unknown");
         u.value(":unknown", s(AttemptState::Unknown.as_str()));
-        u.set("#status = :unknown");
         u.remove("sweep_pk");
         u.remove("sweep_at");
         Ok(self

@@ -4,9 +4,10 @@
 //! - an item's size is the sum of its attribute names and values (UTF-8 strings; numbers about one byte per two
 //!   significant digits, plus one; 3 bytes per map or list and 1 per element);
 //! - a `PutItem` or `UpdateItem` costs one unit per started KiB of the larger of the item before and after;
-//! - each global secondary index the write touches costs one unit per started KiB of its entry (the projected
-//!   attributes: all of them here): an entry that appears is a put, one that goes is a delete (sized as it was),
-//!   one whose key changes is both, one whose key stays but whose projected attributes change is a put.
+//! - each global secondary index the write touches costs one unit per started KiB of its entry (the table's key,
+//!   the index's key and the projected attributes — none more here: both indexes hold keys only): an entry that
+//!   appears is a put, one that goes is a delete (sized as it was), one whose key changes is both, one whose key
+//!   stays but whose projected attributes change is a put (which keys-only entries never are).
 //!
 //! The figures are what the item encoding gives for a job's states; they are an estimate of the bill (DynamoDB
 //! rounds the same way), not a measurement.
@@ -81,28 +82,16 @@ fn units(bytes: usize) -> u64 {
     bytes.div_ceil(1024).max(1) as u64
 }
 
-/// The units an index with key `keys` (projecting every attribute) pays for the change from `old` to `new`.
+/// The units a keys-only index with key `keys` pays for the change from `old` to `new`.
 fn index_units(old: Option<&Item>, new: &Item, keys: [&str; 2]) -> u64 {
-    let entry = |item: &Item| {
-        keys.iter()
-            .map(|k| item.get(*k).cloned())
-            .collect::<Option<Vec<AttributeValue>>>()
+    // The entry: the table's key and the index's, or none when the item lacks an index key (a sparse index).
+    let entry = |item: &Item| -> Option<Item> {
+        ["pk", keys[0], keys[1]]
+            .iter()
+            .map(|k| Some(((*k).to_owned(), item.get(*k)?.clone())))
+            .collect()
     };
-    let put = || {
-        if entry(new).is_some() {
-            units(size(new))
-        } else {
-            0
-        }
-    };
-    match old {
-        Some(old) => match (entry(old), entry(new)) {
-            (None, _) => put(),
-            (Some(_), None) => units(size(old)),
-            (Some(was), Some(is)) if was != is => units(size(old)) + put(),
-            (Some(_), Some(_)) if old != new => put(),
-            (Some(_), Some(_)) => 0,
-        },
-        None => put(),
-    }
+    let cost = |entry: &Option<Item>| entry.as_ref().map_or(0, |e| units(size(e)));
+    let (was, is) = (old.and_then(entry), entry(new));
+    if was == is { 0 } else { cost(&was) + cost(&is) }
 }

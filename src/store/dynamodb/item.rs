@@ -5,16 +5,15 @@
 //! | attribute | type | meaning |
 //! |---|---|---|
 //! | `pk` | S | the intent part of the job id, `job_<32 hex>` (table hash key); the id adds the creation time |
-//! | `owner`, `created_key` | S, S | GSI `by_owner`: owner → `<created_at ms, 13 digits>#<id>`, newest first |
+//! | `owner`, `created_key` | S, S | GSI `by_owner` (keys only): owner → `<created_at ms, 13 digits>#<id>`, newest first |
 //! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
 //! | `input` | S | the input, as JSON text |
 //! | `providers` | L of S | the chain |
 //! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, started_at?, finished_at?, error?, report?, origin?, writer?}` |
-//! | `status` | S | the status while the job is open (`queued`, `running`, `unknown`, `failed`) |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
-//! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep`: `QUEUED#s` / `STARTED#s` (s = shard 0–7) → last dispatch / lease end |
+//! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep` (keys only): `QUEUED#s` / `STARTED#s` (s = shard 0–7) → last dispatch / lease end |
 //! | `created_at`, `updated_at` | N | milliseconds |
 //! | `expires_at` | N | seconds: the end of the retention, and the table's TTL attribute |
 //!
@@ -39,7 +38,7 @@ use super::update::{Sweep, sweep_key, sweep_kind};
 use super::{DynamoError, Item};
 use crate::domain::{
     Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
-    JobId, JobStatus, Owner, ProviderName, Qualification, Timestamp, WriteToken,
+    JobId, Owner, ProviderName, Qualification, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -65,7 +64,6 @@ struct JobItem {
     #[serde(with = "ts_seconds")]
     expires_at: Timestamp,
     rev: i64,
-    status: JobStatus,
     attempts: BTreeMap<String, AttemptItem>,
     #[serde(
         default,
@@ -216,7 +214,6 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
         updated_at: job.updated_at,
         expires_at: job.expires_at,
         rev,
-        status: job.status(),
         attempts: job
             .attempts
             .iter()

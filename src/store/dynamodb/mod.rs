@@ -28,9 +28,12 @@
 //! item comes back with the error and the domain's own rules say why — a refusal, a repeat of a write that landed,
 //! or (rarely: the late answer of a cancelled attempt) a case the one-request form does not cover, written in full
 //! from that returned item and guarded by `rev`. fail, attempt cancel and add attempt read the item (consistently)
-//! and write it back guarded by `rev`. Listings and sweeps are `Query`s on the two indexes; nothing scans.
-//! Listings read the `by_owner` index, which is eventually consistent: a job created a moment ago may be missing
-//! from a listing for a moment (reading it by id is always consistent).
+//! and write it back guarded by `rev`. Listings and sweeps are a `Query` on one of the two indexes, then one
+//! `BatchGetItem` (consistent) for the items it names; nothing scans. Both indexes hold keys only, so no write
+//! after the create touches the `by_owner` entry, and a transition pays for the small sweep entry, not a copy of
+//! the job (see `capacity`). The indexes are eventually consistent: a job created a moment ago may be missing
+//! from a listing for a moment (reading it by id is always consistent), and what a listing shows of each job is
+//! read from the job's item.
 
 mod adapter;
 mod capacity;
@@ -44,12 +47,15 @@ pub use capacity::{WriteUnits, item_size, write_units};
 mod tests;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
 
 use super::StoreError;
 use crate::domain::{AttemptRef, Job, JobId, Owner, Refusal, Timestamp};
@@ -216,6 +222,53 @@ impl DynamoStore {
         Err(DynamoError::Contended(id.to_string()).into())
     }
 
+    /// The items of `keys` (table keys), read consistently — one `BatchGetItem` per 100, keys DynamoDB leaves
+    /// unprocessed asked again after a pause — in the order of `keys`; a key without an item is left out.
+    async fn read_items(&self, keys: &[String]) -> Result<Vec<Item>, StoreError> {
+        let mut found: HashMap<String, Item> = HashMap::with_capacity(keys.len());
+        for chunk in keys.chunks(100) {
+            let mut pending = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(
+                        chunk
+                            .iter()
+                            .map(|k| HashMap::from([("pk".to_owned(), s(k))]))
+                            .collect(),
+                    ))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(StoreError::backend)?,
+            );
+            let mut pause = Duration::from_millis(20);
+            while let Some(request) = pending.take() {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(sdk)?;
+                for item in out.responses.into_iter().flatten().flat_map(|(_, items)| items) {
+                    if let Some(AttributeValue::S(pk)) = item.get("pk") {
+                        found.insert(pk.clone(), item);
+                    }
+                }
+                pending = out
+                    .unprocessed_keys
+                    .and_then(|mut left| left.remove(&self.table))
+                    .filter(|left| !left.keys().is_empty());
+                if pending.is_some() {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        Ok(keys.iter().filter_map(|k| found.remove(k)).collect())
+    }
+
+    /// The live attempts the sweep index lists under `kind` with a time before `before`, oldest first: the index
+    /// holds keys only, so the items are read (consistently) and an entry the index still shows after its item
+    /// moved on is left out.
     async fn sweep_query(
         &self,
         kind: Sweep,
@@ -223,7 +276,7 @@ impl DynamoStore {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        let mut found = Vec::new();
+        let mut keys = Vec::new();
         for shard in 0..SWEEP_SHARDS {
             let out = self
                 .client
@@ -237,23 +290,31 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(sdk)?;
-            for item in out.items() {
-                let Decoded { job, sweep_at, .. } = decode_item(item)?;
-                if job.is_expired(now) {
-                    continue;
-                }
-                if let Some(live) = job
-                    .live_attempt()
-                    .filter(|a| sweep_kind(&job, a) == Some(kind))
-                {
-                    found.push((
-                        sweep_at,
-                        AttemptRef {
-                            job_id: job.id.clone(),
-                            number: live.number,
-                        },
-                    ));
-                }
+            keys.extend(out.items().iter().filter_map(|entry| match entry.get("pk") {
+                Some(AttributeValue::S(pk)) => Some(pk.clone()),
+                _ => None,
+            }));
+        }
+        let mut found = Vec::new();
+        for item in self.read_items(&keys).await? {
+            let Decoded { job, sweep_at, .. } = decode_item(&item)?;
+            let Some(at) = sweep_at.filter(|at| *at < before) else {
+                continue;
+            };
+            if job.is_expired(now) {
+                continue;
+            }
+            if let Some(live) = job
+                .live_attempt()
+                .filter(|a| sweep_kind(&job, a) == Some(kind))
+            {
+                found.push((
+                    at,
+                    AttemptRef {
+                        job_id: job.id.clone(),
+                        number: live.number,
+                    },
+                ));
             }
         }
         found.sort_by_key(|(at, _)| *at);

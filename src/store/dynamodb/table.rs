@@ -39,6 +39,7 @@ impl DynamoStore {
                 .build()
                 .expect("name and type are set")
         };
+        // Keys only: a write pays for an entry only when its keys change, and readers fetch the items.
         let index = |name: &str, hash: &str, range: &str| {
             GlobalSecondaryIndex::builder()
                 .index_name(name)
@@ -46,7 +47,7 @@ impl DynamoStore {
                 .key_schema(key(range, KeyType::Range))
                 .projection(
                     Projection::builder()
-                        .projection_type(ProjectionType::All)
+                        .projection_type(ProjectionType::KeysOnly)
                         .build(),
                 )
                 .build()

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{SWEEP_SHARDS, n, s};
-use crate::domain::{Attempt, AttemptState, Job, JobId, JobStatus, Stamp, Timestamp};
+use crate::domain::{Attempt, AttemptState, Job, JobId, Stamp, Timestamp};
 
 /// The two kinds of sweep entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,6 @@ impl Update {
                 ("#attempts".to_owned(), "attempts".to_owned()),
                 ("#n".to_owned(), number.to_string()),
                 ("#state".to_owned(), "state".to_owned()),
-                ("#status".to_owned(), "status".to_owned()),
             ]),
             values: HashMap::from([
                 (":one".to_owned(), n(1)),
@@ -150,17 +149,5 @@ pub(super) fn sweep_kind(job: &Job, live: &Attempt) -> Option<Sweep> {
         }
         AttemptState::Started if job.cancelled_at.is_none() => Some(Sweep::Started),
         _ => None,
-    }
-}
-
-/// A filter on the `by_owner` index for one status: settled ones live in the slot, open ones in `status`.
-pub(super) fn status_filter(status: JobStatus) -> (&'static str, AttributeValue) {
-    match status {
-        JobStatus::Succeeded => ("slot.attempt > :status", n(0)),
-        JobStatus::Cancelled => ("slot.attempt = :status", n(0)),
-        open => (
-            "attribute_not_exists(slot) AND #status = :status",
-            s(open.as_str()),
-        ),
     }
 }
