@@ -211,3 +211,64 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
     let found = store.qualification(&fp("contract"), &fp("provider")).await;
     assert_eq!(found.unwrap(), Some(passed));
 }
+
+/// A large input (on DynamoDB kept in an item of its own, written once) comes back whole from every answer that
+/// shows the job — concurrent creates of one key, a conflict (the job's own input), a read, a listing and each kind
+/// of write — and the key still makes one job.
+pub async fn a_large_input_comes_back_from_every_answer(store: Arc<dyn JobStore>) {
+    let input = json!({"text": "l".repeat(64 * 1024)});
+    let mut tasks = JoinSet::new();
+    for i in 0..20 {
+        let (store, input) = (store.clone(), input.clone());
+        tasks.spawn(async move {
+            store
+                .create_job(new_job("alice", "large", input), RETENTION, &by(i))
+                .await
+                .unwrap()
+        });
+    }
+    let outcomes = tasks.join_all().await;
+    let created = outcomes
+        .iter()
+        .filter(|o| matches!(o, CreateOutcome::Created(_)))
+        .count();
+    assert_eq!(created, 1);
+    assert!(outcomes.iter().all(|o| o.job().input == input));
+    let job = outcomes[0].job().clone();
+    assert!(outcomes.iter().all(|o| o.job().id == job.id));
+
+    let other = json!({"text": "m".repeat(64 * 1024)});
+    let conflict = store
+        .create_job(new_job("alice", "large", other), RETENTION, &by(30))
+        .await
+        .unwrap();
+    assert!(matches!(&conflict, CreateOutcome::Conflict(j) if j.input == input));
+
+    let read = store.get_job(&job.owner, &job.id, later()).await.unwrap();
+    assert_eq!(read.unwrap().input, input);
+    assert_eq!(all_jobs(store.as_ref(), "alice").await[0].input, input);
+
+    let claimed = store
+        .claim_attempt(&job.id, 1, lease(), &by(31))
+        .await
+        .unwrap();
+    assert_eq!(claimed.input, input);
+    let failed = store
+        .fail_attempt(
+            &job.id,
+            1,
+            ErrorInfo::new("provider_error", "down"),
+            CallReport::default(),
+            &to("fallback"),
+            &by(32),
+        )
+        .await
+        .unwrap();
+    assert_eq!((failed.attempts.len(), &failed.input), (2, &input));
+    store
+        .claim_attempt(&job.id, 2, lease(), &by(33))
+        .await
+        .unwrap();
+    let (won, done) = answer(store.as_ref(), &job, 2, "ok", 34).await;
+    assert_eq!((won, &done.input), (Completion::Won, &input));
+}

@@ -45,6 +45,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $fixture;
             concurrent_creates_with_one_key_make_one_job,
             a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged,
+            a_large_input_comes_back_from_every_answer,
             owners_are_isolated,
             a_second_live_attempt_is_refused,
             concurrent_completions_have_exactly_one_winner,

@@ -10,17 +10,40 @@ use chrono::Duration;
 use serde_json::Value;
 
 use super::item::{
-    ANSWERED, Slot, created_key, decode, decode_qualification, encode, encode_qualification,
-    json_attribute, qualification_key,
+    ANSWERED, Decoded, Slot, created_key, decode_item, decode_qualification, encode, encode_input,
+    encode_qualification, json_attribute, qualification_key,
 };
 use super::update::{Sweep, Update};
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
     AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover,
-    Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification,
-    Stamp, Timestamp,
+    Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp,
+    Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
+
+impl DynamoStore {
+    /// What a create finds when the intent already has a live job: that job answers — created (by this very
+    /// write, repeated), replayed or in conflict. The same fingerprint means the same input, so only a conflict
+    /// reads an input kept apart.
+    async fn of_existing(
+        &self,
+        mut existing: Decoded,
+        new: &Job,
+        stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError> {
+        if existing.input_apart && existing.job.fingerprint == new.fingerprint {
+            existing.job.input = new.input.clone();
+            existing.input_apart = false;
+        }
+        let existing = self.with_input(existing).await?.job;
+        Ok(CreateOutcome::of_existing(
+            existing,
+            &new.fingerprint,
+            &stamp.token,
+        ))
+    }
+}
 
 #[async_trait]
 impl JobStore for DynamoStore {
@@ -31,6 +54,23 @@ impl JobStore for DynamoStore {
         stamp: &Stamp,
     ) -> Result<CreateOutcome, StoreError> {
         let job = Job::new(new, retention, stamp);
+        if let Some(input) = encode_input(&job) {
+            // A job that is there answers without a write: a replay would otherwise pay for its input again.
+            if let Some(item) = self.read_item(&job.id).await? {
+                let existing = decode_item(&item)?;
+                if !existing.job.is_expired(stamp.now) {
+                    return self.of_existing(existing, &job, stamp).await;
+                }
+            }
+            // Written before the job, so a job never lacks its input; the same intent writes the same item.
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(input))
+                .send()
+                .await
+                .map_err(sdk)?;
+        }
         let put = self
             .client
             .put_item()
@@ -52,12 +92,7 @@ impl JobStore for DynamoStore {
                             "the existing item was not returned".into(),
                         )
                     })?;
-                    let existing = decode(&old)?;
-                    Ok(CreateOutcome::of_existing(
-                        existing,
-                        &job.fingerprint,
-                        &stamp.token,
-                    ))
+                    self.of_existing(decode_item(&old)?, &job, stamp).await
                 }
                 other => Err(StoreError::backend(other)),
             },
@@ -70,11 +105,15 @@ impl JobStore for DynamoStore {
         id: &JobId,
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
-        match self.read_item(id).await? {
-            None => Ok(None),
-            Some(item) => Ok(Some(decode(&item)?)
-                .filter(|job| job.id == *id && job.owner == *owner && !job.is_expired(now))),
+        let Some(item) = self.read_item(id).await? else {
+            return Ok(None);
+        };
+        let decoded = decode_item(&item)?;
+        let job = &decoded.job;
+        if job.id != *id || job.owner != *owner || job.is_expired(now) {
+            return Ok(None);
         }
+        Ok(Some(self.with_input(decoded).await?.job))
     }
 
     async fn list_jobs(
@@ -123,7 +162,8 @@ impl JobStore for DynamoStore {
                 .collect();
             let keys: Vec<String> = entries.iter().map(|(pk, _)| pk.clone()).collect();
             for item in self.read_items(&keys).await? {
-                let job = decode(&item)?;
+                let decoded = decode_item(&item)?;
+                let job = &decoded.job;
                 // The entry names the incarnation it was made for; the item may hold a later one by now.
                 let listed = entries.iter().any(|(pk, key)| {
                     *pk == job.id.intent()
@@ -134,7 +174,7 @@ impl JobStore for DynamoStore {
                     && !job.is_expired(now)
                     && query.status.is_none_or(|status| job.status() == status)
                 {
-                    jobs.push(job);
+                    jobs.push(decoded);
                 }
             }
             match out.last_evaluated_key {
@@ -144,9 +184,13 @@ impl JobStore for DynamoStore {
         }
         let next_cursor = (jobs.len() > query.limit).then(|| {
             jobs.truncate(query.limit);
-            Cursor::after(jobs.last().expect("limit is at least 1"))
+            Cursor::after(&jobs.last().expect("limit is at least 1").job)
         });
-        Ok(JobPage { jobs, next_cursor })
+        let jobs = self.with_inputs(jobs).await?;
+        Ok(JobPage {
+            jobs: jobs.into_iter().map(|d| d.job).collect(),
+            next_cursor,
+        })
     }
 
     async fn add_attempt(

@@ -3,7 +3,8 @@
 //!
 //! - an item's size is the sum of its attribute names and values (UTF-8 strings; numbers about one byte per two
 //!   significant digits, plus one; 3 bytes per map or list and 1 per element);
-//! - a `PutItem` or `UpdateItem` costs one unit per started KiB of the larger of the item before and after;
+//! - a `PutItem` or `UpdateItem` costs one unit per started KiB of the larger of the item before and after (a
+//!   create whose input is kept apart writes two items: the input's and the job's);
 //! - each global secondary index the write touches costs one unit per started KiB of its entry (the table's key,
 //!   the index's key and the projected attributes — none more here: both indexes hold keys only): an entry that
 //!   appears is a put, one that goes is a delete (sized as it was), one whose key changes is both, one whose key
@@ -15,7 +16,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::Item;
-use super::item::encode;
+use super::item::{encode, encode_input};
 use crate::domain::Job;
 
 /// The units one write costs: on the table and on each index.
@@ -37,14 +38,20 @@ pub fn write_units(before: Option<&Job>, after: &Job) -> WriteUnits {
     // Every write bumps `rev`, so every write changes the item (and each index entry that projects it).
     let old = before.map(|job| encode(job, 1));
     let new = encode(after, if before.is_some() { 2 } else { 1 });
+    // A create writes an input kept apart first, in an item of its own that no later write touches.
+    let input = match before {
+        None => encode_input(after).map_or(0, |item| units(size(&item))),
+        Some(_) => 0,
+    };
     WriteUnits {
-        table: units(old.as_ref().map_or(0, size).max(size(&new))),
+        table: input + units(old.as_ref().map_or(0, size).max(size(&new))),
         by_owner: index_units(old.as_ref(), &new, ["owner", "created_key"]),
         sweep: index_units(old.as_ref(), &new, ["sweep_pk", "sweep_at"]),
     }
 }
 
-/// The size DynamoDB counts for the item that holds `job`. An item may be at most 400 KB.
+/// The size DynamoDB counts for the item that holds `job` (without its input when that is kept apart). An item may
+/// be at most 400 KB.
 pub fn item_size(job: &Job) -> usize {
     size(&encode(job, 1))
 }

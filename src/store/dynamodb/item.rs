@@ -7,7 +7,7 @@
 //! | `pk` | S | the intent part of the job id, `job_<32 hex>` (table hash key); the id adds the creation time |
 //! | `owner`, `created_key` | S, S | GSI `by_owner` (keys only): owner → `<created_at ms, 13 digits>#<id>`, newest first |
 //! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
-//! | `input` | S | the input, as JSON text |
+//! | `input` | S | the input, as JSON text, when it is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
 //! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, started_at?, finished_at?, error?, report?, origin?, writer?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
@@ -54,8 +54,13 @@ struct JobItem {
     idempotency_key: IdempotencyKey,
     fingerprint: Fingerprint,
     contract: ContractRef,
-    #[serde(with = "json_text")]
-    input: Value,
+    /// Absent when the input is kept in an item of its own ([`input_key`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "json_text_option"
+    )]
+    input: Option<Value>,
     providers: Vec<ProviderName>,
     #[serde(with = "ts_milliseconds")]
     created_at: Timestamp,
@@ -183,11 +188,59 @@ struct QualificationItem {
     evidence: Qualification,
 }
 
-/// What a read of an item needs besides the job: the guard of a read-then-write, and the sweep entry's time.
+/// What a read of an item needs besides the job: the guard of a read-then-write, the sweep entry's time, and
+/// whether the job's input is in an item of its own (then `job.input` is `null` until that item is read).
 pub(super) struct Decoded {
     pub job: Job,
     pub rev: i64,
     pub sweep_at: Option<Timestamp>,
+    pub input_apart: bool,
+}
+
+/// The largest input (its JSON text, in bytes) kept in the job's item. A larger one is written once, in an item of
+/// its own, so that the transitions, which rewrite the job's item, do not pay for it again (see `capacity`).
+pub(super) const INLINE_INPUT: usize = 1024;
+
+/// The input's JSON text when it goes in an item of its own.
+fn input_apart(job: &Job) -> Option<String> {
+    let text = job.input.to_string();
+    (text.len() > INLINE_INPUT).then_some(text)
+}
+
+/// An input kept apart: immutable, under its job's intent and the fingerprint (which covers the input), so a
+/// replay or a later incarnation with the same intent writes the very same item; it expires with its job.
+#[derive(Debug, Serialize, Deserialize)]
+struct InputItem {
+    pk: String,
+    input: String,
+    #[serde(with = "ts_seconds")]
+    expires_at: Timestamp,
+}
+
+/// The key of the item that holds `job`'s input when it is kept apart. It cannot be a job id (those start `job_`)
+/// and carries no index key.
+pub(super) fn input_key(job: &Job) -> String {
+    format!("input#{}#{}", job.id.intent(), job.fingerprint)
+}
+
+/// The item holding `job`'s input, if it is kept apart.
+pub(super) fn encode_input(job: &Job) -> Option<Item> {
+    input_apart(job).map(|input| {
+        serde_dynamo::to_item(InputItem {
+            pk: input_key(job),
+            input,
+            expires_at: job.expires_at,
+        })
+        .expect("an input's item always encodes")
+    })
+}
+
+/// The input an input item holds, with its key.
+pub(super) fn decode_input(item: &Item) -> Result<(String, Value), StoreError> {
+    let stored: InputItem = read(item)?;
+    let input =
+        serde_json::from_str(&stored.input).map_err(|e| corrupt(&stored.pk, "input", &e))?;
+    Ok((stored.pk, input))
 }
 
 /// The item for a job as the domain sees it, at revision `rev`. Attempt states are written as they are.
@@ -208,7 +261,7 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
         idempotency_key: job.idempotency_key.clone(),
         fingerprint: job.fingerprint,
         contract: job.contract.clone(),
-        input: job.input.clone(),
+        input: input_apart(job).is_none().then(|| job.input.clone()),
         providers: job.providers.clone(),
         created_at: job.created_at,
         updated_at: job.updated_at,
@@ -259,17 +312,14 @@ pub(super) fn json_attribute(value: &impl Serialize) -> AttributeValue {
     AttributeValue::S(serde_json::to_string(value).expect("domain values always serialise"))
 }
 
-/// The job an item holds, with `version`, result, cancellation and derived attempt states read from the slot.
-pub(super) fn decode(item: &Item) -> Result<Job, StoreError> {
-    decode_item(item).map(|d| d.job)
-}
-
-/// The job an item holds, with its revision and sweep time.
+/// The job an item holds (its input aside, when kept apart), with `version`, result, cancellation and derived
+/// attempt states read from the slot, its revision and its sweep time.
 pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
     let stored: JobItem = read(item)?;
     let bad = |what: &str, detail: &dyn std::fmt::Display| corrupt(&stored.pk, what, detail);
     let intent = JobId::parse(&stored.pk).map_err(|e| bad("pk", &e))?;
     let id = JobId::incarnation(intent.intent(), stored.created_at.timestamp_millis());
+    let input_apart = stored.input.is_none();
     let slot = stored.slot;
     let slot_at = slot.as_ref().map(|s| s.at);
     let cancelled_at = slot.as_ref().filter(|s| s.attempt == 0).map(|s| s.at);
@@ -315,7 +365,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         idempotency_key: stored.idempotency_key,
         fingerprint: stored.fingerprint,
         contract: stored.contract,
-        input: stored.input,
+        input: stored.input.unwrap_or(Value::Null),
         providers: stored.providers,
         version: u64::from(slot_at.is_some()),
         completed_by,
@@ -333,6 +383,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         job,
         rev: stored.rev,
         sweep_at: stored.sweep_at,
+        input_apart,
     })
 }
 

@@ -59,7 +59,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::StoreError;
 use crate::domain::{AttemptRef, Job, JobId, Owner, Refusal, Timestamp};
-use item::{Decoded, decode, decode_item, encode};
+use item::{Decoded, decode_input, decode_item, encode, input_key};
 use update::{Sweep, Update, sweep_kind};
 
 type Item = HashMap<String, AttributeValue>;
@@ -158,7 +158,7 @@ impl DynamoStore {
                 let item = out.attributes.as_ref().ok_or_else(|| {
                     DynamoError::Corrupt(id.to_string(), "no item returned".into())
                 })?;
-                Ok((None, decode(item)?))
+                Ok((None, self.with_input(decode_item(item)?).await?.job))
             }
             Err(e) => match e.into_service_error() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
@@ -191,10 +191,13 @@ impl DynamoStore {
                 Some(item) => item,
                 None => self.read_item(id).await?.ok_or(StoreError::NotFound)?,
             };
-            let Decoded { job, rev, .. } = decode_item(&item)?;
+            let decoded = decode_item(&item)?;
+            let job = &decoded.job;
             if job.id != *id || job.is_expired(now) || owner.is_some_and(|o| *o != job.owner) {
                 return Err(StoreError::NotFound);
             }
+            // The whole item is written back, so the job must be whole: its input read if it is kept apart.
+            let Decoded { job, rev, .. } = self.with_input(decoded).await?;
             let mut after = job.clone();
             let out = apply(&mut after)?;
             if after == job {
@@ -220,6 +223,40 @@ impl DynamoStore {
             }
         }
         Err(DynamoError::Contended(id.to_string()).into())
+    }
+
+    /// The jobs `decoded` holds, each with its input: the inputs kept apart read in one batch.
+    async fn with_inputs(&self, mut decoded: Vec<Decoded>) -> Result<Vec<Decoded>, StoreError> {
+        let mut keys: Vec<String> = decoded
+            .iter()
+            .filter(|d| d.input_apart)
+            .map(|d| input_key(&d.job))
+            .collect();
+        if keys.is_empty() {
+            return Ok(decoded);
+        }
+        keys.sort();
+        keys.dedup();
+        let mut inputs = HashMap::with_capacity(keys.len());
+        for item in self.read_items(&keys).await? {
+            let (key, input) = decode_input(&item)?;
+            inputs.insert(key, input);
+        }
+        for d in decoded.iter_mut().filter(|d| d.input_apart) {
+            d.job.input = inputs.get(&input_key(&d.job)).cloned().ok_or_else(|| {
+                DynamoError::Corrupt(d.job.id.to_string(), "its input's item is missing".into())
+            })?;
+            d.input_apart = false;
+        }
+        Ok(decoded)
+    }
+
+    async fn with_input(&self, decoded: Decoded) -> Result<Decoded, StoreError> {
+        Ok(self
+            .with_inputs(vec![decoded])
+            .await?
+            .pop()
+            .expect("one in, one out"))
     }
 
     /// The items of `keys` (table keys), read consistently — one `BatchGetItem` per 100, keys DynamoDB leaves
@@ -248,7 +285,12 @@ impl DynamoStore {
                     .send()
                     .await
                     .map_err(sdk)?;
-                for item in out.responses.into_iter().flatten().flat_map(|(_, items)| items) {
+                for item in out
+                    .responses
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|(_, items)| items)
+                {
                     if let Some(AttributeValue::S(pk)) = item.get("pk") {
                         found.insert(pk.clone(), item);
                     }
@@ -290,10 +332,14 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(sdk)?;
-            keys.extend(out.items().iter().filter_map(|entry| match entry.get("pk") {
-                Some(AttributeValue::S(pk)) => Some(pk.clone()),
-                _ => None,
-            }));
+            keys.extend(
+                out.items()
+                    .iter()
+                    .filter_map(|entry| match entry.get("pk") {
+                        Some(AttributeValue::S(pk)) => Some(pk.clone()),
+                        _ => None,
+                    }),
+            );
         }
         let mut found = Vec::new();
         for item in self.read_items(&keys).await? {
