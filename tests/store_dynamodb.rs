@@ -15,6 +15,11 @@ use support::aws::{RequestCounter, sdk_config, stack_table, table_for_test, uniq
 
 /// A store on a fresh table, and the counter of the requests its client sends.
 async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
+    dynamodb_on_table().await.map(|(store, counter, _)| (store, counter))
+}
+
+/// [`dynamodb_counted`], with a client (uncounted) that reads the table behind the store's back.
+async fn dynamodb_on_table() -> Option<(DynamoStore, RequestCounter, TableReader)> {
     let config = sdk_config().await?;
     let counter = RequestCounter::default();
     let client_config = aws_sdk_dynamodb::config::Builder::from(&config)
@@ -23,12 +28,41 @@ async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
     let client = aws_sdk_dynamodb::Client::from_conf(client_config);
     let table = unique_name("onejob");
     table_for_test(&client, &table).await;
+    let reader = TableReader {
+        client: aws_sdk_dynamodb::Client::new(&config),
+        table: table.clone(),
+    };
     let store = DynamoStore::new(client, table);
     assert!(
         !store.create_table().await.unwrap(),
         "creating it again does nothing"
     );
-    Some((store, counter))
+    Some((store, counter, reader))
+}
+
+struct TableReader {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl TableReader {
+    /// The keys of every item in the table.
+    async fn keys(&self) -> Vec<String> {
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .send()
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = out
+            .items()
+            .iter()
+            .map(|item| item["pk"].as_s().unwrap().clone())
+            .collect();
+        keys.sort();
+        keys
+    }
 }
 
 async fn dynamodb() -> Option<Fixture> {
@@ -136,6 +170,49 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
         .unwrap();
     assert_eq!(none, None);
     spent(1, "qualification lookup", &mut last);
+}
+
+/// A large input is written once, in an item of its own: its create costs a read and two writes, its replay one
+/// read and nothing written, and each transition one write plus the read of the input for the answer; the table
+/// then holds the job and its input, nothing more.
+#[tokio::test]
+async fn a_large_input_is_written_once() {
+    let Some((store, counter, table)) = dynamodb_on_table().await else {
+        return;
+    };
+    let spent = |expected: usize, what: &str, last: &mut usize| {
+        let now = counter.count();
+        assert_eq!(now - *last, expected, "{what}");
+        *last = now;
+    };
+    let input = json!({"text": "x".repeat(64 * 1024)});
+    let new = || new_job("alice", "large", input.clone());
+    let mut last = counter.count();
+    let job = store
+        .create_job(new(), RETENTION, &by(0))
+        .await
+        .unwrap()
+        .job()
+        .clone();
+    spent(3, "create", &mut last);
+    let replay = store.create_job(new(), RETENTION, &by(1)).await.unwrap();
+    assert!(matches!(&replay, CreateOutcome::Replayed(j) if j.input == input));
+    spent(1, "replay", &mut last);
+    let claimed = store
+        .claim_attempt(&job.id, 1, at(60_000), &by(2))
+        .await
+        .unwrap();
+    assert_eq!(claimed.input, input);
+    spent(2, "claim", &mut last);
+    let (won, done) = store
+        .complete_attempt(&job.id, 1, json!({"summary": "a"}), usage(), &by(3))
+        .await
+        .unwrap();
+    assert_eq!((won, &done.input), (Completion::Won, &input));
+    spent(2, "completion", &mut last);
+
+    let keys = table.keys().await;
+    assert_eq!(keys.len(), 2, "the job and its input: {keys:?}");
 }
 
 /// Invariant 11's price: a write repeated with its token after its answer was lost costs one request — the failed
