@@ -15,7 +15,9 @@ use support::aws::{RequestCounter, sdk_config, stack_table, table_for_test, uniq
 
 /// A store on a fresh table, and the counter of the requests its client sends.
 async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
-    dynamodb_on_table().await.map(|(store, counter, _)| (store, counter))
+    dynamodb_on_table()
+        .await
+        .map(|(store, counter, _)| (store, counter))
 }
 
 /// [`dynamodb_counted`], with a client (uncounted) that reads the table behind the store's back.

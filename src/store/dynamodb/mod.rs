@@ -260,16 +260,21 @@ impl DynamoStore {
     }
 
     /// The items of `keys` (table keys), read consistently — one `BatchGetItem` per 100, keys DynamoDB leaves
-    /// unprocessed asked again after a pause — in the order of `keys`; a key without an item is left out.
+    /// unprocessed asked again after a pause — in the order of `keys`; a key without an item is left out, a key named
+    /// twice is read once.
     async fn read_items(&self, keys: &[String]) -> Result<Vec<Item>, StoreError> {
         let mut found: HashMap<String, Item> = HashMap::with_capacity(keys.len());
-        for chunk in keys.chunks(100) {
+        // A batch may not name a key twice (an index read while it catches up can show one twice).
+        let mut unique: Vec<&String> = keys.iter().collect();
+        unique.sort();
+        unique.dedup();
+        for chunk in unique.chunks(100) {
             let mut pending = Some(
                 KeysAndAttributes::builder()
                     .set_keys(Some(
                         chunk
                             .iter()
-                            .map(|k| HashMap::from([("pk".to_owned(), s(k))]))
+                            .map(|k| HashMap::from([("pk".to_owned(), s(k.as_str()))]))
                             .collect(),
                     ))
                     .consistent_read(true)
