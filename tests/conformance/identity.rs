@@ -2,22 +2,23 @@
 
 use super::*;
 
-pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStore>) {
+/// `n` creates of alice's `key` with `input` at once, each a write of its own.
+async fn creates_at_once(
+    store: &Arc<dyn JobStore>,
+    n: i64,
+    key: &str,
+    input: &Value,
+) -> Vec<CreateOutcome> {
     let mut tasks = JoinSet::new();
-    for i in 0..50 {
-        let store = store.clone();
-        tasks.spawn(async move {
-            store
-                .create_job(
-                    new_job("alice", "double-click", json!({"text": "hi"})),
-                    RETENTION,
-                    &by(i),
-                )
-                .await
-                .unwrap()
-        });
+    for i in 0..n {
+        let (store, new) = (store.clone(), new_job("alice", key, input.clone()));
+        tasks.spawn(async move { store.create_job(new, RETENTION, &by(i)).await.unwrap() });
     }
-    let outcomes = tasks.join_all().await;
+    tasks.join_all().await
+}
+
+pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStore>) {
+    let outcomes = creates_at_once(&store, 50, "double-click", &json!({"text": "hi"})).await;
     let created = outcomes
         .iter()
         .filter(|o| matches!(o, CreateOutcome::Created(_)))
@@ -217,17 +218,7 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
 /// of write — and the key still makes one job.
 pub async fn a_large_input_comes_back_from_every_answer(store: Arc<dyn JobStore>) {
     let input = json!({"text": "l".repeat(64 * 1024)});
-    let mut tasks = JoinSet::new();
-    for i in 0..20 {
-        let (store, input) = (store.clone(), input.clone());
-        tasks.spawn(async move {
-            store
-                .create_job(new_job("alice", "large", input), RETENTION, &by(i))
-                .await
-                .unwrap()
-        });
-    }
-    let outcomes = tasks.join_all().await;
+    let outcomes = creates_at_once(&store, 20, "large", &input).await;
     let created = outcomes
         .iter()
         .filter(|o| matches!(o, CreateOutcome::Created(_)))
