@@ -69,8 +69,8 @@ async fn the_schema_itself_allows_one_live_attempt() {
         .clone();
     let conn = rusqlite::Connection::open(&path).unwrap();
     let second_live = conn.execute(
-        "INSERT INTO attempts (job_id, number, provider, state, created_at, dispatched_at) \
-         VALUES (?1, 2, 'fallback', 'queued', 0, 0)",
+        "INSERT INTO attempts (job, number, provider, state, created_at, dispatched_at) \
+         VALUES ((SELECT seq FROM jobs WHERE id = ?1), 2, 'fallback', 'queued', 0, 0)",
         [job.id.as_str()],
     );
     let err = second_live.unwrap_err();
@@ -83,8 +83,9 @@ async fn the_schema_itself_allows_one_live_attempt() {
     assert!(dup_key.unwrap_err().to_string().contains("UNIQUE"));
 }
 
-/// A file written by the previous version (schema 2: no retention, no tokens, no dispatch record) opens, keeps
-/// its jobs with the default 30 days of retention, and its jobs move on.
+/// A file written by an older version (schema 2: no retention, no tokens, no dispatch record; attempts keyed by
+/// the job's id) opens, keeps its jobs with the default 30 days of retention and their attempts, numbers the jobs
+/// in the order they were made, and its jobs move on.
 #[tokio::test]
 async fn a_version_2_file_is_brought_up_to_date() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,6 +126,21 @@ async fn a_version_2_file_is_brought_up_to_date() {
         [created],
     )
     .unwrap();
+    // An older job (by creation time, though a larger id), whose first attempt failed over to a second.
+    conn.execute(
+        "INSERT INTO jobs VALUES ('job_ffffffffffffffffffffffffffffffff', 'alice', 'k2', ?1, 'summarize@1',
+             '{\"text\":\"old\"}', '[\"primary\",\"fallback\"]', 'queued', 0, NULL, NULL, NULL, NULL, ?2, ?2)",
+        rusqlite::params![fingerprint.to_string(), created - 1],
+    )
+    .unwrap();
+    conn.execute_batch(
+        "INSERT INTO attempts (job_id, number, provider, state, created_at, error)
+             VALUES ('job_ffffffffffffffffffffffffffffffff', 1, 'primary', 'failed', 0,
+                     '{\"code\":\"provider_error\",\"message\":\"down\"}');
+         INSERT INTO attempts (job_id, number, provider, state, created_at)
+             VALUES ('job_ffffffffffffffffffffffffffffffff', 2, 'fallback', 'queued', 0);",
+    )
+    .unwrap();
     drop(conn);
 
     let store = SqliteStore::open(&path).unwrap();
@@ -140,6 +156,37 @@ async fn a_version_2_file_is_brought_up_to_date() {
         (attempt.dispatched_at, &attempt.origin),
         (conformance::at(0), &None)
     );
+    let older = onejob::domain::JobId::parse("job_ffffffffffffffffffffffffffffffff").unwrap();
+    let failed_over = store
+        .get_job(&owner, &older, later())
+        .await
+        .unwrap()
+        .unwrap();
+    let states: Vec<_> = failed_over.attempts.iter().map(|a| a.state).collect();
+    assert_eq!(
+        states,
+        [
+            onejob::domain::AttemptState::Failed,
+            onejob::domain::AttemptState::Queued
+        ]
+    );
+    // Version 4 numbers the jobs in the order they were made, and the schema still allows one live attempt.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let order: Vec<String> = conn
+        .prepare("SELECT id FROM jobs ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(order, [older.as_str(), id.as_str()]);
+    let second_live = conn.execute(
+        "INSERT INTO attempts (job, number, provider, state, created_at, dispatched_at) \
+         VALUES ((SELECT seq FROM jobs WHERE id = ?1), 3, 'primary', 'queued', 0, 0)",
+        [older.as_str()],
+    );
+    assert!(second_live.unwrap_err().to_string().contains("UNIQUE"));
+    drop(conn);
     let claimed = store.claim_attempt(&id, 1, later(), &by(1)).await.unwrap();
     assert_eq!(claimed.status(), onejob::domain::JobStatus::Running);
     // The key still names the old job: a create with it replays.

@@ -226,7 +226,7 @@ impl JobStore for SqliteStore {
         self.read(move |conn| {
             attempt_refs(
                 conn,
-                "SELECT a.job_id, a.number FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
                  WHERE a.state = 'started' AND a.lease_expires_at < ?1 \
                    AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
                  ORDER BY a.lease_expires_at LIMIT ?3",
@@ -247,7 +247,7 @@ impl JobStore for SqliteStore {
         self.read(move |conn| {
             attempt_refs(
                 conn,
-                "SELECT a.job_id, a.number FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
                  WHERE a.state = 'queued' AND a.dispatched_at < ?1 \
                    AND j.completed_by IS NULL AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
                  ORDER BY a.dispatched_at LIMIT ?3",

@@ -80,7 +80,7 @@ pub(super) fn job_for_key(
 
 pub(super) fn delete_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Result<(), StoreError> {
     for id in ids {
-        tx.prepare_cached("DELETE FROM attempts WHERE job_id = ?1")?
+        tx.prepare_cached("DELETE FROM attempts WHERE job = (SELECT seq FROM jobs WHERE id = ?1)")?
             .execute([id.as_str()])?;
         tx.prepare_cached("DELETE FROM jobs WHERE id = ?1")?
             .execute([id.as_str()])?;
@@ -146,7 +146,7 @@ pub(super) fn write_back(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
                                          writer = ?9 \
-                     WHERE job_id = ?10 AND number = ?11 AND state = ?12")?
+                     WHERE job = (SELECT seq FROM jobs WHERE id = ?10) AND number = ?11 AND state = ?12")?
         .execute(params![
                         attempt.state.as_str(),
                         attempt.seen_version.map(|v| v as i64),
@@ -173,7 +173,7 @@ pub(super) fn write_back(
 
 fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job_id, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES ((SELECT seq FROM jobs WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"))?
         .execute(params![
             job_id.as_str(),
             a.number,
@@ -244,7 +244,7 @@ pub(super) fn load_job(
 
 pub(super) fn load_attempts(conn: &Connection, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ?1 ORDER BY number"
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = (SELECT seq FROM jobs WHERE id = ?1) ORDER BY number"
     ))?;
     let rows = stmt
         .query_map([job_id], AttemptRow::read)?

@@ -7,9 +7,14 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::SqliteError;
 use crate::store::StoreError;
 
-const SCHEMA: &str = "
+/// The tables of a new file. A job's attempts name it by `seq`, the job's row number, which grows with each new
+/// job: the attempts of recent jobs sit together at the end of their table and of its indexes, so a write touches
+/// the same few pages however many jobs the file holds (keyed by the random job id, every attempt landed on a page
+/// of its own).
+const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
-    id              TEXT PRIMARY KEY,
+    seq             INTEGER PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
     owner           TEXT NOT NULL,
     idempotency_key TEXT NOT NULL,
     fingerprint     TEXT NOT NULL,
@@ -28,10 +33,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancelled_by    TEXT,
     UNIQUE (owner, idempotency_key)
 ) STRICT;
-CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
 CREATE TABLE IF NOT EXISTS attempts (
-    job_id           TEXT NOT NULL REFERENCES jobs (id),
+    job              INTEGER NOT NULL REFERENCES jobs (seq),
     number           INTEGER NOT NULL,
     provider         TEXT NOT NULL,
     state            TEXT NOT NULL,
@@ -45,12 +48,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     dispatched_at    INTEGER NOT NULL,
     origin           TEXT,
     writer           TEXT,
-    PRIMARY KEY (job_id, number)
+    PRIMARY KEY (job, number)
 ) STRICT;
-CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
-    ON attempts (job_id) WHERE state IN ('queued', 'started', 'unknown');
-CREATE INDEX IF NOT EXISTS started_by_lease ON attempts (lease_expires_at) WHERE state = 'started';
-CREATE INDEX IF NOT EXISTS queued_by_dispatch ON attempts (dispatched_at) WHERE state = 'queued';
 CREATE TABLE IF NOT EXISTS qualifications (
     contract_fingerprint TEXT NOT NULL,
     provider_fingerprint TEXT NOT NULL,
@@ -58,6 +57,23 @@ CREATE TABLE IF NOT EXISTS qualifications (
     PRIMARY KEY (contract_fingerprint, provider_fingerprint)
 ) STRICT;
 ";
+
+/// The indexes of [`TABLES`] (besides their keys and unique constraints).
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
+CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
+    ON attempts (job) WHERE state IN ('queued', 'started', 'unknown');
+CREATE INDEX IF NOT EXISTS started_by_lease ON attempts (lease_expires_at) WHERE state = 'started';
+CREATE INDEX IF NOT EXISTS queued_by_dispatch ON attempts (dispatched_at) WHERE state = 'queued';
+";
+
+/// The columns a job and an attempt have had since version 3.
+const V3_JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, status, version, \
+                              completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, \
+                              cancelled_by";
+const V3_ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
+                                  finished_at, error, report, dispatched_at, origin, writer";
 
 /// What version 2 added to version 1: what providers report about calls, and qualification evidence.
 const SCHEMA_1_TO_2: &str = "
@@ -85,8 +101,25 @@ DROP INDEX IF EXISTS queued_by_age;
 CREATE INDEX IF NOT EXISTS queued_by_dispatch ON attempts (dispatched_at) WHERE state = 'queued';
 ";
 
+/// What version 4 changed in version 3: attempts name their job by its row number (`seq`, new in `jobs`) instead of
+/// its id. Both tables are made again, jobs numbered in the order they were created.
+fn schema_3_to_4(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "ALTER TABLE attempts RENAME TO attempts_v3; ALTER TABLE jobs RENAME TO jobs_v3;",
+    )?;
+    tx.execute_batch(TABLES)?;
+    tx.execute_batch(&format!(
+        "INSERT INTO jobs ({V3_JOB_COLUMNS}) SELECT {V3_JOB_COLUMNS} FROM jobs_v3 ORDER BY created_at, id;
+         INSERT INTO attempts (job, {V3_ATTEMPT_COLUMNS})
+             SELECT (SELECT seq FROM jobs WHERE id = job_id), {V3_ATTEMPT_COLUMNS} FROM attempts_v3;
+         DROP TABLE attempts_v3;
+         DROP TABLE jobs_v3;"
+    ))?;
+    tx.execute_batch(INDEXES)
+}
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -94,12 +127,18 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     match version {
-        0 => tx.execute_batch(SCHEMA)?,
-        1 | 2 => {
+        0 => {
+            tx.execute_batch(TABLES)?;
+            tx.execute_batch(INDEXES)?;
+        }
+        1..=3 => {
             if version == 1 {
                 tx.execute_batch(SCHEMA_1_TO_2)?;
             }
-            tx.execute_batch(SCHEMA_2_TO_3)?;
+            if version <= 2 {
+                tx.execute_batch(SCHEMA_2_TO_3)?;
+            }
+            schema_3_to_4(&tx)?;
         }
         SCHEMA_VERSION => {}
         newer => {
