@@ -348,3 +348,130 @@ async fn the_stack_makes_the_table_the_code_makes() {
     let (made, expected) = (describe(stack).await, describe(ours).await);
     assert_eq!(shape(made), shape(expected));
 }
+
+/// A fault at the wire, once: the first request whose body holds `marker` either never leaves (the interceptor
+/// fails it before it is sent) or reaches the server and has its answer turned into a 500 (which the SDK's own
+/// retry then sends again).
+#[derive(Debug, Clone)]
+struct WireFault {
+    marker: &'static str,
+    lose_answer: bool,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    answer_pending: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl WireFault {
+    fn new(marker: &'static str, lose_answer: bool) -> Self {
+        Self {
+            marker,
+            lose_answer,
+            armed: Arc::new(true.into()),
+            answer_pending: Arc::new(false.into()),
+        }
+    }
+
+    fn fired(&self) -> bool {
+        !self.armed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl aws_sdk_dynamodb::config::Intercept for WireFault {
+    fn name(&self) -> &'static str {
+        "WireFault"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let body = context.request().body().bytes().unwrap_or_default();
+        let matches = String::from_utf8_lossy(body).contains(self.marker);
+        if !matches || !self.armed.swap(false, SeqCst) {
+            return Ok(());
+        }
+        if self.lose_answer {
+            self.answer_pending.store(true, SeqCst);
+            Ok(())
+        } else {
+            Err("injected: the request never left".into())
+        }
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if self
+            .answer_pending
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            *context.response_mut().status_mut() = 500.try_into().expect("a status code");
+        }
+        Ok(())
+    }
+}
+
+/// The create of a large input is two writes — the input's item, then the job's — and each may fail at the wire
+/// either side of the store: the input's write never sent or its answer lost, the job's write never sent (the
+/// caller repeats it with its token, as the engine does) or its answer lost. Every way ends with one job, created
+/// by that write, holding its input, and the table holding the job and its input, nothing more.
+#[tokio::test]
+async fn a_large_create_that_fails_at_the_wire_is_created_once() {
+    let Some(config) = sdk_config().await else {
+        return;
+    };
+    let input_write = "\"input#";
+    let job_write = "attribute_not_exists(pk)";
+    for (marker, lose_answer) in [
+        (input_write, false),
+        (input_write, true),
+        (job_write, false),
+        (job_write, true),
+    ] {
+        let fault = WireFault::new(marker, lose_answer);
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&config)
+                .interceptor(fault.clone())
+                .build(),
+        );
+        let table = unique_name("onejob-wire");
+        table_for_test(&client, &table).await;
+        let reader = TableReader {
+            client: aws_sdk_dynamodb::Client::new(&config),
+            table: table.clone(),
+        };
+        let store = DynamoStore::new(client, table);
+        let input = json!({"text": "w".repeat(8 * 1024)});
+        let stamp = by(0);
+        let first = store
+            .create_job(new_job("alice", "wire", input.clone()), RETENTION, &stamp)
+            .await;
+        let case = format!("{marker} lose_answer={lose_answer}");
+        assert!(fault.fired(), "{case}: the fault was not hit");
+        let outcome = match first {
+            Ok(outcome) => outcome,
+            // Never sent: the caller repeats the create with the same token.
+            Err(_) if !lose_answer => store
+                .create_job(new_job("alice", "wire", input.clone()), RETENTION, &stamp)
+                .await
+                .unwrap(),
+            Err(e) => panic!("{case}: a lost answer is the SDK's to repeat: {e}"),
+        };
+        let CreateOutcome::Created(job) = outcome else {
+            panic!("{case}: {outcome:?}")
+        };
+        assert_eq!(job.input, input, "{case}");
+        let read = store.get_job(&job.owner, &job.id, at(1)).await.unwrap();
+        assert_eq!(read.map(|j| j.input), Some(input), "{case}");
+        assert_eq!(
+            reader.keys().await.len(),
+            2,
+            "{case}: the job and its input"
+        );
+    }
+}
