@@ -28,8 +28,8 @@
 //! item comes back with the error and the domain's own rules say why — a refusal, a repeat of a write that landed,
 //! or (rarely: the late answer of a cancelled attempt) a case the one-request form does not cover, written in full
 //! from that returned item and guarded by `rev`. fail, attempt cancel and add attempt read the item (consistently)
-//! and write it back guarded by `rev`. Listings and sweeps are a `Query` on one of the two indexes, then one
-//! `BatchGetItem` (consistent) for the items it names; nothing scans. Both indexes hold keys only, so no write
+//! and write it back guarded by `rev`. Listings and sweeps are a `Query` on one of the two indexes, then a
+//! consistent `GetItem` for each item it names (16 at a time); nothing scans. Both indexes hold keys only, so no write
 //! after the create touches the `by_owner` entry, and a transition pays for the small sweep entry, not a copy of
 //! the job (see `capacity`). The indexes are eventually consistent: a job created a moment ago may be missing
 //! from a listing for a moment (reading it by id is always consistent), and what a listing shows of each job is
@@ -47,15 +47,13 @@ pub use capacity::{WriteUnits, item_size, write_units};
 mod tests;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use futures_util::{StreamExt, TryStreamExt, stream};
 
 use super::StoreError;
 use crate::domain::{AttemptRef, Job, JobId, Owner, Refusal, Timestamp};
@@ -68,6 +66,8 @@ const OWNER_INDEX: &str = "by_owner";
 const SWEEP_INDEX: &str = "sweep";
 /// Sweep entries spread over this many partitions, so no index key grows hot.
 const SWEEP_SHARDS: u32 = 8;
+/// How many items a listing or a sweep reads at once.
+const READS_IN_FLIGHT: usize = 16;
 /// How often a read-then-write transition retries when another write slipped in between.
 const RETRIES: usize = 8;
 
@@ -109,11 +109,16 @@ impl DynamoStore {
     }
 
     async fn read_item(&self, id: &JobId) -> Result<Option<Item>, StoreError> {
+        self.get(id.intent()).await
+    }
+
+    /// The item under `pk`, read consistently.
+    async fn get(&self, pk: &str) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", s(id.intent()))
+            .key("pk", s(pk))
             .consistent_read(true)
             .send()
             .await
@@ -259,57 +264,23 @@ impl DynamoStore {
             .expect("one in, one out"))
     }
 
-    /// The items of `keys` (table keys), read consistently — one `BatchGetItem` per 100, keys DynamoDB leaves
-    /// unprocessed asked again after a pause — in the order of `keys`; a key without an item is left out, a key named
-    /// twice is read once.
+    /// The items of `keys` (table keys), read consistently, [`READS_IN_FLIGHT`] at a time, in the order of `keys`;
+    /// a key without an item is left out, a key named twice is read once. (`GetItem`s, not `BatchGetItem`: the
+    /// same read units, and the batch operation's client code alone would take each function past its 8 MiB
+    /// package budget.)
     async fn read_items(&self, keys: &[String]) -> Result<Vec<Item>, StoreError> {
-        let mut found: HashMap<String, Item> = HashMap::with_capacity(keys.len());
-        // A batch may not name a key twice (an index read while it catches up can show one twice).
         let mut unique: Vec<&String> = keys.iter().collect();
         unique.sort();
         unique.dedup();
-        for chunk in unique.chunks(100) {
-            let mut pending = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(
-                        chunk
-                            .iter()
-                            .map(|k| HashMap::from([("pk".to_owned(), s(k.as_str()))]))
-                            .collect(),
-                    ))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(StoreError::backend)?,
-            );
-            let mut pause = Duration::from_millis(20);
-            while let Some(request) = pending.take() {
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(sdk)?;
-                for item in out
-                    .responses
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|(_, items)| items)
-                {
-                    if let Some(AttributeValue::S(pk)) = item.get("pk") {
-                        found.insert(pk.clone(), item);
-                    }
-                }
-                pending = out
-                    .unprocessed_keys
-                    .and_then(|mut left| left.remove(&self.table))
-                    .filter(|left| !left.keys().is_empty());
-                if pending.is_some() {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-            }
-        }
+        let reads = unique.into_iter().cloned().map(|key| async move {
+            let item = self.get(&key).await?;
+            Ok::<_, StoreError>(item.map(|item| (key, item)))
+        });
+        let read: Vec<Option<(String, Item)>> = stream::iter(reads)
+            .buffer_unordered(READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        let mut found: HashMap<String, Item> = read.into_iter().flatten().collect();
         Ok(keys.iter().filter_map(|k| found.remove(k)).collect())
     }
 
