@@ -133,7 +133,7 @@ impl JobStore for DynamoStore {
                 ),
             ])
         });
-        // The index holds keys only: each page of keys is read in one batch, and the status is the job's own.
+        // The index holds keys only: the items of each page of keys are read, and the status is the job's own.
         // A filter may leave pages short: keep reading until the page is full or the owner has no more.
         loop {
             let out = self

@@ -230,7 +230,7 @@ impl DynamoStore {
         Err(DynamoError::Contended(id.to_string()).into())
     }
 
-    /// The jobs `decoded` holds, each with its input: the inputs kept apart read in one batch.
+    /// The jobs `decoded` holds, each with its input: the inputs kept apart are read (each once, together).
     async fn with_inputs(&self, mut decoded: Vec<Decoded>) -> Result<Vec<Decoded>, StoreError> {
         let mut keys: Vec<String> = decoded
             .iter()
