@@ -24,22 +24,30 @@ async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
 async fn dynamodb_on_table() -> Option<(DynamoStore, RequestCounter, TableReader)> {
     let config = sdk_config().await?;
     let counter = RequestCounter::default();
-    let client_config = aws_sdk_dynamodb::config::Builder::from(&config)
-        .interceptor(counter.clone())
-        .build();
-    let client = aws_sdk_dynamodb::Client::from_conf(client_config);
-    let table = unique_name("onejob");
-    table_for_test(&client, &table).await;
-    let reader = TableReader {
-        client: aws_sdk_dynamodb::Client::new(&config),
-        table: table.clone(),
-    };
-    let store = DynamoStore::new(client, table);
+    let (store, reader) = store_with(&config, counter.clone()).await;
     assert!(
         !store.create_table().await.unwrap(),
         "creating it again does nothing"
     );
     Some((store, counter, reader))
+}
+
+/// A store on a fresh table whose client runs `interceptor`, and a reader of that table that does not.
+async fn store_with(
+    config: &aws_config::SdkConfig,
+    interceptor: impl aws_sdk_dynamodb::config::Intercept + 'static,
+) -> (DynamoStore, TableReader) {
+    let client_config = aws_sdk_dynamodb::config::Builder::from(config)
+        .interceptor(interceptor)
+        .build();
+    let client = aws_sdk_dynamodb::Client::from_conf(client_config);
+    let table = unique_name("onejob");
+    table_for_test(&client, &table).await;
+    let reader = TableReader {
+        client: aws_sdk_dynamodb::Client::new(config),
+        table: table.clone(),
+    };
+    (DynamoStore::new(client, table), reader)
 }
 
 struct TableReader {
@@ -434,18 +442,7 @@ async fn a_large_create_that_fails_at_the_wire_is_created_once() {
         (job_write, true),
     ] {
         let fault = WireFault::new(marker, lose_answer);
-        let client = aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(&config)
-                .interceptor(fault.clone())
-                .build(),
-        );
-        let table = unique_name("onejob-wire");
-        table_for_test(&client, &table).await;
-        let reader = TableReader {
-            client: aws_sdk_dynamodb::Client::new(&config),
-            table: table.clone(),
-        };
-        let store = DynamoStore::new(client, table);
+        let (store, reader) = store_with(&config, fault.clone()).await;
         let input = json!({"text": "w".repeat(8 * 1024)});
         let stamp = by(0);
         let first = store
