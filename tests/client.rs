@@ -1,12 +1,15 @@
-//! `onejob jobs …` / `onejob attempts …` run as a user would (the real binary), against the real local server
-//! behind a scripted TCP proxy on loopback that can drop a connection after the server answered, or answer 503
-//! itself. The server's own counters say how many jobs were made.
+//! `onejob jobs …` / `onejob attempts …` run as a user would (the real binary), and the library's `Intent` and
+//! `Client` as a Rust program uses them, against the real local server behind a scripted TCP proxy on loopback that
+//! can drop a connection after the server answered, answer a gateway's HTML 504 after passing the request on, or
+//! answer 503 or 429 itself. The server's own counters say how many jobs were made.
 
 mod support;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use onejob::client::{Client, ClientError, Intent, NewJob, RetryPolicy};
 use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::domain::ProviderName;
@@ -27,6 +30,8 @@ enum Act {
     DropAnswer,
     /// Answers 503 itself and closes.
     Unavailable,
+    /// Answers 429 with `Retry-After: 1` itself and closes: not done, ask again in a second.
+    RateLimited,
     /// A load balancer that gave up: passes the request on, and while the server answers, answers the client 504
     /// with an HTML page. The work was done; the client cannot know.
     GatewayTimeout,
@@ -81,6 +86,14 @@ async fn relay(
             let body = r#"{"type":"about:blank","title":"Service Unavailable","status":503,"code":"unavailable","detail":"proxy says no"}"#;
             let answer = format!(
                 "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = client.write_all(answer.as_bytes()).await;
+        }
+        Act::RateLimited => {
+            let body = r#"{"type":"about:blank","title":"Too Many Requests","status":429,"code":"rate_limited","detail":"slow down"}"#;
+            let answer = format!(
+                "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
             let _ = client.write_all(answer.as_bytes()).await;
@@ -429,4 +442,73 @@ async fn exit_codes_say_what_happened() {
         .await
         .unwrap();
     assert_eq!(no_token.status.code(), Some(2));
+}
+
+fn summarize_intent() -> Intent {
+    Intent::new(NewJob {
+        contract: "summarize@1".into(),
+        input: serde_json::json!({"text": "The projector broke. The meeting moved."}),
+        providers: None,
+    })
+}
+
+/// The library against every way an answer goes missing, one after the other: the first answer dropped after the
+/// server made the job, a gateway's HTML 504, a 429 asking for a second. One key on every try, one job, the last
+/// try a replay that came no sooner than the `Retry-After` (the backoff itself is at most a few milliseconds here),
+/// and the wait ends with the job settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_keeps_its_key_through_a_lost_answer_a_gateway_504_and_a_429() {
+    let app = App::start().await;
+    let proxy = Proxy::spawn(
+        app.running.addr,
+        vec![Act::DropAnswer, Act::GatewayTimeout, Act::RateLimited],
+    )
+    .await;
+    let policy = RetryPolicy {
+        base: Duration::from_millis(1),
+        ..RetryPolicy::default()
+    };
+    let client = Client::new(&proxy.url, "dev-token-alice", policy);
+    let intent = summarize_intent();
+    let started = Instant::now();
+    let created = client.submit(&intent).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After honoured: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(created.tries, 4);
+    assert!(created.replayed, "the first try made the job");
+    assert_eq!(proxy.keys(), vec![Some(intent.key().to_owned()); 4]);
+    assert_eq!(app.creates("created"), 1);
+    let job = client.wait(&intent, &created, |_| {}).await.unwrap();
+    assert_eq!(job["status"], "succeeded");
+    assert_eq!(job["id"], created.job["id"]);
+}
+
+/// A give-up hands back the intent's key; the same intent submitted again (here resumed from the key alone, as a
+/// program that kept it would) finds the job the lost tries made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_that_gives_up_returns_its_key_and_resuming_it_finds_the_job() {
+    let app = App::start().await;
+    let proxy = Proxy::spawn(app.running.addr, vec![Act::DropAnswer, Act::DropAnswer]).await;
+    let policy = RetryPolicy {
+        retries: 1,
+        base: Duration::from_millis(1),
+        ..RetryPolicy::default()
+    };
+    let client = Client::new(&proxy.url, "dev-token-alice", policy);
+    let intent = summarize_intent();
+    let gave_up = client.submit(&intent).await.unwrap_err();
+    assert_eq!(gave_up.key, intent.key());
+    assert!(gave_up.may_exist(), "{gave_up}");
+    assert!(matches!(
+        gave_up.source,
+        ClientError::GaveUp { tries: 2, .. }
+    ));
+    let resumed = Intent::resume(gave_up.key, intent.job().clone());
+    let created = client.submit(&resumed).await.unwrap();
+    assert!(created.replayed);
+    assert_eq!(app.creates("created"), 1, "one job for the intent");
+    assert_eq!(proxy.keys().len(), 3);
 }

@@ -1,9 +1,34 @@
-//! The client half of idempotency, behind `onejob jobs …` and `onejob attempts …`: one key per intent, the same key
-//! on every retry. Connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full jitter,
-//! a bounded number of times; a 4xx other than 429 is the server's answer and is never retried.
+//! The client half of "one job per intent", for any Rust program (no command line in it; `onejob jobs …` and
+//! `onejob attempts …` are built on it).
+//!
+//! - An [`Intent`] owns its idempotency key for its whole life: made once (a UUIDv7), sent on every try, kept by
+//!   the caller across restarts if it wants ([`Intent::resume`]).
+//! - [`Client::submit`] retries connection errors, timeouts, 429 and 5xx (a gateway's HTML 504 too) with the same
+//!   key, with exponential backoff and full jitter, never sooner than a `Retry-After`, a bounded number of times; a
+//!   4xx other than 429 is the server's answer and is never retried. A give-up is an [`IntentError`] that carries
+//!   the key: the job may exist, and submitting the same intent again finds it instead of making a second.
+//! - [`Client::follow`] waits (long polls with the job's `ETag`) until the job is settled.
 //!
 //! Only requests that are safe to repeat are retried: creates (the key makes them so), reads, and cancels (which
 //! are idempotent). Adding an attempt by hand is sent once.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), onejob::client::IntentError> {
+//! use onejob::client::{Client, Intent, NewJob, RetryPolicy};
+//!
+//! let client = Client::new("http://127.0.0.1:8080", "dev-token-alice", RetryPolicy::default());
+//! let intent = Intent::new(NewJob {
+//!     contract: "summarize@1".into(),
+//!     input: serde_json::json!({"text": "The projector broke. The meeting moved."}),
+//!     providers: None,
+//! });
+//! let created = client.submit(&intent).await?; // the same key on every try
+//! let job = client.wait(&intent, &created, |_| {}).await?; // until nothing can change its outcome
+//! println!("{} {}", job["status"], job["result"]);
+//! # Ok(()) }
+//! ```
+//!
+//! `examples/intent.rs` is the same as a program.
 
 pub mod render;
 
@@ -76,11 +101,68 @@ impl ClientError {
 }
 
 /// A create's body.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
     pub contract: String,
     pub input: Value,
     pub providers: Option<Vec<String>>,
+}
+
+/// One user intent: the job it asks for and the idempotency key it owns for its whole life. Every try of
+/// [`Client::submit`] sends that key, so however many times the intent is submitted — after a timeout, a give-up,
+/// a restart with a key kept elsewhere — it makes one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    key: String,
+    job: NewJob,
+}
+
+impl Intent {
+    /// A new intent, with a fresh key (a UUIDv7: time-ordered, so keys sort by when they were made).
+    pub fn new(job: NewJob) -> Self {
+        Self::resume(new_key(), job)
+    }
+
+    /// The intent an earlier run made under `key` (from an [`IntentError`], or a key the program kept): submitting
+    /// it answers with the job that run made, if it made one.
+    pub fn resume(key: impl Into<String>, job: NewJob) -> Self {
+        Self {
+            key: key.into(),
+            job,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn job(&self) -> &NewJob {
+        &self.job
+    }
+
+    fn error(&self, source: ClientError) -> IntentError {
+        IntentError {
+            key: self.key.clone(),
+            source,
+        }
+    }
+}
+
+/// An intent's request that stopped, with the intent's key: after a give-up or an unreadable answer the job may
+/// exist, and only this key finds it.
+#[derive(Debug, thiserror::Error)]
+#[error("{source} (key {key})")]
+pub struct IntentError {
+    pub key: String,
+    #[source]
+    pub source: ClientError,
+}
+
+impl IntentError {
+    /// Whether the server may hold a job for the intent though no answer said so: every error but a refusal.
+    pub fn may_exist(&self) -> bool {
+        !matches!(self.source, ClientError::Refused { .. })
+    }
 }
 
 /// What a create answered.
@@ -127,8 +209,10 @@ impl Client {
         }
     }
 
-    /// Creates the job under `key`, retrying with the same key until the server answers.
-    pub async fn create_job(&self, key: &str, new: &NewJob) -> Result<Created, ClientError> {
+    /// Creates the intent's job, retrying with its key until the server answers; a replay (the key made the job
+    /// before) answers with that job.
+    pub async fn submit(&self, intent: &Intent) -> Result<Created, IntentError> {
+        let new = &intent.job;
         let mut body = json!({"contract": new.contract, "input": new.input});
         if let Some(providers) = &new.providers {
             body["providers"] = json!(providers);
@@ -138,10 +222,11 @@ impl Client {
                 Method::POST,
                 "/v1/jobs",
                 Some(&body),
-                &[("idempotency-key", key)],
+                &[("idempotency-key", &intent.key)],
                 true,
             )
-            .await?;
+            .await
+            .map_err(|source| intent.error(source))?;
         let replayed = answer
             .headers
             .get("idempotent-replayed")
@@ -220,6 +305,22 @@ impl Client {
             job: answer.body,
             etag,
         })
+    }
+
+    /// Waits until the intent's job is settled, calling `changed` with each new version; returns the last.
+    pub async fn wait(
+        &self,
+        intent: &Intent,
+        created: &Created,
+        changed: impl FnMut(&Value),
+    ) -> Result<Value, IntentError> {
+        if is_settled(&created.job) {
+            return Ok(created.job.clone());
+        }
+        let id = created.job["id"].as_str().unwrap_or_default();
+        self.follow(id, changed)
+            .await
+            .map_err(|source| intent.error(source))
     }
 
     /// Follows the job until it is settled, calling `changed` with each new version; returns the last.
@@ -348,7 +449,7 @@ pub fn is_settled(job: &Value) -> bool {
 }
 
 /// A fresh idempotency key for one intent: a UUIDv7 (time-ordered, so keys sort by when they were made).
-pub fn new_key() -> String {
+fn new_key() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 

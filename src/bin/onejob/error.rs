@@ -1,6 +1,6 @@
 //! The one error a command stops with: what it prints, and its exit status.
 
-use onejob::client::ClientError;
+use onejob::client::{ClientError, IntentError};
 use onejob::startup::StartError;
 use onejob::store::StoreError;
 use onejob::telemetry::error_chain;
@@ -23,6 +23,15 @@ pub enum CliError {
         #[source]
         source: ClientError,
     },
+}
+
+impl From<IntentError> for CliError {
+    fn from(e: IntentError) -> Self {
+        Self::Create {
+            key: e.key,
+            source: e.source,
+        }
+    }
 }
 
 /// What a stopped create says: when no answer came, the job may exist, and a rerun with the same key finds it

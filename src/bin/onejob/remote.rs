@@ -11,7 +11,7 @@ use chrono::Utc;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde_json::Value;
 
-use onejob::client::{Client, NewJob, Poll, RetryPolicy, is_settled, new_key, render};
+use onejob::client::{Client, Intent, NewJob, Poll, RetryPolicy, is_settled, render};
 use onejob::domain::JobStatus;
 
 use crate::error::CliError;
@@ -130,15 +130,15 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
                 input: read_input(&input)?,
                 providers,
             };
-            let key = key.unwrap_or_else(new_key);
+            let intent = match key {
+                Some(key) => Intent::resume(key, new),
+                None => Intent::new(new),
+            };
+            let key = intent.key();
             // Printed before the first send: if this command gives up, or is killed, the key is still known, and
             // a rerun with it cannot make a second job.
             eprintln!("key {key}");
-            let with_key = |source| CliError::Create {
-                key: key.clone(),
-                source,
-            };
-            let created = client.create_job(&key, &new).await.map_err(with_key)?;
+            let created = client.submit(&intent).await?;
             let id = created.job["id"].as_str().unwrap_or_default().to_owned();
             let how = if created.replayed {
                 "replayed (this key already made it)"
@@ -155,11 +155,10 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
                 return Ok(0);
             }
             let job = client
-                .follow(&id, |job| {
+                .wait(&intent, &created, |job| {
                     eprintln!("{id}: {}", job["status"].as_str().unwrap_or("?"));
                 })
-                .await
-                .map_err(with_key)?;
+                .await?;
             remote.print(&job);
             Ok(outcome(&job))
         }
