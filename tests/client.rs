@@ -15,7 +15,7 @@ use onejob::config::Config;
 use onejob::domain::ProviderName;
 use onejob::http::auth::Tokens;
 use onejob::providers::keys::ProviderKeys;
-use onejob::providers::{DemoBehavior, ProviderConfig};
+use onejob::providers::{DemoBehavior, DemoSettings, ProviderConfig};
 use onejob::server::{self, Running};
 use onejob::store::sqlite::SqliteStore;
 use serde_json::Value;
@@ -168,6 +168,17 @@ impl App {
                 ProviderConfig::demo(behavior, 0),
             );
         }
+        // Answers after 3 s: `unknown` from 300 ms on, then its late answer wins.
+        config.providers.insert(
+            ProviderName::parse("slow").unwrap(),
+            ProviderConfig::Demo(DemoSettings {
+                behavior: DemoBehavior::Answer,
+                delay_ms: 3_000,
+                context_window: None,
+                timeout_ms: 300,
+                late_result_ms: 10_000,
+            }),
+        );
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let running = server::start(
             listener,
@@ -511,4 +522,171 @@ async fn an_intent_that_gives_up_returns_its_key_and_resuming_it_finds_the_job()
     assert!(created.replayed);
     assert_eq!(app.creates("created"), 1, "one job for the intent");
     assert_eq!(proxy.keys().len(), 3);
+}
+
+/// `tmux` on a private socket, for one test.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux is installed");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What the pane shows now, row by row.
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", "watch"])
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// `onejob jobs watch` in a real terminal 80 columns wide, on a job whose `unknown` attempt's line (with its
+/// advice) is wider than that: every screen shows the job's header at most once — exactly once from the first
+/// frame on — while the view redraws itself, after the window shrinks to 60 columns, and when the job ends (the
+/// late answer wins).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
+    let app = App::start().await;
+    let client = Client::new(&app.url(), "dev-token-alice", RetryPolicy::default());
+    let intent = Intent::new(NewJob {
+        providers: Some(vec!["slow".into()]),
+        ..summarize_intent().job().clone()
+    });
+    let created = client.submit(&intent).await.unwrap();
+    let id = created.job["id"].as_str().unwrap().to_owned();
+    let tmux = Tmux {
+        socket: format!("onejob-test-{}", std::process::id()),
+    };
+    let command = format!(
+        "ONEJOB_TOKEN=dev-token-alice {} jobs watch {id} --url {}",
+        env!("CARGO_BIN_EXE_onejob"),
+        app.url()
+    );
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-s",
+        "watch",
+        &command,
+        ";",
+        "set-option",
+        "-t",
+        "watch",
+        "remain-on-exit",
+        "on",
+    ]);
+    let headers = |screen: &str| screen.lines().filter(|l| l.starts_with(&id)).count();
+    let spinner = |screen: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(" #1 slow"))
+            .and_then(|l| l.chars().next())
+    };
+
+    // Frames go by while the attempt is `unknown`: the spinner turns at least three times.
+    let mut turns = std::collections::BTreeSet::new();
+    let mut drawn = false;
+    while turns.len() < 3 {
+        let screen = tmux.screen();
+        drawn |= headers(&screen) == 1;
+        let limit = usize::from(drawn);
+        assert!(
+            headers(&screen) <= 1 && headers(&screen) >= limit,
+            "{screen}"
+        );
+        assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+        if screen.contains("unknown") {
+            assert!(screen.contains('…'), "the wide line is cut: {screen}");
+            turns.extend(spinner(&screen));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A narrower window: the view follows it.
+    tmux.run(&["resize-window", "-t", "watch", "-x", "60"]);
+    let mut narrow = 0;
+    while narrow < 3 {
+        let screen = tmux.screen();
+        assert!(headers(&screen) <= 1, "{screen}");
+        if screen.lines().all(|l| l.chars().count() < 60) && headers(&screen) == 1 {
+            narrow += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The late answer wins; the job ends and the view with it: its last frame.
+    let screen = loop {
+        let screen = tmux.screen();
+        assert!(headers(&screen) <= 1, "{screen}");
+        if screen.contains("SUCCEEDED") {
+            break screen;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(headers(&screen), 1, "{screen}");
+    assert!(screen.contains("SUCCEEDED"), "{screen}");
+    assert!(screen.contains("* winner"), "{screen}");
+}
+
+/// `onejob completions SHELL` and `onejob man DIR` come from the same clap definition as the commands: the
+/// scripts complete the subcommands and their flags, and every subcommand has its page.
+#[test]
+fn completions_and_manual_pages_cover_every_command() {
+    let onejob = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let bash = onejob(&["completions", "bash"]);
+    assert!(bash.status.success());
+    let bash = String::from_utf8(bash.stdout).unwrap();
+    for word in ["watch", "attempts", "--contract", "--wait", "--key"] {
+        assert!(bash.contains(word), "bash completes {word}");
+    }
+    let zsh = String::from_utf8(onejob(&["completions", "zsh"]).stdout).unwrap();
+    assert!(zsh.starts_with("#compdef onejob"), "{zsh}");
+    assert_eq!(onejob(&["completions", "tcsh"]).status.code(), Some(2));
+
+    let dir = tempfile::tempdir().unwrap();
+    let man = onejob(&["man", dir.path().to_str().unwrap()]);
+    assert!(
+        man.status.success(),
+        "{}",
+        String::from_utf8_lossy(&man.stderr)
+    );
+    for page in [
+        "onejob.1",
+        "onejob-serve.1",
+        "onejob-jobs-watch.1",
+        "onejob-attempts-retry.1",
+    ] {
+        assert!(dir.path().join(page).exists(), "{page}");
+    }
+    let create = std::fs::read_to_string(dir.path().join("onejob-jobs-create.1")).unwrap();
+    assert!(create.starts_with(".ie"), "roff");
+    assert!(create.contains(r"\-\-contract"), "{create}");
+    assert!(create.contains("idempotency key"), "{create}");
 }

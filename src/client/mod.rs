@@ -318,18 +318,19 @@ impl Client {
             return Ok(created.job.clone());
         }
         let id = created.job["id"].as_str().unwrap_or_default();
-        self.follow(id, changed)
+        self.follow(id, None, changed)
             .await
             .map_err(|source| intent.error(source))
     }
 
-    /// Follows the job until it is settled, calling `changed` with each new version; returns the last.
+    /// Follows the job until it is settled, calling `changed` with each version that differs from the one `etag`
+    /// names (`None`: from the job as it is now); returns the last.
     pub async fn follow(
         &self,
         id: &str,
+        mut etag: Option<String>,
         mut changed: impl FnMut(&Value),
     ) -> Result<Value, ClientError> {
-        let mut etag: Option<String> = None;
         loop {
             match self.poll(id, etag.clone(), 20).await? {
                 Poll::NotModified => {}

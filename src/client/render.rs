@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 const SPINNER: [&str; 4] = ["|", "/", "-", "\\"];
 
@@ -21,11 +22,12 @@ fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> String {
 /// The job at `now`; `frame` turns the spinner of a live attempt.
 pub fn job(job: &Value, now: DateTime<Utc>, frame: usize) -> String {
     let text = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+    // The status right after the id: on a narrow terminal the line is cut from its end.
     let mut out = format!(
         "{}  {}  {}   (key {})\n",
         text(&job["id"]),
-        text(&job["contract"]),
         text(&job["status"]).to_uppercase(),
+        text(&job["contract"]),
         text(&job["idempotency_key"]),
     );
     let winner = job["completed_by"].as_u64();
@@ -86,6 +88,50 @@ fn attempt(attempt: &Value, winner: Option<u64>, now: DateTime<Utc>, frame: usiz
     .to_owned()
 }
 
+/// `view` made to fit a terminal of `cols` × `rows`, so that every line takes exactly one row and the whole takes
+/// fewer rows than the screen has (a drawing redrawn in place can only move up as far as the screen's top): a line
+/// wider than `cols - 1` columns is cut and ends with `…`; lines beyond `rows - 1` are left out and counted.
+pub fn fit(view: &str, cols: u16, rows: u16) -> String {
+    let width = usize::from(cols.saturating_sub(1).max(2));
+    let height = usize::from(rows.saturating_sub(1).max(2));
+    let lines: Vec<&str> = view.lines().collect();
+    let shown = if lines.len() > height {
+        height - 1
+    } else {
+        lines.len()
+    };
+    let mut out = String::new();
+    for line in &lines[..shown] {
+        out.push_str(&cut(line, width));
+        out.push('\n');
+    }
+    if shown < lines.len() {
+        let more = format!("… {} more lines", lines.len() - shown);
+        out.push_str(&cut(&more, width));
+        out.push('\n');
+    }
+    out
+}
+
+/// `line` in at most `width` columns (wide characters count two).
+fn cut(line: &str, width: usize) -> String {
+    if line.width() <= width {
+        return line.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in line.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > width - 1 {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,7 +153,7 @@ mod tests {
         let shown = super::job(&job, now, 0);
         assert_eq!(
             shown,
-            "job_1  summarize@1  SUCCEEDED   (key k)\n\
+            "job_1  SUCCEEDED  summarize@1   (key k)\n\
              \u{20} #1 slow             discarded     9.0s  result discarded: lost to attempt 2\n\
              \u{20} #2 backup           succeeded     0.5s  * winner\n\
              result: {\"summary\":\"B\"}\n"
@@ -130,5 +176,32 @@ mod tests {
             "{first}"
         );
         assert!(second.contains("/ #1 slow"), "{second}");
+    }
+
+    #[test]
+    fn a_view_fits_the_terminal_one_row_per_line() {
+        let view = format!("header\n{}\nshort\n", "x".repeat(100));
+        let fitted = fit(&view, 80, 24);
+        let lines: Vec<&str> = fitted.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], "header");
+        assert_eq!(lines[1], format!("{}…", "x".repeat(78)));
+        assert_eq!(lines[1].width(), 79);
+        assert_eq!(lines[2], "short");
+        // Wide characters count two columns; the cut never splits one past the edge.
+        let wide = fit(&"日本".repeat(30), 20, 24);
+        assert!(wide.trim_end().width() <= 19, "{wide}");
+        assert!(wide.trim_end().ends_with('…'));
+    }
+
+    #[test]
+    fn a_view_taller_than_the_terminal_keeps_its_top_and_counts_the_rest() {
+        let view: String = (0..30).map(|n| format!("line {n}\n")).collect();
+        let fitted = fit(&view, 80, 10);
+        let lines: Vec<&str> = fitted.lines().collect();
+        assert_eq!(lines.len(), 9, "fewer rows than the screen: {fitted}");
+        assert_eq!(lines[0], "line 0");
+        assert_eq!(lines[7], "line 7");
+        assert_eq!(lines[8], "… 22 more lines");
     }
 }

@@ -11,7 +11,7 @@ mod serve;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use error::CliError;
 use ledger::{Ledger, dynamodb};
@@ -72,6 +72,17 @@ enum Command {
         #[command(subcommand)]
         command: TableCommand,
     },
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell), e.g.
+    /// `onejob completions bash > ~/.local/share/bash-completion/completions/onejob`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (roff): `onejob.1` and one per subcommand (`onejob-jobs-create.1`, …) into DIR.
+    Man {
+        /// Where to write them, e.g. ~/.local/share/man/man1.
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +128,13 @@ async fn main() -> ExitCode {
             }
             Err(e) => Err(e.into()),
         },
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "onejob", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => clap_mangen::generate_to(Cli::command(), &dir)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| CliError::Usage(format!("cannot write to {}: {e}", dir.display()))),
     };
     outcome.unwrap_or_else(|e| {
         eprintln!("onejob: {}", e.message());
