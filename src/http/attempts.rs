@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -27,7 +27,7 @@ pub struct AddAttemptRequest {
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/attempts", tag = "attempts",
     params(("id" = String, Path, description = "The job's id")),
-    request_body(content = Option<AddAttemptRequest>, description = "Optional; an empty body picks the provider"),
+    request_body(content = Option<AddAttemptRequest>, description = "Optional: no body (or an empty one) is `{}`, the next provider"),
     responses(
         (status = 201, description = "The new attempt, queued", body = AttemptView),
         (status = 400, description = "malformed_json, json_too_deep"),
@@ -48,14 +48,11 @@ pub async fn add_attempt(
     body: Body,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let empty = headers
-        .get(header::CONTENT_LENGTH)
-        .is_none_or(|len| len.as_bytes() == b"0");
-    let request: AddAttemptRequest = if empty && !headers.contains_key(header::CONTENT_TYPE) {
-        AddAttemptRequest::default()
-    } else {
-        body::shaped(body::json_value(&headers, body, app.body_limit).await?)?
-    };
+    let request: AddAttemptRequest =
+        match body::optional_json_value(&headers, body, app.body_limit).await? {
+            None => AddAttemptRequest::default(),
+            Some(value) => body::shaped(value)?,
+        };
     let provider = request
         .provider
         .map(|name| {

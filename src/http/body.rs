@@ -1,7 +1,7 @@
 //! Reading what a request carries, in the order a client should learn about its mistakes: the Idempotency-Key
 //! header, the content type, the size, the nesting depth, then the JSON itself and its shape.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
@@ -37,6 +37,27 @@ pub async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result
     if !is_json(headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
+    json_from_bytes(&bytes(headers, body, limit).await?)
+}
+
+/// An optional JSON body: `None` when the body is empty (whatever its declared type), else as [`json_value`].
+pub async fn optional_json_value(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Option<Value>, ApiError> {
+    let bytes = bytes(headers, body, limit).await?;
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    if !is_json(headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    json_from_bytes(&bytes).map(Some)
+}
+
+/// The body's bytes, refused past `limit` (by its declared length before reading it, else as it is read).
+async fn bytes(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -44,7 +65,7 @@ pub async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    let bytes = Limited::new(body, limit)
+    Ok(Limited::new(body, limit)
         .collect()
         .await
         .map_err(|e| {
@@ -54,8 +75,7 @@ pub async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result
                 ApiError::MalformedJson(format!("the body could not be read: {e}"))
             }
         })?
-        .to_bytes();
-    json_from_bytes(&bytes)
+        .to_bytes())
 }
 
 /// JSON text as a value, refused if it nests deeper than [`MAX_JSON_DEPTH`] levels (checked before parsing, so a

@@ -150,9 +150,9 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
     request_body = CreateJobRequest,
     responses(
         (status = 201, description = "Created; attempt 1 is queued", body = JobView,
-         headers(("Location" = String, description = "/v1/jobs/{id}"))),
+         headers(("Location" = String, description = "The job: /v1/jobs/{id}"))),
         (status = 200, description = "Replay of the same intent: the job as it is now", body = JobView,
-         headers(("Idempotent-Replayed" = String, description = "true"))),
+         headers(("Idempotent-Replayed" = bool, description = "`true`: this key made the job before"))),
         (status = 400, description = "missing_idempotency_key, invalid_idempotency_key, malformed_json, json_too_deep"),
         (status = 401, description = "unauthorized"),
         (status = 409, description = "idempotency_key_reused: `job_id` names the existing job"),
@@ -286,7 +286,8 @@ const POLL_EVERY: Duration = Duration::seconds(1);
            ("If-None-Match" = Option<String>, Header, description = "The ETag of the version the client has")),
     responses(
         (status = 200, body = JobView, headers(("ETag" = String, description = "The version of this job view"))),
-        (status = 304, description = "Not modified: the job is still the version named by If-None-Match"),
+        (status = 304, description = "Not modified: the job is still the version named by If-None-Match",
+         headers(("ETag" = String, description = "The version the client has"))),
         (status = 400, description = "invalid_parameter"),
         (status = 401, description = "unauthorized"),
         (status = 404, description = "job_not_found (also for another owner's job)"),

@@ -1,9 +1,15 @@
 //! The OpenAPI document, built from the routes themselves: each route is declared once, with its operation
 //! (`utoipa-axum`), and every problem answer gets its body here, once: `application/problem+json`, a [`Problem`].
+//! The document is written for client generators to take as it is: an optional parameter or body is declared as
+//! its type and not required (never "it or null"), and every header an answer carries is declared on it.
 
+use utoipa::openapi::header::Header;
 use utoipa::openapi::path::Operation;
+use utoipa::openapi::schema::{SchemaType, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{Content, OpenApi as Document, Ref, RefOr, Response};
+use utoipa::openapi::{
+    Content, Object, OpenApi as Document, Ref, RefOr, Required, Response, Schema,
+};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -34,10 +40,22 @@ pub fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(attempts::cancel_attempt))
 }
 
-/// The document once every route is in: each operation may answer 500, and every problem answer (4xx, 5xx) has
-/// the problem body.
+/// The document once every route is in: each operation may answer 500, every problem answer (4xx, 5xx) has the
+/// problem body, a 401 names its scheme (`WWW-Authenticate`), and nothing optional is declared nullable.
 pub fn finish(mut document: Document) -> Document {
-    ProblemBodies.modify(&mut document);
+    for item in document.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            add_problem_bodies(operation);
+            optional_is_absent(operation);
+        }
+    }
     document
 }
 
@@ -53,39 +71,65 @@ impl Modify for BearerAuth {
     }
 }
 
-struct ProblemBodies;
-
-impl Modify for ProblemBodies {
-    fn modify(&self, openapi: &mut Document) {
-        let problem = Content::new(Some(Ref::from_schema_name("Problem")));
-        for item in openapi.paths.paths.values_mut() {
-            let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for operation in operations.into_iter().flatten() {
-                add_problem_bodies(operation, &problem);
-            }
-        }
-    }
-}
-
-fn add_problem_bodies(operation: &mut Operation, problem: &Content) {
+fn add_problem_bodies(operation: &mut Operation) {
+    let problem = Content::new(Some(Ref::from_schema_name("Problem")));
     let responses = &mut operation.responses.responses;
     responses
         .entry("500".into())
         .or_insert_with(|| RefOr::T(Response::new("internal: the server failed")));
     for (status, response) in responses.iter_mut() {
-        if let RefOr::T(response) = response
-            && status.starts_with(['4', '5'])
-            && response.content.is_empty()
-        {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        if status.starts_with(['4', '5']) && response.content.is_empty() {
             response
                 .content
                 .insert("application/problem+json".into(), problem.clone());
         }
+        if status == "401" {
+            let mut challenge = Header::new(Object::with_type(Type::String));
+            challenge.description = Some("`Bearer realm=\"onejob\"`".into());
+            response
+                .headers
+                .insert("WWW-Authenticate".into(), challenge);
+        }
     }
+}
+
+/// utoipa declares an optional header as "string or null" and an optional body as "one of null or the body";
+/// generated clients then send a `null`, or cannot leave the header out. Optional means absent: the type alone,
+/// not required.
+fn optional_is_absent(operation: &mut Operation) {
+    for parameter in operation.parameters.iter_mut().flatten() {
+        if parameter.required == Required::False
+            && let Some(RefOr::T(Schema::Object(object))) = &mut parameter.schema
+        {
+            without_null(object);
+        }
+    }
+    if let Some(body) = &mut operation.request_body
+        && body.required != Some(Required::True)
+    {
+        for content in body.content.values_mut() {
+            if let Some(RefOr::T(Schema::OneOf(one_of))) = &content.schema {
+                let mut others = one_of.items.iter().filter(|item| !is_null(item));
+                if let (Some(only), None) = (others.next(), others.next()) {
+                    content.schema = Some(only.clone());
+                }
+            }
+        }
+    }
+}
+
+fn without_null(object: &mut Object) {
+    if let SchemaType::Array(types) = &mut object.schema_type {
+        types.retain(|t| *t != Type::Null);
+        if let [only] = types.as_slice() {
+            object.schema_type = SchemaType::Type(only.clone());
+        }
+    }
+}
+
+fn is_null(schema: &RefOr<Schema>) -> bool {
+    matches!(schema, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null))
 }

@@ -186,6 +186,35 @@ async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
     assert_eq!(done["error"], Value::Null);
 
     assert_problem(app.post(ALICE, &attempts).await, 409, "job_finished").await;
+    // An empty body is no body, whatever its declared type: the default request (and so the same refusal); a
+    // JSON `null` is not a request.
+    let send = |content_type: &'static str, body: &'static str| {
+        app.client
+            .post(app.url(&attempts))
+            .bearer_auth(ALICE)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    assert_problem(
+        send("application/json", "").await.unwrap(),
+        409,
+        "job_finished",
+    )
+    .await;
+    assert_problem(send("text/plain", "").await.unwrap(), 409, "job_finished").await;
+    assert_problem(
+        send("application/json", "null").await.unwrap(),
+        422,
+        "invalid_request",
+    )
+    .await;
+    assert_problem(
+        send("text/plain", "{}").await.unwrap(),
+        415,
+        "unsupported_media_type",
+    )
+    .await;
     let cancel_done = app
         .post(ALICE, &format!("/v1/jobs/{id}/attempts/2/cancel"))
         .await;

@@ -175,6 +175,81 @@ async fn the_openapi_document_describes_the_api() {
     );
 }
 
+/// What client generators need to take the document as it is: nothing optional is declared nullable (an optional
+/// header or body is absent, not `null`), every header an answer carries is declared, typed as what it is.
+#[tokio::test]
+async fn the_openapi_document_is_one_generators_take_as_it_is() {
+    let app = TestApp::spawn().await;
+    let doc = json_with_status(
+        app.client
+            .get(app.url("/openapi.json"))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    let paths = doc["paths"].as_object().unwrap();
+    let mut unauthorized = 0;
+    for (path, item) in paths {
+        for (method, operation) in item.as_object().unwrap() {
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                assert!(
+                    !parameter["schema"].to_string().contains("null"),
+                    "{method} {path}: {parameter}"
+                );
+            }
+            if let Some(body) = operation.get("requestBody") {
+                assert!(
+                    !body.to_string().contains("null"),
+                    "{method} {path}: {body}"
+                );
+            }
+            if let Some(answer) = operation["responses"].get("401") {
+                assert_eq!(
+                    answer["headers"]["WWW-Authenticate"]["schema"]["type"], "string",
+                    "{method} {path}"
+                );
+                unauthorized += 1;
+            }
+        }
+    }
+    assert_eq!(
+        unauthorized, 9,
+        "every operation but /healthz is behind a token"
+    );
+    let attempts = &paths["/v1/jobs/{id}/attempts"]["post"]["requestBody"];
+    assert_eq!(attempts.get("required"), None, "{attempts}");
+    assert_eq!(
+        attempts["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/AddAttemptRequest"
+    );
+    let get = &paths["/v1/jobs/{id}"]["get"];
+    let if_none_match = get["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "If-None-Match")
+        .unwrap();
+    assert_eq!(if_none_match["required"], false);
+    assert_eq!(if_none_match["schema"]["type"], "string");
+    for status in ["200", "304"] {
+        assert_eq!(
+            get["responses"][status]["headers"]["ETag"]["schema"]["type"],
+            "string"
+        );
+    }
+    let create = &paths["/v1/jobs"]["post"]["responses"];
+    assert_eq!(
+        create["201"]["headers"]["Location"]["schema"]["type"],
+        "string"
+    );
+    assert_eq!(
+        create["200"]["headers"]["Idempotent-Replayed"]["schema"]["type"],
+        "boolean"
+    );
+}
+
 #[tokio::test]
 async fn the_page_is_served_with_its_assets_and_a_strict_policy() {
     let app = TestApp::spawn().await;
