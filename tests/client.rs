@@ -15,10 +15,11 @@ use onejob::config::Config;
 use onejob::domain::ProviderName;
 use onejob::http::auth::Tokens;
 use onejob::providers::keys::ProviderKeys;
-use onejob::providers::{DemoBehavior, DemoSettings, ProviderConfig};
+use onejob::providers::{DemoBehavior, Endpoint, ProviderConfig};
 use onejob::server::{self, Running};
 use onejob::store::sqlite::SqliteStore;
 use serde_json::Value;
+use support::stand_in::{self, Gate, Reply, StandIn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -156,6 +157,11 @@ struct App {
 
 impl App {
     async fn start() -> Self {
+        Self::with(Vec::new()).await
+    }
+
+    /// The app with more providers than the demos.
+    async fn with(providers: Vec<(&str, ProviderConfig)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
         let mut config = Config::default();
@@ -168,17 +174,11 @@ impl App {
                 ProviderConfig::demo(behavior, 0),
             );
         }
-        // Answers after 3 s: `unknown` from 300 ms on, then its late answer wins.
-        config.providers.insert(
-            ProviderName::parse("slow").unwrap(),
-            ProviderConfig::Demo(DemoSettings {
-                behavior: DemoBehavior::Answer,
-                delay_ms: 3_000,
-                context_window: None,
-                timeout_ms: 300,
-                late_result_ms: 10_000,
-            }),
-        );
+        for (name, provider) in providers {
+            config
+                .providers
+                .insert(ProviderName::parse(name).unwrap(), provider);
+        }
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let running = server::start(
             listener,
@@ -527,6 +527,7 @@ async fn an_intent_that_gives_up_returns_its_key_and_resuming_it_finds_the_job()
 /// `tmux` on a private socket, for one test.
 struct Tmux {
     socket: String,
+    started: Instant,
 }
 
 impl Tmux {
@@ -548,6 +549,17 @@ impl Tmux {
     fn screen(&self) -> String {
         self.run(&["capture-pane", "-p", "-t", "watch"])
     }
+
+    /// A terminal is watched by looking at it: the next look comes 50 ms on, and none after the test's 30 s, so
+    /// a view that never shows what is awaited fails instead of hanging.
+    async fn next_look(&self) {
+        assert!(
+            self.started.elapsed() < Duration::from_secs(30),
+            "{}",
+            self.screen()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 impl Drop for Tmux {
@@ -561,10 +573,17 @@ impl Drop for Tmux {
 /// `onejob jobs watch` in a real terminal 80 columns wide, on a job whose `unknown` attempt's line (with its
 /// advice) is wider than that: every screen shows the job's header at most once — exactly once from the first
 /// frame on — while the view redraws itself, after the window shrinks to 60 columns, and when the job ends (the
-/// late answer wins).
+/// provider, held until then, answers late and wins).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
-    let app = App::start().await;
+    let gate = Gate::new();
+    let provider = StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Status(500, "")).await;
+    // `unknown` after its 1 s timeout; a late answer still counts for a minute.
+    let slow = ProviderConfig::Openai(Endpoint {
+        late_result_ms: 60_000,
+        ..stand_in::endpoint(provider.base_url())
+    });
+    let app = App::with(vec![("slow", slow)]).await;
     let client = Client::new(&app.url(), "dev-token-alice", RetryPolicy::default());
     let intent = Intent::new(NewJob {
         providers: Some(vec!["slow".into()]),
@@ -574,9 +593,11 @@ async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
     let id = created.job["id"].as_str().unwrap().to_owned();
     let tmux = Tmux {
         socket: format!("onejob-test-{}", std::process::id()),
+        started: Instant::now(),
     };
+    // After the view, its exit status, and the pane stays open (waiting for a line) so its screen can be read.
     let command = format!(
-        "ONEJOB_TOKEN=dev-token-alice {} jobs watch {id} --url {}",
+        "ONEJOB_TOKEN=dev-token-alice {} jobs watch {id} --url {}; echo \"exit $?\"; read line",
         env!("CARGO_BIN_EXE_onejob"),
         app.url()
     );
@@ -590,12 +611,6 @@ async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
         "-s",
         "watch",
         &command,
-        ";",
-        "set-option",
-        "-t",
-        "watch",
-        "remain-on-exit",
-        "on",
     ]);
     let headers = |screen: &str| screen.lines().filter(|l| l.starts_with(&id)).count();
     let spinner = |screen: &str| {
@@ -621,7 +636,7 @@ async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
             assert!(screen.contains('…'), "the wide line is cut: {screen}");
             turns.extend(spinner(&screen));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tmux.next_look().await;
     }
 
     // A narrower window: the view follows it.
@@ -633,21 +648,23 @@ async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
         if screen.lines().all(|l| l.chars().count() < 60) && headers(&screen) == 1 {
             narrow += 1;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tmux.next_look().await;
     }
 
     // The late answer wins; the job ends and the view with it: its last frame.
+    gate.open(serde_json::json!({"summary": "The projector broke."}));
     let screen = loop {
         let screen = tmux.screen();
         assert!(headers(&screen) <= 1, "{screen}");
-        if screen.contains("SUCCEEDED") {
+        if screen.contains("exit ") {
             break screen;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tmux.next_look().await;
     };
     assert_eq!(headers(&screen), 1, "{screen}");
     assert!(screen.contains("SUCCEEDED"), "{screen}");
     assert!(screen.contains("* winner"), "{screen}");
+    assert!(screen.contains("exit 0"), "the job succeeded: {screen}");
 }
 
 /// `onejob completions SHELL` and `onejob man DIR` come from the same clap definition as the commands: the
