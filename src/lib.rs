@@ -22,8 +22,9 @@
 //! - [`metrics`]: counters served as Prometheus text (and as CloudWatch EMF lines on Lambda).
 //! - [`lambda`]: the api, worker and sweeper Lambda functions, as library code the `src/bin/onejob-*` mains run.
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
-//! - [`client`]: the client side over HTTP, without the command line: one key per intent, retries with backoff
-//!   and jitter, the terminal view of a job. `onejob jobs …` / `onejob attempts …` are built on it.
+//! - [`client`]: the client library over HTTP, without the command line: an `Intent` owns its key for its whole
+//!   life, retries with backoff and jitter, a give-up returns the key, waiting ends when the job is settled; and
+//!   the terminal view of a job. `onejob jobs …` / `onejob attempts …` are built on it.
 //! - [`startup`]: one wiring of an engine from a config (and the provider keys), for every entry point.
 //! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
 //! - [`config`]: `onejob.toml`, every key documented.
