@@ -134,19 +134,17 @@ async fn health_and_unknown_routes() {
     assert_problem(delete, 405, "method_not_allowed").await;
 }
 
+/// `/openapi.json` of a fresh server.
+async fn openapi_document() -> Value {
+    let app = TestApp::spawn().await;
+    let answer = app.client.get(app.url("/openapi.json")).send().await;
+    json_with_status(answer.unwrap(), 200).await
+}
+
 /// The document lists every route the router serves, with the codes each can answer.
 #[tokio::test]
 async fn the_openapi_document_describes_the_api() {
-    let app = TestApp::spawn().await;
-    let doc = json_with_status(
-        app.client
-            .get(app.url("/openapi.json"))
-            .send()
-            .await
-            .unwrap(),
-        200,
-    )
-    .await;
+    let doc = openapi_document().await;
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
     let mut listed: Vec<&str> = paths.keys().map(String::as_str).collect();
@@ -179,16 +177,7 @@ async fn the_openapi_document_describes_the_api() {
 /// header or body is absent, not `null`), every header an answer carries is declared, typed as what it is.
 #[tokio::test]
 async fn the_openapi_document_is_one_generators_take_as_it_is() {
-    let app = TestApp::spawn().await;
-    let doc = json_with_status(
-        app.client
-            .get(app.url("/openapi.json"))
-            .send()
-            .await
-            .unwrap(),
-        200,
-    )
-    .await;
+    let doc = openapi_document().await;
     let paths = doc["paths"].as_object().unwrap();
     let mut unauthorized = 0;
     for (path, item) in paths {
