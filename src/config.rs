@@ -40,6 +40,14 @@ pub struct Config {
     /// `attempt_limit_reached`. At most 25, so that a job always fits a DynamoDB item.
     #[serde(default = "default_max_attempts")]
     pub max_attempts_per_job: u32,
+    /// Retries of a provider in a row after answers that say the work was not done (429, 503 with
+    /// `Retry-After`, a refused connection), each a new attempt not started before the `Retry-After` (or a
+    /// backoff from 1 s, doubling, at most 30 s). 0 turns them off.
+    #[serde(default = "default_provider_retries")]
+    pub provider_retries: u32,
+    /// A retry is queued only if it may start within this long of the first try of the run.
+    #[serde(default = "default_provider_retry_within_ms")]
+    pub provider_retry_within_ms: u64,
     /// The providers jobs may run on, by name.
     #[serde(default = "default_providers")]
     pub providers: BTreeMap<ProviderName, ProviderConfig>,
@@ -87,6 +95,18 @@ fn default_body_limit() -> usize {
 
 fn default_retention_days() -> u32 {
     30
+}
+
+/// The most `provider_retries` and `provider_retry_within_ms`.
+const MAX_PROVIDER_RETRIES: u32 = 10;
+const MAX_RETRY_WITHIN_MS: u64 = 86_400_000;
+
+fn default_provider_retries() -> u32 {
+    2
+}
+
+fn default_provider_retry_within_ms() -> u64 {
+    60_000
 }
 
 fn default_max_attempts() -> u32 {
@@ -150,6 +170,8 @@ impl Default for Config {
             metrics_token: None,
             retention_days: default_retention_days(),
             max_attempts_per_job: default_max_attempts(),
+            provider_retries: default_provider_retries(),
+            provider_retry_within_ms: default_provider_retry_within_ms(),
             providers: default_providers(),
             worker_concurrency: default_worker_concurrency(),
             sweep_interval_ms: default_sweep_interval_ms(),
@@ -174,6 +196,11 @@ impl Config {
             redispatch_after: chrono::Duration::milliseconds(self.redispatch_after_ms as i64),
             retention: chrono::Duration::days(i64::from(self.retention_days)),
             max_attempts: self.max_attempts_per_job,
+            retry: crate::domain::RetryPolicy {
+                max_retries: self.provider_retries,
+                within: chrono::Duration::milliseconds(self.provider_retry_within_ms as i64),
+                ..crate::engine::EngineSettings::default().retry
+            },
             ..Default::default()
         }
     }
@@ -225,6 +252,14 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "retention_days must be at least 1".into(),
             ));
+        }
+        if config.provider_retries > MAX_PROVIDER_RETRIES
+            || config.provider_retry_within_ms > MAX_RETRY_WITHIN_MS
+        {
+            return Err(ConfigError::Invalid(format!(
+                "provider_retries must be 0 to {MAX_PROVIDER_RETRIES}, provider_retry_within_ms at most \
+                 {MAX_RETRY_WITHIN_MS} (a day)"
+            )));
         }
         if !(1..=MAX_ATTEMPTS_LIMIT).contains(&config.max_attempts_per_job) {
             return Err(ConfigError::Invalid(format!(
@@ -314,11 +349,26 @@ mod tests {
     }
 
     #[test]
+    fn the_retry_policy_comes_from_the_config() {
+        let default = Config::default().engine_settings().retry;
+        assert_eq!((default.max_retries, default.within.num_seconds()), (2, 60));
+        let config =
+            Config::parse("provider_retries = 0\nprovider_retry_within_ms = 5000", "t").unwrap();
+        let retry = config.engine_settings().retry;
+        assert_eq!(
+            (retry.max_retries, retry.within.num_milliseconds()),
+            (0, 5_000)
+        );
+    }
+
+    #[test]
     fn limits_are_checked() {
         for text in [
             "retention_days = 0",
             "max_attempts_per_job = 0",
             "max_attempts_per_job = 26",
+            "provider_retries = 11",
+            "provider_retry_within_ms = 86400001",
         ] {
             assert!(
                 matches!(Config::parse(text, "t"), Err(ConfigError::Invalid(_))),

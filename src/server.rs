@@ -64,7 +64,7 @@ pub fn start(
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })?;
-    let (queue, messages) = LocalQueue::new();
+    let (queue, messages) = LocalQueue::new(clock.clone());
     let engine = Arc::new(startup::engine(
         config,
         keys,

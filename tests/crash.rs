@@ -149,7 +149,7 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
     let far = Utc::now() + Duration::hours(1);
     let clock = Arc::new(ManualClock::new(far));
     let config = Config::parse(CONFIG, "test").unwrap();
-    let (queue, _messages) = LocalQueue::new();
+    let (queue, _messages) = LocalQueue::new(clock.clone());
     let mut engine = startup::engine(
         &config,
         &ProviderKeys::default(),

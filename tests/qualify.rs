@@ -312,12 +312,13 @@ fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig)
         ProviderName::parse("primary").unwrap(),
         ProviderConfig::demo(Default::default(), 0),
     );
-    let (queue, _) = LocalQueue::new();
+    let clock = clock();
+    let (queue, _) = LocalQueue::new(clock.clone());
     onejob::startup::engine(
         &config,
         &ProviderKeys::default(),
         store,
-        clock(),
+        clock,
         Arc::new(queue),
     )
     .unwrap()

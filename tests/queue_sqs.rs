@@ -5,6 +5,7 @@ mod support;
 
 use std::sync::Arc;
 
+use chrono::Duration;
 use onejob::domain::AttemptRef;
 use onejob::queue::Dispatcher;
 use onejob::queue::sqs::SqsQueue;
@@ -46,11 +47,48 @@ async fn dispatched_attempts_arrive_as_messages_naming_them() {
         number: 2,
         ..first.clone()
     };
-    queue.dispatch(&first).await.unwrap();
-    queue.dispatch(&second).await.unwrap();
+    queue.dispatch(&first, Duration::zero()).await.unwrap();
+    queue.dispatch(&second, Duration::zero()).await.unwrap();
     let mut received = receive_all(&client, &url).await;
     received.sort_by_key(|a| a.number);
     assert_eq!(received, vec![first, second]);
+}
+
+/// A retry's wait travels as the message's delay, in whole seconds rounded up: not there at once, there once its
+/// time has come (a long poll waits for it).
+#[tokio::test]
+async fn a_delayed_dispatch_is_a_delayed_message() {
+    let Some(client) = sqs().await else { return };
+    let url = support::aws::queue_for_test(&client, "delay").await;
+    let queue = SqsQueue::new(client.clone(), &url);
+    let attempt = AttemptRef {
+        job_id: onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap(),
+        number: 2,
+    };
+    let sent = std::time::Instant::now();
+    queue
+        .dispatch(&attempt, Duration::milliseconds(1_200))
+        .await
+        .unwrap();
+    assert_eq!(receive_all(&client, &url).await, vec![]);
+    let later = client
+        .receive_message()
+        .queue_url(&url)
+        .wait_time_seconds(10)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<AttemptRef> = later
+        .messages()
+        .iter()
+        .map(|m| SqsQueue::parse(m.body().unwrap()).unwrap())
+        .collect();
+    assert_eq!(bodies, vec![attempt]);
+    assert!(
+        sent.elapsed() >= std::time::Duration::from_secs(2),
+        "rounded up to 2 s: {:?}",
+        sent.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -69,8 +107,8 @@ async fn a_job_runs_from_its_sqs_message_and_a_duplicate_makes_no_second_call() 
     let (job, local) = rig.create("k").await;
 
     let queue = SqsQueue::new(client.clone(), &url);
-    queue.dispatch(&local).await.unwrap();
-    queue.dispatch(&local).await.unwrap();
+    queue.dispatch(&local, Duration::zero()).await.unwrap();
+    queue.dispatch(&local, Duration::zero()).await.unwrap();
     let messages = receive_all(&client, &url).await;
     assert_eq!(messages, vec![local.clone(), local]);
     let mut outcomes = Vec::new();

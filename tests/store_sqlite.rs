@@ -83,6 +83,54 @@ async fn the_schema_itself_allows_one_live_attempt() {
     assert!(dup_key.unwrap_err().to_string().contains("UNIQUE"));
 }
 
+/// A file of schema 4 (no retries yet) gains the retry columns on open, and keeps its jobs.
+#[tokio::test]
+async fn a_version_4_file_gains_the_retry_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onejob.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let created = store
+        .create_job(
+            new_job("alice", "k", json!({"text": "x"})),
+            RETENTION,
+            &by(1),
+        )
+        .await
+        .unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE attempts DROP COLUMN not_before;
+         ALTER TABLE attempts DROP COLUMN retry_of;
+         PRAGMA user_version = 4;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path).unwrap();
+    let job = created.job();
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let read = store
+        .get_job(&owner, &job.id, later())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&read, job);
+    assert_eq!(read.attempt(1).unwrap().not_before, None);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!((version, columns.len()), (5, 2));
+}
+
 /// A file written by an older version (schema 2: no retention, no tokens, no dispatch record; attempts keyed by
 /// the job's id) opens, keeps its jobs with the default 30 days of retention and their attempts, numbers the jobs
 /// in the order they were made, and its jobs move on.

@@ -31,8 +31,9 @@ pub fn job(job: &Value, now: DateTime<Utc>, frame: usize) -> String {
         text(&job["idempotency_key"]),
     );
     let winner = job["completed_by"].as_u64();
-    for attempt in job["attempts"].as_array().into_iter().flatten() {
-        out.push_str(&self::attempt(attempt, winner, now, frame));
+    let attempts = job["attempts"].as_array().map_or(&[][..], Vec::as_slice);
+    for attempt in attempts {
+        out.push_str(&self::attempt(attempt, attempts, winner, now, frame));
         out.push('\n');
     }
     if let Some(error) = job["error"].as_object() {
@@ -48,7 +49,13 @@ pub fn job(job: &Value, now: DateTime<Utc>, frame: usize) -> String {
     out
 }
 
-fn attempt(attempt: &Value, winner: Option<u64>, now: DateTime<Utc>, frame: usize) -> String {
+fn attempt(
+    attempt: &Value,
+    attempts: &[Value],
+    winner: Option<u64>,
+    now: DateTime<Utc>,
+    frame: usize,
+) -> String {
     let state = attempt["state"].as_str().unwrap_or("?");
     let number = attempt["number"].as_u64().unwrap_or(0);
     let created = time(&attempt["created_at"]).unwrap_or(now);
@@ -68,7 +75,20 @@ fn attempt(attempt: &Value, winner: Option<u64>, now: DateTime<Utc>, frame: usiz
             None => "result discarded: the job was cancelled".to_owned(),
         },
         "unknown" => "no answer in time; may still be working (cancel it to move on)".to_owned(),
-        "queued" => "waiting for a worker".to_owned(),
+        "queued" => match (attempt["retry_of"].as_u64(), time(&attempt["not_before"])) {
+            (Some(of), Some(at)) => {
+                let cause = attempts
+                    .iter()
+                    .find(|a| a["number"].as_u64() == Some(of))
+                    .and_then(|a| a["error"]["code"].as_str())
+                    .unwrap_or("a refusal");
+                format!(
+                    "retry of #{of} after {cause}, not before {}",
+                    at.format("%H:%M:%S")
+                )
+            }
+            _ => "waiting for a worker".to_owned(),
+        },
         _ => match attempt["error"].as_object() {
             Some(e) => format!(
                 "{}: {}",
@@ -203,5 +223,26 @@ mod tests {
         assert_eq!(lines[0], "line 0");
         assert_eq!(lines[7], "line 7");
         assert_eq!(lines[8], "… 22 more lines");
+    }
+
+    #[test]
+    fn a_retry_says_what_it_retries_and_when_it_may_start() {
+        let now = time(&json!("2026-11-30T09:00:01.000Z")).unwrap();
+        let job = json!({
+            "id": "job_1", "contract": "summarize@1", "status": "queued", "idempotency_key": "k",
+            "completed_by": null, "result": null, "error": null,
+            "attempts": [
+                {"number": 1, "provider": "openai", "state": "failed", "created_at": "2026-11-30T09:00:00.000Z",
+                 "started_at": "2026-11-30T09:00:00.000Z", "finished_at": "2026-11-30T09:00:00.500Z",
+                 "error": {"code": "rate_limited", "message": "HTTP 429"}},
+                {"number": 2, "provider": "openai", "state": "queued", "created_at": "2026-11-30T09:00:00.500Z",
+                 "retry_of": 1, "not_before": "2026-11-30T09:00:12.500Z"},
+            ],
+        });
+        let shown = super::job(&job, now, 0);
+        assert!(
+            shown.contains("#2 openai           queued        0.5s  retry of #1 after rate_limited, not before 09:00:12"),
+            "{shown}"
+        );
     }
 }

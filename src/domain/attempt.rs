@@ -71,8 +71,13 @@ pub struct Attempt {
     /// answer wins only before this moment, so a failed job is settled from then on (invariant 12).
     pub lease_expires_at: Option<Timestamp>,
     pub created_at: Timestamp,
-    /// When it was last handed to the queue: at creation, then by each re-dispatch of the sweeper.
+    /// When it was last handed to the queue: at creation (for a retry, the moment it may run), then by each
+    /// re-dispatch of the sweeper.
     pub dispatched_at: Timestamp,
+    /// A retry's earliest start: no worker claims it before (the provider's `Retry-After`, or a backoff).
+    pub not_before: Option<Timestamp>,
+    /// The attempt this one retries on the same provider, after it was refused without doing the work.
+    pub retry_of: Option<u32>,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     pub error: Option<ErrorInfo>,
@@ -103,6 +108,8 @@ impl Attempt {
             lease_expires_at: None,
             created_at: stamp.now,
             dispatched_at: stamp.now,
+            not_before: None,
+            retry_of: None,
             started_at: None,
             finished_at: None,
             error: None,

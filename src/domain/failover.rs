@@ -3,8 +3,10 @@
 
 use std::collections::BTreeSet;
 
+use chrono::Duration;
+
 use super::ids::ProviderName;
-use super::job::Job;
+use super::job::{Job, JobStatus, Timestamp};
 use super::report::ErrorInfo;
 
 /// What automatic failover (and a manual retry that names no provider) may do. The decision is taken inside the
@@ -16,11 +18,31 @@ pub struct Failover {
     pub qualified: BTreeSet<ProviderName>,
     /// The most attempts one job may have, so that no job grows past what a store accepts.
     pub max_attempts: u32,
+    /// How the failing attempt's provider may be tried again when it did not do the work; `None`: never.
+    pub retry: Option<RetryPolicy>,
+    /// Where in its window a backoff without `Retry-After` lands: 0 its middle, 1000 its end (equal jitter,
+    /// drawn by the caller so that the decision itself stays a function of what it is given).
+    pub jitter_permille: u16,
 }
 
 impl Failover {
     pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 }
+
+/// Retries of one provider after answers that say the work was not done: at most `max_retries` in a row, each
+/// starting no later than `within` after the first try, each not before the provider's `Retry-After` or, without
+/// one, a backoff: `min(cap, base·2ⁿ)` with equal jitter (half of it, plus up to the other half).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub within: Duration,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+/// The error codes of answers that say the provider did not do the work: a 429, a 503 with `Retry-After`, a
+/// connection refused before anything was sent. Nothing else is retried on the same provider.
+pub const NOT_DONE: [&str; 3] = ["rate_limited", "provider_unavailable", "connection_failed"];
 
 /// What follows when an attempt ends `failed` or `cancelled` without a result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +54,49 @@ pub enum FailoverDecision {
 }
 
 impl Job {
+    /// When the failed attempt `number` is tried again on its provider: not before the returned moment, if its
+    /// answer said the work was not done, the job is `failed` (nothing else live, no result, not cancelled), and
+    /// the policy and the attempt limit allow another try.
+    pub(super) fn retry_decision(
+        &self,
+        number: u32,
+        failover: &Failover,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let policy = failover.retry?;
+        let failed = self.attempt(number)?;
+        let code = failed.error.as_ref()?.code.as_str();
+        if !NOT_DONE.contains(&code)
+            || self.status() != JobStatus::Failed
+            || self.attempts.len() >= failover.max_attempts as usize
+        {
+            return None;
+        }
+        let (mut first, mut retries) = (failed, 0u32);
+        while let Some(of) = first.retry_of {
+            first = self.attempt(of)?;
+            retries += 1;
+        }
+        if retries >= policy.max_retries {
+            return None;
+        }
+        let asked = failed.report.as_ref().and_then(|r| r.retry_after_s);
+        let wait = match asked {
+            // Past the window, a wait needs no exact size: it is refused below either way.
+            Some(seconds) => Duration::seconds(
+                i64::try_from(seconds)
+                    .unwrap_or(i64::MAX)
+                    .min(policy.within.num_seconds() + 1),
+            ),
+            None => {
+                let ceiling = (policy.base * 2i32.saturating_pow(retries.min(30))).min(policy.cap);
+                ceiling / 2 + ceiling / 2 * i32::from(failover.jitter_permille.min(1000)) / 1000
+            }
+        };
+        let not_before = now + wait;
+        (not_before - first.created_at <= policy.within).then_some(not_before)
+    }
+
     /// The first provider of the chain that no attempt has tried yet.
     pub fn next_untried_provider(&self) -> Option<&ProviderName> {
         self.untried_providers().next()

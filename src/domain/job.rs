@@ -219,6 +219,20 @@ impl Job {
         }
     }
 
+    /// Attempt `of` again on its provider, not before `not_before`.
+    fn queue_retry(&mut self, of: u32, not_before: Timestamp, stamp: &Stamp) {
+        let provider = self
+            .attempt(of)
+            .expect("the failed attempt")
+            .provider
+            .clone();
+        let number = self.queue(provider, stamp);
+        let retry = self.attempt_mut(number).expect("just queued");
+        retry.retry_of = Some(of);
+        retry.not_before = Some(not_before);
+        retry.dispatched_at = not_before;
+    }
+
     fn queue(&mut self, provider: ProviderName, stamp: &Stamp) -> u32 {
         let number = self.attempts.iter().map(|a| a.number).max().unwrap_or(0) + 1;
         self.attempts.push(Attempt::queued(number, provider, stamp));
@@ -303,6 +317,9 @@ impl Job {
         let version = self.version;
         let attempt = self.attempt_mut(number)?;
         attempt.expect(AttemptState::Queued, AttemptState::Started)?;
+        if let Some(not_before) = attempt.not_before.filter(|t| stamp.now < *t) {
+            return Err(Refusal::NotYet { number, not_before });
+        }
         attempt.state = AttemptState::Started;
         attempt.seen_version = Some(version);
         attempt.started_at = Some(stamp.now);
@@ -326,7 +343,9 @@ impl Job {
         Ok(())
     }
 
-    /// A definite answer that is not a result: `started` | `unknown` → `failed`, then failover.
+    /// A definite answer that is not a result: `started` | `unknown` → `failed`, then a retry on the same provider
+    /// when the answer says the work was not done (and the policy allows), else failover. An attempt that was
+    /// `unknown` is never retried: its call may have done the work.
     pub fn fail(
         &mut self,
         number: u32,
@@ -342,12 +361,19 @@ impl Job {
         if !matches!(attempt.state, AttemptState::Started | AttemptState::Unknown) {
             return Err(attempt.refuse(AttemptState::Failed));
         }
+        let was_started = attempt.state == AttemptState::Started;
         attempt.state = AttemptState::Failed;
         attempt.error = Some(error.bounded());
         attempt.report = report.into_option();
         attempt.finished_at = Some(stamp.now);
         attempt.writer = Some(stamp.token.clone());
-        self.fail_over(failover, stamp);
+        let retry = was_started
+            .then(|| self.retry_decision(number, failover, stamp.now))
+            .flatten();
+        match retry {
+            Some(not_before) => self.queue_retry(number, not_before, stamp),
+            None => self.fail_over(failover, stamp),
+        }
         self.updated_at = stamp.now;
         Ok(())
     }

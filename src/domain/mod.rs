@@ -20,7 +20,7 @@ pub mod write;
 pub(crate) mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
-pub use failover::{Failover, FailoverDecision};
+pub use failover::{Failover, FailoverDecision, NOT_DONE, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use job::{Job, JobStatus, MAX_INPUT_BYTES, NewJob, Timestamp, expiry};

@@ -22,6 +22,8 @@ pub enum Refusal {
     },
     #[error("the job already has {limit} attempts, the most one job may have")]
     AttemptLimitReached { limit: u32 },
+    #[error("attempt {number} may not start before {not_before}")]
+    NotYet { number: u32, not_before: Timestamp },
 }
 
 /// What a completion did.

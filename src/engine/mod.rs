@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::contracts::Contracts;
 use crate::domain::{
     AttemptRef, AttemptState, ContractRef, ContractStanding, Failover, Job, JobId, Owner,
-    ProviderName, Qualification, Stamp, Standing, Timestamp, WriteToken,
+    ProviderName, Qualification, RetryPolicy, Stamp, Standing, Timestamp, WriteToken,
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
@@ -47,6 +47,9 @@ pub struct EngineSettings {
     pub retention: Duration,
     /// The most attempts one job may have (failover stops there; a manual retry is refused).
     pub max_attempts: u32,
+    /// How a provider is tried again after an answer that says it did not do the work (429, 503 with
+    /// `Retry-After`, a refused connection).
+    pub retry: RetryPolicy,
     /// How long a write made for an API call (or a claim) is tried again after the store failed.
     pub write_budget: Duration,
     /// How long a worker keeps trying to write an answer it holds (a result, a failure, a time-out), bounded by
@@ -62,6 +65,12 @@ impl Default for EngineSettings {
             sweep_batch: 100,
             retention: Duration::days(30),
             max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
+            retry: RetryPolicy {
+                max_retries: 2,
+                within: Duration::seconds(60),
+                base: Duration::seconds(1),
+                cap: Duration::seconds(30),
+            },
             write_budget: Duration::seconds(3),
             answer_budget: Duration::minutes(5),
         }
@@ -218,6 +227,8 @@ impl Engine {
         Failover {
             qualified,
             max_attempts: self.settings.max_attempts,
+            retry: None,
+            jitter_permille: 0,
         }
     }
 
@@ -278,8 +289,16 @@ impl Engine {
             job_id: job.id.clone(),
             number: attempt.number,
         };
-        if let Err(e) = self.dispatcher.dispatch(&message).await {
-            tracing::warn!(job_id = %job.id, attempt = attempt.number, error = %e, "dispatch failed; the sweeper will retry");
+        self.dispatch_at(&message, attempt.not_before).await;
+    }
+
+    /// Sends `message`, delivered no sooner than `not_before` (if given); a failure is logged, and the sweeper
+    /// sends it again later.
+    pub(crate) async fn dispatch_at(&self, message: &AttemptRef, not_before: Option<Timestamp>) {
+        let delay = not_before.map_or_else(Duration::zero, |t| t - self.clock.now());
+        if let Err(e) = self.dispatcher.dispatch(message, delay).await {
+            let (job_id, attempt) = (&message.job_id, message.number);
+            tracing::warn!(%job_id, attempt, error = %e, "dispatch failed; the sweeper will retry");
         }
     }
 }

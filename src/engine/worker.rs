@@ -4,7 +4,8 @@ use serde_json::Value;
 
 use super::{AnswerLost, Engine};
 use crate::domain::{
-    AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Job, JobId, Timestamp, WriteToken,
+    AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover, Job, JobId, Timestamp,
+    WriteToken,
 };
 use crate::store::StoreError;
 
@@ -118,7 +119,11 @@ impl Engine {
             .persist("failure", token, until, |stamp| {
                 let (error, report) = (error.clone(), report.clone());
                 async move {
-                    let failover = self.failover(job).await?;
+                    let failover = Failover {
+                        retry: Some(self.settings.retry),
+                        jitter_permille: fastrand::u16(0..=1000),
+                        ..self.failover(job).await?
+                    };
                     self.store
                         .fail_attempt(&job.id, number, error, report, &failover, &stamp)
                         .await
@@ -182,7 +187,11 @@ impl Engine {
             Err(StoreError::Refused(_) | StoreError::NotFound) => return Ok(false),
             Err(e) => return Err(e),
         }
-        match self.dispatcher.dispatch(attempt).await {
+        match self
+            .dispatcher
+            .dispatch(attempt, chrono::Duration::zero())
+            .await
+        {
             Ok(()) => Ok(true),
             Err(e) => {
                 tracing::warn!(job_id = %attempt.job_id, attempt = attempt.number, error = %e, "re-dispatch failed; the next sweep tries again");

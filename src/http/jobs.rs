@@ -90,6 +90,12 @@ pub struct AttemptView {
     pub error: Option<ErrorInfo>,
     /// What the provider reported: model, token usage, `Retry-After`.
     pub report: Option<CallReport>,
+    /// A retry: the attempt it tries again on the same provider, after that one's answer said the work was not
+    /// done (429, 503 with `Retry-After`, a refused connection).
+    pub retry_of: Option<u32>,
+    /// A retry's earliest start (the provider's `Retry-After`, or a backoff): no worker starts it before.
+    #[schema(format = DateTime)]
+    pub not_before: Option<String>,
 }
 
 pub(super) fn rfc3339(t: Timestamp) -> String {
@@ -133,6 +139,8 @@ impl From<&Attempt> for AttemptView {
             finished_at: a.finished_at.map(rfc3339),
             error: a.error.clone(),
             report: a.report.clone(),
+            retry_of: a.retry_of,
+            not_before: a.not_before.map(rfc3339),
         }
     }
 }

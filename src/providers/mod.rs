@@ -227,9 +227,11 @@ impl HttpEndpoint {
 /// - lost after sending, or while reading the answer → lost (`connection_lost`): the attempt becomes unknown;
 /// - a gateway's timeout (408, 502, 504, 524) → lost (`gateway_timeout`): a proxy or load balancer gave up waiting,
 ///   the provider behind it may still run and bill the call, so the attempt becomes unknown (invariant 5);
-/// - another error status, said by the provider's own API → failed: `rate_limited` (429), `provider_error` (500,
-///   503 and the other 5xx), `provider_refused` (other 4xx), with `Retry-After` kept in the report for the
-///   operator. A retry is a new attempt, never a hidden loop.
+/// - another error status, said by the provider's own API → failed: `rate_limited` (429), `provider_unavailable`
+///   (503 with `Retry-After`), `provider_error` (500, a 503 without `Retry-After`, the other 5xx),
+///   `provider_refused` (other 4xx), with `Retry-After` kept in the report. The first two and
+///   `connection_failed` say the work was not done: the engine may queue a retry on the same provider, as a new
+///   attempt, never a hidden loop.
 pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Reply> {
     let response = match call.send().await {
         Ok(response) => response,
@@ -266,6 +268,9 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     }
     let code = if status == StatusCode::TOO_MANY_REQUESTS {
         "rate_limited"
+    } else if status == StatusCode::SERVICE_UNAVAILABLE && retry_after_s.is_some() {
+        // Unavailable, and saying when to come back: the request was not taken.
+        "provider_unavailable"
     } else if status.is_server_error() {
         "provider_error"
     } else {

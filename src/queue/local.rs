@@ -1,27 +1,50 @@
-//! The in-process queue of the local server: an unbounded channel read by the local worker loop.
+//! The in-process queue of the local server: an unbounded channel read by the local worker loop. A delayed
+//! message is held on the engine's clock, then sent.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::Duration;
 use tokio::sync::mpsc;
 
 use super::{DispatchError, Dispatcher};
+use crate::clock::Clock;
 use crate::domain::AttemptRef;
 
 #[derive(Debug, Clone)]
-pub struct LocalQueue(mpsc::UnboundedSender<AttemptRef>);
+pub struct LocalQueue {
+    sender: mpsc::UnboundedSender<AttemptRef>,
+    clock: Arc<dyn Clock>,
+}
 
 impl LocalQueue {
-    /// The queue and the receiving end the worker loop reads.
-    pub fn new() -> (Self, mpsc::UnboundedReceiver<AttemptRef>) {
+    /// The queue, delaying on `clock`, and the receiving end the worker loop reads.
+    pub fn new(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<AttemptRef>) {
         let (sender, receiver) = mpsc::unbounded_channel();
-        (Self(sender), receiver)
+        (Self { sender, clock }, receiver)
     }
 }
 
 #[async_trait]
 impl Dispatcher for LocalQueue {
-    async fn dispatch(&self, attempt: &AttemptRef) -> Result<(), DispatchError> {
-        self.0
-            .send(attempt.clone())
-            .map_err(|e| DispatchError(Box::new(e)))
+    async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError> {
+        if delay <= Duration::zero() {
+            return self
+                .sender
+                .send(attempt.clone())
+                .map_err(|e| DispatchError(Box::new(e)));
+        }
+        // Held in memory, as a broker holds a delayed message: lost with the process, and then found again by the
+        // sweeper (a `queued` attempt nobody claimed since its time).
+        let (sender, attempt, wait) = (
+            self.sender.clone(),
+            attempt.clone(),
+            self.clock.sleep(delay),
+        );
+        tokio::spawn(async move {
+            wait.await;
+            let _ = sender.send(attempt);
+        });
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod sqs;
 use std::fmt::Debug;
 
 use async_trait::async_trait;
+use chrono::Duration;
 
 use crate::domain::AttemptRef;
 
@@ -19,5 +20,6 @@ pub struct DispatchError(#[source] pub Box<dyn std::error::Error + Send + Sync>)
 
 #[async_trait]
 pub trait Dispatcher: Send + Sync + Debug {
-    async fn dispatch(&self, attempt: &AttemptRef) -> Result<(), DispatchError>;
+    /// Hands the attempt to a worker, once `delay` has passed (a retry's wait; zero for everything else).
+    async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError>;
 }

@@ -3,9 +3,13 @@
 //! a message delivered twice is dropped by the claim.
 
 use async_trait::async_trait;
+use chrono::Duration;
 
 use super::{DispatchError, Dispatcher};
 use crate::domain::AttemptRef;
+
+/// The longest delay SQS gives one message.
+const MAX_DELAY_SECONDS: i64 = 900;
 
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
@@ -29,12 +33,17 @@ impl SqsQueue {
 
 #[async_trait]
 impl Dispatcher for SqsQueue {
-    async fn dispatch(&self, attempt: &AttemptRef) -> Result<(), DispatchError> {
+    async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError> {
         let body = serde_json::to_string(attempt).expect("an attempt reference always serialises");
+        // Whole seconds, rounded up (never sooner than asked), at most SQS's 15 minutes: a message that comes
+        // earlier than its attempt may run is sent again by the worker with the time that is left.
+        let millis = delay.num_milliseconds().max(0);
+        let seconds = ((millis + 999) / 1000).min(MAX_DELAY_SECONDS);
         self.client
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(body)
+            .delay_seconds(i32::try_from(seconds).expect("at most 900"))
             .send()
             .await
             .map_err(|e| DispatchError(Box::new(e)))?;

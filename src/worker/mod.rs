@@ -10,7 +10,9 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::contracts::Contract;
-use crate::domain::{AttemptRef, CallReport, Completion, ErrorInfo, Job, Timestamp, WriteToken};
+use crate::domain::{
+    AttemptRef, CallReport, Completion, ErrorInfo, Job, Refusal, Timestamp, WriteToken,
+};
 use crate::engine::{AnswerLost, Engine};
 use crate::providers::checks::{self, Prepared};
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
@@ -59,6 +61,12 @@ pub async fn process_attempt_until(
     let token = WriteToken::new();
     let job = match engine.claim(message, &token).await {
         Ok(job) => job,
+        Err(StoreError::Refused(Refusal::NotYet { not_before, .. })) => {
+            // Here before its time (a queue's longest delay is shorter than the wait): sent again for the rest.
+            tracing::info!(job_id = %message.job_id, attempt = message.number, %not_before, "message early: sent again for its time");
+            engine.dispatch_at(message, Some(not_before)).await;
+            return Ok(Processed::Dropped);
+        }
         Err(StoreError::Refused(refusal)) => {
             tracing::info!(job_id = %message.job_id, attempt = message.number, %refusal, "message dropped: attempt not queued");
             return Ok(Processed::Dropped);

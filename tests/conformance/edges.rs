@@ -174,6 +174,8 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
         .clone();
     let everything = Failover {
         max_attempts: limit,
+        retry: None,
+        jitter_permille: 0,
         ..stop()
     };
     let huge = ErrorInfo::new("output_invalid", "é".repeat(100_000));

@@ -272,7 +272,17 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
         after.attempt(1).unwrap().error.as_ref().unwrap().code,
         "connection_failed"
     );
-    assert_eq!(state(&after, 2), AttemptState::Queued);
+    // Refused before anything was sent: the same provider again, after a backoff (1 s, with equal jitter).
+    let retry = after.attempt(2).unwrap();
+    assert_eq!(
+        (retry.state, retry.provider.as_str(), retry.retry_of),
+        (AttemptState::Queued, "primary", Some(1))
+    );
+    let waited = retry.not_before.unwrap() - after.attempt(1).unwrap().finished_at.unwrap();
+    assert!(
+        (500..=1_000).contains(&waited.num_milliseconds()),
+        "{waited}"
+    );
 }
 
 /// The call carries the attempt's idempotency key, the key from `api_key_env` and the contract's settings; what
@@ -386,6 +396,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
         assert_eq!(rig.process(&message).await, Processed::Unknown, "{status}");
         let after = rig.job(&job).await;
         assert_eq!(state(&after, 1), AttemptState::Unknown, "{status}");
+        assert_eq!(after.attempts.len(), 1, "{status}: no retry, no failover");
         assert!(rig.no_message(), "{status}: no failover");
         assert_eq!(primary.call_count(), 1);
     }
@@ -400,7 +411,92 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
     record_qualified(&rig.engine, "fallback").await;
     let (job, message) = rig.create("unavailable").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
-    assert_eq!(state(&rig.job(&job).await, 2), AttemptState::Queued);
+    // A 503 that does not say when to come back may have been the provider failing mid-work: failover.
+    let after = rig.job(&job).await;
+    let next = after.attempt(2).unwrap();
+    assert_eq!(
+        (next.state, next.provider.as_str(), next.retry_of),
+        (AttemptState::Queued, "fallback", None)
+    );
+}
+
+/// A provider that says it did not do the work — 429, then 503, each with `Retry-After: 1` — is tried again on its own,
+/// each time as a new attempt that no worker starts before the `Retry-After` (a message that comes early is sent
+/// again for its time): three attempts on one provider, three calls, one winner, no failover.
+pub async fn a_rate_limited_provider_is_retried_not_before_its_retry_after(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::spawn(
+        vec![Reply::RateLimited(1), Reply::Unavailable(1)],
+        Reply::Answer(summary("A")),
+    )
+    .await;
+    let fallback = answering("B").await;
+    let mut rig = rig(store, &primary, &fallback).await;
+    let (job, first) = rig.create("k").await;
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let after = rig.job(&job).await;
+    let (failed, retry) = (after.attempt(1).unwrap(), after.attempt(2).unwrap());
+    assert_eq!(failed.error.as_ref().unwrap().code, "rate_limited");
+    assert_eq!(
+        (retry.state, retry.provider.as_str(), retry.retry_of),
+        (AttemptState::Queued, "primary", Some(1))
+    );
+    assert_eq!(
+        retry.not_before,
+        Some(failed.finished_at.unwrap() + chrono::Duration::seconds(1))
+    );
+    assert_eq!(after.status(), JobStatus::Queued);
+    assert!(rig.no_message(), "not sent before its time");
+
+    // Delivered early anyway (a redelivery): refused, nothing called, sent again for its time.
+    let second = AttemptRef {
+        job_id: job.id.clone(),
+        number: 2,
+    };
+    assert_eq!(rig.process(&second).await, Processed::Dropped);
+    assert_eq!(primary.call_count(), 1);
+
+    rig.advance(1_000);
+    // The delayed message and the one sent again: one runs, the other finds it running.
+    let (a, b) = (rig.message().await, rig.message().await);
+    assert_eq!((&a, &b), (&second, &second));
+    assert_eq!(rig.process(&a).await, Processed::Failed);
+    assert_eq!(rig.process(&b).await, Processed::Dropped);
+    let after = rig.job(&job).await;
+    assert_eq!(
+        after.attempt(2).unwrap().error.as_ref().unwrap().code,
+        "provider_unavailable"
+    );
+    rig.advance(1_000);
+    let third = rig.message().await;
+    assert_eq!(third.number, 3);
+    assert_eq!(rig.process(&third).await, Processed::Succeeded);
+
+    let done = rig.job(&job).await;
+    let summary_of = |n: u32| {
+        let a = done.attempt(n).unwrap();
+        (a.provider.as_str().to_owned(), a.state, a.retry_of)
+    };
+    assert_eq!(
+        (1..=3).map(summary_of).collect::<Vec<_>>(),
+        [
+            ("primary".to_owned(), AttemptState::Failed, None),
+            ("primary".to_owned(), AttemptState::Failed, Some(1)),
+            ("primary".to_owned(), AttemptState::Succeeded, Some(2)),
+        ]
+    );
+    for n in [2, 3] {
+        let (before, this) = (done.attempt(n - 1).unwrap(), done.attempt(n).unwrap());
+        assert!(
+            this.started_at.unwrap() >= before.finished_at.unwrap() + chrono::Duration::seconds(1),
+            "attempt {n} started a second after attempt {} ended",
+            n - 1
+        );
+    }
+    assert_eq!(done.completed_by, Some(3));
+    assert_eq!((primary.call_count(), fallback.call_count()), (3, 0));
+    assert!(rig.no_message());
 }
 
 /// A cancelled attempt's late answer wins while the next attempt runs: that attempt's worker, timing out, makes it

@@ -92,6 +92,7 @@ macro_rules! conformance_suite {
             a_cancelled_attempt_answering_after_its_lease_is_discarded,
             a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid,
             the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown,
+            a_rate_limited_provider_is_retried_not_before_its_retry_after,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -201,6 +202,8 @@ fn to_any(qualified: &[&str]) -> Failover {
     Failover {
         qualified: qualified.iter().map(|p| provider(p)).collect(),
         max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
+        retry: None,
+        jitter_permille: 0,
     }
 }
 

@@ -45,7 +45,7 @@ impl Rig {
         let clock = Arc::new(ManualClock::new(
             Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
         ));
-        let (queue, messages) = LocalQueue::new();
+        let (queue, messages) = LocalQueue::new(clock.clone());
         let engine = startup::engine(
             &config,
             &ProviderKeys::default(),
@@ -89,6 +89,14 @@ impl Rig {
     /// The next message the engine dispatched; there must be one.
     pub fn next_message(&mut self) -> AttemptRef {
         self.queue.try_recv().expect("a dispatched message")
+    }
+
+    /// The next message the engine dispatches, waiting for it (a delayed one comes once the clock passes its time).
+    pub async fn message(&mut self) -> AttemptRef {
+        tokio::time::timeout(StdDuration::from_secs(20), self.queue.recv())
+            .await
+            .expect("a message in time")
+            .expect("the queue is open")
     }
 
     pub fn no_message(&mut self) -> bool {

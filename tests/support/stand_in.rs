@@ -59,6 +59,8 @@ pub enum Reply {
     Status(u16, &'static str),
     /// 429 with `Retry-After: <seconds>`.
     RateLimited(u64),
+    /// 503 with `Retry-After: <seconds>`.
+    Unavailable(u64),
     /// Nothing until the gate opens, then the gate's answer.
     Held(Gate),
 }
@@ -246,6 +248,12 @@ async fn respond(
             StatusCode::TOO_MANY_REQUESTS,
             [("retry-after", seconds.to_string())],
             "rate limited",
+        )
+            .into_response(),
+        Reply::Unavailable(seconds) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", seconds.to_string())],
+            "down for maintenance",
         )
             .into_response(),
         Reply::Held(gate) => {

@@ -19,7 +19,7 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
     preload(store.as_ref(), preload_n).await;
     checkpoint(&db);
     let config = instant_config();
-    let (queue, messages) = LocalQueue::new();
+    let (queue, messages) = LocalQueue::new(Arc::new(SystemClock));
     let engine = Arc::new(
         onejob::startup::engine(
             &config,

@@ -72,7 +72,7 @@ impl Ledger {
         let config = self.config()?;
         let keys = provider_keys().await?;
         let (store, place) = self.open().await?;
-        let (queue, _) = LocalQueue::new();
+        let (queue, _) = LocalQueue::new(Arc::new(SystemClock));
         let engine = startup::engine(
             &config,
             &keys,

@@ -90,3 +90,107 @@ fn a_job_stops_at_its_attempt_limit() {
     );
     assert_eq!(job, before);
 }
+
+/// Failover to `b`, with retries of the failing provider: 2 in a row within 60 s, backoff from 1 s at `jitter`.
+fn retrying(jitter_permille: u16) -> Failover {
+    Failover {
+        retry: Some(RetryPolicy {
+            max_retries: 2,
+            within: Duration::seconds(60),
+            base: Duration::seconds(1),
+            cap: Duration::seconds(30),
+        }),
+        jitter_permille,
+        ..to(&["b"])
+    }
+}
+
+fn rate_limited(retry_after_s: Option<u64>) -> (ErrorInfo, CallReport) {
+    let report = CallReport {
+        retry_after_s,
+        ..CallReport::default()
+    };
+    (ErrorInfo::new("rate_limited", "429"), report)
+}
+
+/// Claims attempt `number` at `ms` and fails it then with `error`.
+fn run_and_fail(
+    job: &mut Job,
+    number: u32,
+    ms: i64,
+    (error, report): (ErrorInfo, CallReport),
+    failover: &Failover,
+) {
+    job.claim(number, at(ms + 30_000), &by(ms)).unwrap();
+    job.fail(number, error, report, failover, &by(ms)).unwrap();
+}
+
+#[test]
+fn a_refusal_that_did_no_work_is_retried_on_its_provider_then_fails_over() {
+    let mut job = job();
+    run_and_fail(&mut job, 1, 1_000, rate_limited(Some(5)), &retrying(0));
+    let retry = job.attempt(2).unwrap();
+    assert_eq!(
+        (
+            &retry.provider,
+            retry.retry_of,
+            retry.not_before,
+            retry.dispatched_at
+        ),
+        (&provider("a"), Some(1), Some(at(6_000)), at(6_000))
+    );
+    // Not before its time.
+    assert_eq!(
+        job.claim(2, at(40_000), &by(5_999)),
+        Err(Refusal::NotYet {
+            number: 2,
+            not_before: at(6_000)
+        })
+    );
+    // Without Retry-After: a backoff, 2 s for the second retry (equal jitter: between 1 and 2 s).
+    run_and_fail(&mut job, 2, 6_000, rate_limited(None), &retrying(0));
+    assert_eq!(job.attempt(3).unwrap().not_before, Some(at(7_000)));
+    // Two retries in a row are the policy's: the third refusal fails over to b.
+    run_and_fail(&mut job, 3, 7_000, rate_limited(None), &retrying(1_000));
+    let next = job.attempt(4).unwrap();
+    assert_eq!(
+        (&next.provider, next.retry_of, next.not_before),
+        (&provider("b"), None, None)
+    );
+}
+
+#[test]
+fn only_a_refusal_that_did_no_work_within_the_window_is_retried() {
+    // Another failure: failover.
+    let mut job = job();
+    run_and_fail(
+        &mut job,
+        1,
+        0,
+        (provider_error(), CallReport::default()),
+        &retrying(0),
+    );
+    assert_eq!(job.attempt(2).unwrap().provider, provider("b"));
+    // A Retry-After past the window: failover.
+    let mut job = super::job();
+    run_and_fail(&mut job, 1, 0, rate_limited(Some(61)), &retrying(0));
+    assert_eq!(job.attempt(2).unwrap().provider, provider("b"));
+    // No retry policy: failover.
+    let mut job = super::job();
+    run_and_fail(&mut job, 1, 0, rate_limited(Some(1)), &to(&["b"]));
+    assert_eq!(job.attempt(2).unwrap().provider, provider("b"));
+    // An attempt that was unknown may have done the work, whatever it said later: never retried.
+    let mut job = super::job();
+    job.claim(1, at(30_000), &by(0)).unwrap();
+    job.mark_unknown(1, &by(1)).unwrap();
+    let (error, report) = rate_limited(Some(1));
+    job.fail(1, error, report, &retrying(0), &by(2)).unwrap();
+    assert_eq!(job.attempt(2).unwrap().provider, provider("b"));
+    // A job cancelled while the attempt ran: its failure is refused, and nothing is queued.
+    let mut job = super::job();
+    job.claim(1, at(30_000), &by(0)).unwrap();
+    job.cancel(&by(1)).unwrap();
+    let (error, report) = rate_limited(Some(1));
+    assert!(job.fail(1, error, report, &retrying(0), &by(2)).is_err());
+    assert_eq!(job.attempts.len(), 1);
+}

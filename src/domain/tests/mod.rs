@@ -29,6 +29,8 @@ pub(crate) fn to(qualified: &[&str]) -> Failover {
     Failover {
         qualified: qualified.iter().map(|p| provider(p)).collect(),
         max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
+        retry: None,
+        jitter_permille: 0,
     }
 }
 

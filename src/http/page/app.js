@@ -256,6 +256,11 @@ function lanes(job, limits) {
     const winner = job.completed_by === a.number;
     let outcome = a.state;
     if (winner) outcome = "★ winner";
+    else if (a.state === "queued" && a.retry_of) {
+      const cause = job.attempts.find((b) => b.number === a.retry_of)?.error?.code ?? "a refusal";
+      const when = new Date(a.not_before).toLocaleTimeString();
+      outcome = `retry of #${a.retry_of} after ${cause}, not before ${when}`;
+    }
     else if (a.state === "discarded") {
       outcome = job.completed_by ? `discarded — lost to #${job.completed_by}` : "discarded — job cancelled";
     } else if (a.error) outcome = `${a.state}: ${a.error.code}`;
@@ -266,7 +271,7 @@ function lanes(job, limits) {
       dataset: { attempt: String(a.number), state: a.state },
       "aria-label": `Attempt ${a.number} on ${a.provider}: ${a.state}${winner ? ", winner" : ""}`,
     },
-    el("span", { className: "who" }, `#${a.number} ${a.provider}`),
+    el("span", { className: "who" }, `#${a.number} ${a.provider}${a.retry_of ? ` (retry of #${a.retry_of})` : ""}`),
     track,
     el("span", { className: "outcome" }, `${outcome} · ${elapsed}`));
   });

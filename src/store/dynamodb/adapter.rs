@@ -215,7 +215,11 @@ impl JobStore for DynamoStore {
         stamp: &Stamp,
     ) -> Result<Job, StoreError> {
         let mut u = Update::new(number, stamp);
-        u.condition("#attempts.#n.#state = :queued AND attribute_not_exists(slot)");
+        // A retry waits for its time: past `not_before`, or none (the condition fails, and the domain says why).
+        u.condition(
+            "#attempts.#n.#state = :queued AND attribute_not_exists(slot) \
+             AND (attribute_not_exists(#attempts.#n.not_before) OR #attempts.#n.not_before <= :now)",
+        );
         u.value(":queued", s(AttemptState::Queued.as_str()));
         u.set("#attempts.#n.#state = :started");
         u.value(":started", s(AttemptState::Started.as_str()));
@@ -332,7 +336,11 @@ impl JobStore for DynamoStore {
 
     async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
         let mut u = Update::new(number, &Stamp::fresh(now));
-        u.condition("#attempts.#n.#state = :queued AND attribute_not_exists(slot)");
+        // A retry waits for its time: past `not_before`, or none (the condition fails, and the domain says why).
+        u.condition(
+            "#attempts.#n.#state = :queued AND attribute_not_exists(slot) \
+             AND (attribute_not_exists(#attempts.#n.not_before) OR #attempts.#n.not_before <= :now)",
+        );
         u.value(":queued", s(AttemptState::Queued.as_str()));
         u.set("#attempts.#n.dispatched_at = :now");
         u.set("sweep_at = :now");

@@ -9,7 +9,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
 //! | `input` | S | the input, as JSON text, when it is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, started_at?, finished_at?, error?, report?, origin?, writer?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
@@ -111,6 +111,14 @@ struct AttemptItem {
         with = "ts_milliseconds_option"
     )]
     dispatched_at: Option<Timestamp>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    not_before: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_of: Option<u32>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -293,6 +301,8 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         lease_expires_at: a.lease_expires_at,
         created_at: a.created_at,
         dispatched_at: Some(a.dispatched_at),
+        not_before: a.not_before,
+        retry_of: a.retry_of,
         started_at: a.started_at,
         finished_at: a.finished_at,
         error: a.error.clone(),
@@ -346,6 +356,8 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
             lease_expires_at: a.lease_expires_at,
             created_at: a.created_at,
             dispatched_at: a.dispatched_at.unwrap_or(a.created_at),
+            not_before: a.not_before,
+            retry_of: a.retry_of,
             started_at: a.started_at,
             finished_at,
             error: a.error,

@@ -14,7 +14,7 @@ use crate::store::StoreError;
 pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by";
 const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
-                               finished_at, error, report, dispatched_at, origin, writer";
+                               finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of";
 
 pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreError> {
     let inserted = tx
@@ -145,7 +145,7 @@ pub(super) fn write_back(
                 let changed = tx.prepare_cached(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
-                                         writer = ?9 \
+                                         writer = ?9, not_before = ?13 \
                      WHERE job = (SELECT seq FROM jobs WHERE id = ?10) AND number = ?11 AND state = ?12")?
         .execute(params![
                         attempt.state.as_str(),
@@ -160,6 +160,7 @@ pub(super) fn write_back(
                         after.id.as_str(),
                         attempt.number,
                         old.state.as_str(),
+                        attempt.not_before.map(|t| t.timestamp_millis()),
                     ])?;
                 if changed != 1 {
                     return Err(SqliteError::GuardFailed("attempts").into());
@@ -173,7 +174,7 @@ pub(super) fn write_back(
 
 fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES ((SELECT seq FROM jobs WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES ((SELECT seq FROM jobs WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"))?
         .execute(params![
             job_id.as_str(),
             a.number,
@@ -189,6 +190,8 @@ fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(
             a.dispatched_at.timestamp_millis(),
             a.origin.as_ref().map(WriteToken::as_str),
             a.writer.as_ref().map(WriteToken::as_str),
+            a.not_before.map(|t| t.timestamp_millis()),
+            a.retry_of,
         ])?;
     Ok(())
 }
@@ -334,6 +337,8 @@ struct AttemptRow {
     dispatched_at: i64,
     origin: Option<String>,
     writer: Option<String>,
+    not_before: Option<i64>,
+    retry_of: Option<u32>,
 }
 
 impl AttemptRow {
@@ -352,6 +357,8 @@ impl AttemptRow {
             dispatched_at: row.get(10)?,
             origin: row.get(11)?,
             writer: row.get(12)?,
+            not_before: row.get(13)?,
+            retry_of: row.get(14)?,
         })
     }
 
@@ -371,6 +378,8 @@ impl AttemptRow {
             error: self.error.map(|e| from_json("error", &e)).transpose()?,
             report: self.report.map(|r| from_json("report", &r)).transpose()?,
             dispatched_at: millis(self.dispatched_at)?,
+            not_before: self.not_before.map(millis).transpose()?,
+            retry_of: self.retry_of,
             origin: self.origin.as_deref().map(token).transpose()?,
             writer: self.writer.as_deref().map(token).transpose()?,
         })

@@ -48,6 +48,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     dispatched_at    INTEGER NOT NULL,
     origin           TEXT,
     writer           TEXT,
+    not_before       INTEGER,
+    retry_of         INTEGER,
     PRIMARY KEY (job, number)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS qualifications (
@@ -118,8 +120,14 @@ fn schema_3_to_4(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     tx.execute_batch(INDEXES)
 }
 
+/// What version 5 added to version 4: a retry's earliest start and the attempt it retries.
+const SCHEMA_4_TO_5: &str = "
+ALTER TABLE attempts ADD COLUMN not_before INTEGER;
+ALTER TABLE attempts ADD COLUMN retry_of INTEGER;
+";
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -138,8 +146,10 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             if version <= 2 {
                 tx.execute_batch(SCHEMA_2_TO_3)?;
             }
+            // The rebuild makes the tables as they are now.
             schema_3_to_4(&tx)?;
         }
+        4 => tx.execute_batch(SCHEMA_4_TO_5)?,
         SCHEMA_VERSION => {}
         newer => {
             return Err(SqliteError::Corrupt(

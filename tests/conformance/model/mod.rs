@@ -136,6 +136,8 @@ fn failover(qualified: u8) -> Failover {
             .map(provider)
             .collect::<BTreeSet<_>>(),
         max_attempts: MAX_ATTEMPTS,
+        retry: None,
+        jitter_permille: 0,
     }
 }
 
