@@ -45,6 +45,9 @@ pub struct Config {
     /// backoff from 1 s, doubling, at most 30 s). 0 turns them off.
     #[serde(default = "default_provider_retries")]
     pub provider_retries: u32,
+    /// Qualification evidence older than this many days qualifies no more (`onejob qualify --stale` renews it).
+    #[serde(default = "default_qualification_max_age_days")]
+    pub qualification_max_age_days: u32,
     /// A retry is queued only if it may start within this long of the first try of the run.
     #[serde(default = "default_provider_retry_within_ms")]
     pub provider_retry_within_ms: u64,
@@ -100,6 +103,10 @@ fn default_retention_days() -> u32 {
 /// The most `provider_retries` and `provider_retry_within_ms`.
 const MAX_PROVIDER_RETRIES: u32 = 10;
 const MAX_RETRY_WITHIN_MS: u64 = 86_400_000;
+
+fn default_qualification_max_age_days() -> u32 {
+    30
+}
 
 fn default_provider_retries() -> u32 {
     2
@@ -171,6 +178,7 @@ impl Default for Config {
             retention_days: default_retention_days(),
             max_attempts_per_job: default_max_attempts(),
             provider_retries: default_provider_retries(),
+            qualification_max_age_days: default_qualification_max_age_days(),
             provider_retry_within_ms: default_provider_retry_within_ms(),
             providers: default_providers(),
             worker_concurrency: default_worker_concurrency(),
@@ -196,6 +204,9 @@ impl Config {
             redispatch_after: chrono::Duration::milliseconds(self.redispatch_after_ms as i64),
             retention: chrono::Duration::days(i64::from(self.retention_days)),
             max_attempts: self.max_attempts_per_job,
+            qualification_max_age: chrono::Duration::days(i64::from(
+                self.qualification_max_age_days,
+            )),
             retry: crate::domain::RetryPolicy {
                 max_retries: self.provider_retries,
                 within: chrono::Duration::milliseconds(self.provider_retry_within_ms as i64),
@@ -247,6 +258,11 @@ impl Config {
                 name: name.to_string(),
                 message,
             })?;
+        }
+        if config.qualification_max_age_days == 0 {
+            return Err(ConfigError::Invalid(
+                "qualification_max_age_days must be at least 1".into(),
+            ));
         }
         if config.retention_days == 0 {
             return Err(ConfigError::Invalid(
@@ -368,6 +384,7 @@ mod tests {
             "max_attempts_per_job = 0",
             "max_attempts_per_job = 26",
             "provider_retries = 11",
+            "qualification_max_age_days = 0",
             "provider_retry_within_ms = 86400001",
         ] {
             assert!(

@@ -481,4 +481,43 @@ fn the_command_line_qualifies_reports_and_stores() {
         line("demo-sloppy", "summarize@1").contains("output_invalid"),
         "{text}"
     );
+
+    // Nothing has aged yet: --stale has nothing to do.
+    let (status, text) = onejob(&["qualify", "--stale", "--runs", "1"]);
+    assert_eq!(status, Some(0), "{text}");
+    assert!(text.contains("nothing to requalify"), "{text}");
+
+    // The evidence grows old (checked in 2020): unqualified, with the reason, until `--stale` renews it — and only
+    // it: evidence that failed is not stale, it failed.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute(
+        "UPDATE qualifications SET evidence = json_set(evidence, '$.checked_at', '2020-01-01T00:00:00Z')",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let (_, text) = onejob(&["providers"]);
+    let backup = text
+        .lines()
+        .find(|l| l.starts_with("demo-backup ") && l.contains("summarize@1"))
+        .unwrap();
+    assert!(backup.contains(" unqualified "), "{text}");
+    assert!(backup.contains("qualification_stale"), "{text}");
+    let (status, text) = onejob(&["qualify", "--stale", "--runs", "1"]);
+    assert_eq!(status, Some(0), "{text}");
+    assert!(
+        text.contains("demo-backup for summarize@1: qualification_stale"),
+        "{text}"
+    );
+    assert!(
+        text.contains("summarize@1 on demo-backup: QUALIFIED"),
+        "{text}"
+    );
+    assert!(!text.contains("demo-sloppy"), "{text}");
+    let (_, text) = onejob(&["providers"]);
+    let backup = text
+        .lines()
+        .find(|l| l.starts_with("demo-backup ") && l.contains("summarize@1"))
+        .unwrap();
+    assert!(backup.contains(" qualified "), "{text}");
 }

@@ -3,7 +3,15 @@
 //! It is stored under two fingerprints: the contract's (prompt, schemas, temperature, output budget) and the
 //! provider's (kind, base URL, model, context window, timeout). Change any of them and the stored evidence no longer
 //! applies: the pair is not found, and automatic failover refuses the provider.
+//!
+//! Evidence ages and can be lost: older than the deployment's `qualification_max_age_days`, it no longer qualifies;
+//! and production keeps watching — a provider that answers as a model qualification never saw, or whose answers
+//! break the contract [`Qualification::STRIKES`] times, loses its standing, with the reason and the attempts that
+//! showed it, until it is qualified again.
 
+use std::collections::BTreeSet;
+
+use chrono::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
@@ -23,6 +31,22 @@ pub struct Qualification {
     pub runs_per_sample: u32,
     pub checked_at: Timestamp,
     pub runs: Vec<RunEvidence>,
+    /// Production's contract breaches since it passed (attempts, as `job_id#n`), up to [`Self::STRIKES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strikes: Vec<String>,
+    /// Why production took the standing away, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<Loss>,
+}
+
+/// A standing lost in production.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Loss {
+    /// `model_changed` or `contract_broken`, with what was seen.
+    pub reason: ErrorInfo,
+    pub at: Timestamp,
+    /// The attempts that showed it (`job_id#n`).
+    pub attempts: Vec<String>,
 }
 
 /// One run of one sample input.
@@ -41,6 +65,83 @@ pub struct RunEvidence {
 }
 
 impl Qualification {
+    /// Contract breaches in production that take a standing away.
+    pub const STRIKES: usize = 3;
+
+    /// The model ids the provider reported while it was qualified.
+    pub fn models(&self) -> BTreeSet<&str> {
+        self.runs
+            .iter()
+            .filter_map(|r| r.report.as_ref()?.model.as_deref())
+            .collect()
+    }
+
+    /// What a production attempt (`job_id#n`) showed: the model it reported, and whether its answer broke the
+    /// contract. Whether the evidence changed (and must be stored). Only passed evidence that still stands
+    /// changes; a model is compared only when qualification saw one.
+    pub fn observe(
+        &mut self,
+        attempt: &str,
+        model: Option<&str>,
+        broke: Option<&ErrorInfo>,
+        now: Timestamp,
+    ) -> bool {
+        if !self.passed || self.lost.is_some() {
+            return false;
+        }
+        let known = self.models();
+        if let Some(model) = model.filter(|m| !known.is_empty() && !known.contains(m)) {
+            let seen: Vec<&str> = known.into_iter().collect();
+            let message = format!("answered as {model}; qualified as {}", seen.join(", "));
+            self.lost = Some(Loss {
+                reason: ErrorInfo::new("model_changed", message),
+                at: now,
+                attempts: vec![attempt.to_owned()],
+            });
+            return true;
+        }
+        let Some(problem) = broke else {
+            return false;
+        };
+        if self.strikes.iter().any(|a| a == attempt) {
+            return false;
+        }
+        self.strikes.push(attempt.to_owned());
+        if self.strikes.len() >= Self::STRIKES {
+            let message = format!(
+                "{} answers broke the contract in production, the last: {}: {}",
+                self.strikes.len(),
+                problem.code,
+                problem.message
+            );
+            self.lost = Some(Loss {
+                reason: ErrorInfo::new("contract_broken", message),
+                at: now,
+                attempts: self.strikes.clone(),
+            });
+        }
+        true
+    }
+
+    /// Where this evidence leaves the provider at `now`, and why it no longer qualifies when it passed once.
+    pub fn standing(&self, now: Timestamp, max_age: Duration) -> (Standing, Option<ErrorInfo>) {
+        if !self.passed {
+            return (Standing::Failed, self.first_problem().cloned());
+        }
+        if let Some(loss) = &self.lost {
+            return (Standing::Unqualified, Some(loss.reason.clone()));
+        }
+        if now - self.checked_at > max_age {
+            let days = max_age.num_days();
+            let reason = ErrorInfo::new(
+                "qualification_stale",
+                format!("qualified more than {days} days ago: run `onejob qualify --stale`"),
+            );
+            return (Standing::Unqualified, Some(reason));
+        }
+        (Standing::Qualified, None)
+    }
+
     /// The first problem of the first failed run, for one-line summaries.
     pub fn first_problem(&self) -> Option<&ErrorInfo> {
         self.runs.iter().find_map(|r| r.problem.as_ref())
@@ -60,12 +161,9 @@ pub enum Standing {
 }
 
 impl Standing {
-    pub fn of(evidence: Option<&Qualification>) -> Self {
-        match evidence {
-            Some(q) if q.passed => Self::Qualified,
-            Some(_) => Self::Failed,
-            None => Self::Unqualified,
-        }
+    /// The standing `evidence` gives at `now`, evidence older than `max_age` qualifying no more.
+    pub fn of(evidence: Option<&Qualification>, now: Timestamp, max_age: Duration) -> Self {
+        evidence.map_or(Self::Unqualified, |q| q.standing(now, max_age).0)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -82,5 +180,7 @@ impl Standing {
 pub struct ContractStanding {
     pub contract: ContractRef,
     pub standing: Standing,
+    /// Why it does not stand qualified (a failed run's problem, a loss in production, stale evidence).
+    pub reason: Option<ErrorInfo>,
     pub evidence: Option<Qualification>,
 }

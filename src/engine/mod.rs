@@ -26,8 +26,8 @@ use tokio::sync::broadcast;
 use crate::clock::Clock;
 use crate::contracts::Contracts;
 use crate::domain::{
-    AttemptRef, AttemptState, ContractRef, ContractStanding, Failover, Job, JobId, Owner,
-    ProviderName, Qualification, RetryPolicy, Stamp, Standing, Timestamp, WriteToken,
+    AttemptRef, AttemptState, ContractRef, ContractStanding, ErrorInfo, Failover, Job, JobId,
+    Owner, ProviderName, Qualification, RetryPolicy, Stamp, Standing, Timestamp, WriteToken,
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
@@ -50,6 +50,8 @@ pub struct EngineSettings {
     /// How a provider is tried again after an answer that says it did not do the work (429, 503 with
     /// `Retry-After`, a refused connection).
     pub retry: RetryPolicy,
+    /// Qualification evidence older than this qualifies no more.
+    pub qualification_max_age: Duration,
     /// How long a write made for an API call (or a claim) is tried again after the store failed.
     pub write_budget: Duration,
     /// How long a worker keeps trying to write an answer it holds (a result, a failure, a time-out), bounded by
@@ -71,6 +73,7 @@ impl Default for EngineSettings {
                 base: Duration::seconds(1),
                 cap: Duration::seconds(30),
             },
+            qualification_max_age: Duration::days(30),
             write_budget: Duration::seconds(3),
             answer_budget: Duration::minutes(5),
         }
@@ -217,7 +220,7 @@ impl Engine {
         let qualified = untried
             .into_iter()
             .zip(standings)
-            .filter(|(_, evidence)| Standing::of(evidence.as_ref()) == Standing::Qualified)
+            .filter(|(_, evidence)| self.standing(evidence.as_ref()).0 == Standing::Qualified)
             .map(|(provider, _)| provider.clone())
             .collect();
         Ok(self.failover_to(qualified))
@@ -259,15 +262,58 @@ impl Engine {
                     .store
                     .qualification(&contract.fingerprint, &provider.fingerprint)
                     .await?;
+                let (standing, reason) = self.standing(evidence.as_ref());
                 rows.push(ContractStanding {
                     contract: contract.reference.clone(),
-                    standing: Standing::of(evidence.as_ref()),
+                    standing,
+                    reason,
                     evidence,
                 });
             }
             out.push((name.clone(), rows));
         }
         Ok(out)
+    }
+
+    /// Where `evidence` leaves its provider now, and why not qualified.
+    fn standing(&self, evidence: Option<&Qualification>) -> (Standing, Option<ErrorInfo>) {
+        evidence.map_or((Standing::Unqualified, None), |q| {
+            q.standing(self.clock.now(), self.settings.qualification_max_age)
+        })
+    }
+
+    /// What production attempt `number` of `job` showed about its provider's qualification for the job's contract:
+    /// the model it answered as, and whether its answer broke the contract. A provider that answers as a model its
+    /// qualification never saw, or breaks the contract [`Qualification::STRIKES`] times, loses its standing (kept
+    /// in the ledger, with the attempts). A ledger that fails is logged: watching never fails an attempt.
+    pub async fn observe(
+        &self,
+        job: &Job,
+        number: u32,
+        model: Option<&str>,
+        broke: Option<&ErrorInfo>,
+    ) {
+        let Some(attempt) = job.attempt(number) else {
+            return;
+        };
+        let mut evidence = match self.qualification(&job.contract, &attempt.provider).await {
+            Ok(Some(evidence)) => evidence,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "the ledger could not be read to watch the provider's standing");
+                return;
+            }
+        };
+        let name = format!("{}#{number}", job.id);
+        if !evidence.observe(&name, model, broke, self.clock.now()) {
+            return;
+        }
+        if let Some(loss) = &evidence.lost {
+            tracing::warn!(provider = %attempt.provider, contract = %job.contract, code = %loss.reason.code, "qualification lost: {}", loss.reason.message);
+        }
+        if let Err(e) = self.store.put_qualification(&evidence).await {
+            tracing::warn!(error = %e, "the provider's standing could not be written");
+        }
     }
 
     /// Keeps a qualification's evidence in the ledger, where failover reads it.

@@ -176,8 +176,11 @@ struct StandingView {
     #[schema(format = DateTime)]
     checked_at: Option<String>,
     runs: Option<usize>,
-    /// The first problem found, when qualification failed.
+    /// Why it does not stand qualified: the first problem of a failed qualification, a standing lost in
+    /// production (`model_changed`, `contract_broken`), or evidence too old (`qualification_stale`).
     problem: Option<ErrorInfo>,
+    /// The production attempts (`job_id#n`) that took the standing away.
+    lost_by: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -223,10 +226,12 @@ async fn list_providers(
                         standing: row.standing,
                         checked_at: row.evidence.as_ref().map(|q| jobs::rfc3339(q.checked_at)),
                         runs: row.evidence.as_ref().map(|q| q.runs.len()),
-                        problem: row
+                        lost_by: row
                             .evidence
                             .as_ref()
-                            .and_then(|q| q.first_problem().cloned()),
+                            .and_then(|q| q.lost.as_ref())
+                            .map(|loss| loss.attempts.clone()),
+                        problem: row.reason,
                     })
                     .collect(),
             })

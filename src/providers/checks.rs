@@ -78,6 +78,20 @@ pub fn prepare(
     })
 }
 
+/// The error codes of answers that came back and broke the contract (rather than failing to come): what counts
+/// against a provider's qualification in production.
+const CONTRACT_BREACHES: [&str; 4] = [
+    "output_invalid",
+    "output_not_json",
+    "output_truncated",
+    "prompt_truncated",
+];
+
+/// Whether `error` says the provider answered and broke the contract.
+pub fn breaks_contract(error: &ErrorInfo) -> bool {
+    CONTRACT_BREACHES.contains(&error.code.as_str())
+}
+
 /// Holds an answer to the contract. An `Err` fails the attempt (or the qualification run) with its reason.
 pub fn check_answer(
     contract: &Contract,

@@ -49,6 +49,8 @@ pub async fn qualify(
         runs_per_sample,
         checked_at,
         runs,
+        strikes: Vec::new(),
+        lost: None,
     }
 }
 

@@ -191,14 +191,27 @@ impl Step<'_> {
         reply: Reply,
     ) -> Result<Processed, StoreError> {
         let Reply { outcome, report } = reply;
+        let number = self.message.number;
+        let model = report.model.as_deref();
         match outcome {
             ProviderOutcome::Answered(output) => {
                 match checks::check_answer(contract, prepared, &output, &report) {
-                    Ok(()) => self.complete(output, report).await,
-                    Err(problem) => self.fail(problem, report).await,
+                    Ok(()) => {
+                        self.engine.observe(self.job, number, model, None).await;
+                        self.complete(output, report).await
+                    }
+                    Err(problem) => {
+                        let broke = checks::breaks_contract(&problem).then_some(&problem);
+                        self.engine.observe(self.job, number, model, broke).await;
+                        self.fail(problem, report).await
+                    }
                 }
             }
-            ProviderOutcome::Failed(error) => self.fail(error, report).await,
+            ProviderOutcome::Failed(error) => {
+                let broke = checks::breaks_contract(&error).then_some(&error);
+                self.engine.observe(self.job, number, model, broke).await;
+                self.fail(error, report).await
+            }
             ProviderOutcome::Lost(error) => {
                 tracing::warn!(code = %error.code, error = %error.message, "the provider may have done the work: attempt unknown");
                 let until = self.engine.answer_deadline(self.deadline);

@@ -10,11 +10,11 @@ use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
-use crate::support::record_qualified;
 use crate::support::rig::Rig;
 use crate::support::stand_in::{
     Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing, resetting,
 };
+use crate::support::{record_qualified, record_qualified_as};
 
 fn summary(text: &str) -> Value {
     json!({"summary": text})
@@ -531,4 +531,56 @@ pub async fn the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown(store: 
     assert_eq!(b.await.unwrap(), Processed::Unknown);
     second_gate.open(summary("B"));
     assert_eq!(state(&rig.job(&job).await, 2), AttemptState::Unknown);
+}
+
+/// A qualified fallback that starts answering as a model its qualification never saw loses its standing — kept in
+/// the ledger with the attempt that showed it — and the next failover to it is refused with
+/// `fallback_not_qualified`, with no call.
+pub async fn a_fallback_that_answers_as_another_model_loses_its_standing(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
+    let fallback = answering("B").await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    // Qualified while it answered as another model than the one it reports now.
+    record_qualified_as(&rig.engine, "fallback", "stand-in-model-2025-01").await;
+    let (job, first) = rig.create("first").await;
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let to_fallback = rig.next_message();
+    // Its answer keeps the contract, so it stands; the standing goes.
+    assert_eq!(rig.process(&to_fallback).await, Processed::Succeeded);
+    assert_eq!(rig.job(&job).await.completed_by, Some(2));
+
+    let standings = rig.engine.standings().await.unwrap();
+    let (_, rows) = standings
+        .iter()
+        .find(|(name, _)| name.as_str() == "fallback")
+        .unwrap();
+    let summarize = rows
+        .iter()
+        .find(|row| row.contract.to_string() == "summarize@1")
+        .unwrap();
+    assert_eq!(summarize.standing, onejob::domain::Standing::Unqualified);
+    let reason = summarize.reason.as_ref().unwrap();
+    assert_eq!(reason.code, "model_changed");
+    assert!(
+        reason.message.contains("stand-in-model"),
+        "{}",
+        reason.message
+    );
+    let loss = summarize.evidence.as_ref().unwrap().lost.as_ref().unwrap();
+    assert_eq!(loss.attempts, [format!("{}#2", job.id)]);
+
+    let (second, message) = rig.create("second").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let failed = rig.job(&second).await;
+    assert_eq!(failed.status(), JobStatus::Failed);
+    assert_eq!(
+        failed.error.as_ref().unwrap().code,
+        "fallback_not_qualified"
+    );
+    assert!(rig.no_message());
+    assert_eq!(fallback.call_count(), 1);
 }

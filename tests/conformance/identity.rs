@@ -194,6 +194,8 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
                 ..CallReport::default()
             }),
         }],
+        strikes: Vec::new(),
+        lost: None,
     };
     store.put_qualification(&evidence).await.unwrap();
     let found = store.qualification(&fp("contract"), &fp("provider")).await;
@@ -202,10 +204,17 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
         let found = store.qualification(&fp(contract), &fp(provider)).await;
         assert_eq!(found.unwrap(), None, "({contract}, {provider})");
     }
+    // What production showed is kept with it.
     let passed = Qualification {
         passed: true,
         runs: Vec::new(),
         checked_at: at(2),
+        strikes: vec!["job_1#1".into()],
+        lost: Some(onejob::domain::Loss {
+            reason: ErrorInfo::new("model_changed", "answered as m2; qualified as m"),
+            at: at(3),
+            attempts: vec!["job_1#2".into()],
+        }),
         ..evidence
     };
     store.put_qualification(&passed).await.unwrap();

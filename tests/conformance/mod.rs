@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid,
             the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown,
             a_rate_limited_provider_is_retried_not_before_its_retry_after,
+            a_fallback_that_answers_as_another_model_loses_its_standing,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -8,12 +8,32 @@ pub mod process;
 pub mod rig;
 pub mod stand_in;
 
-use onejob::domain::{ProviderName, Qualification};
+use onejob::domain::{CallReport, ProviderName, Qualification, RunEvidence};
 use onejob::engine::Engine;
 
 /// Records in the engine's ledger that `provider` passed qualification for every contract it knows, under their
 /// current fingerprints: the state a successful `onejob qualify` leaves behind.
 pub async fn record_qualified(engine: &Engine, provider: &str) {
+    record_qualified_runs(engine, provider, Vec::new()).await;
+}
+
+/// [`record_qualified`], with one passed run in which the provider reported `model`.
+pub async fn record_qualified_as(engine: &Engine, provider: &str, model: &str) {
+    let run = RunEvidence {
+        sample: 0,
+        run: 1,
+        problem: None,
+        elapsed_ms: 1,
+        counted_prompt_tokens: None,
+        report: Some(CallReport {
+            model: Some(model.to_owned()),
+            ..CallReport::default()
+        }),
+    };
+    record_qualified_runs(engine, provider, vec![run]).await;
+}
+
+async fn record_qualified_runs(engine: &Engine, provider: &str, runs: Vec<RunEvidence>) {
     let name = ProviderName::parse(provider).unwrap();
     let configured = engine.providers.get(&name).expect("a configured provider");
     for contract in engine.contracts.iter() {
@@ -25,7 +45,9 @@ pub async fn record_qualified(engine: &Engine, provider: &str) {
             passed: true,
             runs_per_sample: 1,
             checked_at: engine.clock.now(),
-            runs: Vec::new(),
+            runs: runs.clone(),
+            strikes: Vec::new(),
+            lost: None,
         };
         engine.store.put_qualification(&evidence).await.unwrap();
     }

@@ -39,9 +39,15 @@ enum Command {
     /// Exit status: 0 qualified, 1 not qualified, 2 could not run.
     Qualify {
         /// The contract, as name@version (e.g. summarize@1).
-        contract: String,
+        #[arg(required_unless_present = "stale")]
+        contract: Option<String>,
         /// The provider's name in the config.
-        provider: String,
+        #[arg(required_unless_present = "stale")]
+        provider: Option<String>,
+        /// Qualify again every pair that passed once and no longer stands (older than
+        /// qualification_max_age_days, or lost in production: another model, broken contracts).
+        #[arg(long, conflicts_with_all = ["contract", "provider"])]
+        stale: bool,
         /// Runs of each sample input.
         #[arg(long, default_value_t = onejob::providers::qualify::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
@@ -106,9 +112,15 @@ async fn main() -> ExitCode {
         Command::Qualify {
             contract,
             provider,
+            stale,
             runs,
             ledger,
-        } => qualify::run_qualify(&contract, &provider, runs, &ledger).await,
+        } => match (contract, provider) {
+            (Some(contract), Some(provider)) if !stale => {
+                qualify::run_qualify(&contract, &provider, runs, &ledger).await
+            }
+            _ => qualify::requalify_stale(runs, &ledger).await,
+        },
         Command::Providers { ledger } => qualify::list_providers(&ledger)
             .await
             .map(|()| ExitCode::SUCCESS),

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use crate::error::CliError;
 use crate::ledger::Ledger;
 use onejob::clock::SystemClock;
-use onejob::domain::{ContractRef, ProviderName};
+use onejob::contracts::Contract;
+use onejob::domain::{ContractRef, ProviderName, Standing};
+use onejob::engine::Engine;
 use onejob::providers::qualify;
 
 pub async fn run_qualify(
@@ -25,13 +27,66 @@ pub async fn run_qualify(
         ))
     })?;
     let name = ProviderName::parse(provider).map_err(|e| CliError::Usage(e.to_string()))?;
-    let configured = providers.get(&name).ok_or_else(|| {
+    if providers.get(&name).is_none() {
         let known: Vec<String> = providers.iter().map(|(n, _)| n.to_string()).collect();
-        CliError::Usage(format!(
+        return Err(CliError::Usage(format!(
             "no provider {name}; configured: {}",
             known.join(", ")
-        ))
-    })?;
+        )));
+    }
+    let passed = qualify_pair(&engine, contract, &name, runs).await?;
+    println!("evidence stored in {place}");
+    Ok(if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `onejob qualify --stale`: every pair whose qualification passed once and no longer stands (too old, or lost in
+/// production) is qualified again. Exit status 0 when all pass (or none needed it), 1 when one fails.
+pub async fn requalify_stale(runs: u32, ledger: &Ledger) -> Result<ExitCode, CliError> {
+    let (engine, place) = ledger.engine().await?;
+    let mut needed = Vec::new();
+    for (name, rows) in engine.standings().await? {
+        for row in rows {
+            let passed_once = row.evidence.as_ref().is_some_and(|q| q.passed);
+            if passed_once && row.standing != Standing::Qualified {
+                let why = row.reason.map(|r| r.code).unwrap_or_default();
+                needed.push((name.clone(), row.contract, why));
+            }
+        }
+    }
+    if needed.is_empty() {
+        println!("every qualification stands: nothing to requalify");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut all_passed = true;
+    for (name, reference, why) in needed {
+        let contract = engine
+            .contracts
+            .get(&reference)
+            .expect("a standing names a known contract");
+        eprintln!("{name} for {reference}: {why}");
+        all_passed &= qualify_pair(&engine, contract, &name, runs).await?;
+    }
+    println!("evidence stored in {place}");
+    Ok(if all_passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Qualifies `name` for `contract` through its real client and stores the evidence; whether it passed.
+async fn qualify_pair(
+    engine: &Engine,
+    contract: &Contract,
+    name: &ProviderName,
+    runs: u32,
+) -> Result<bool, CliError> {
+    let reference = &contract.reference;
+    let configured = engine.providers.get(name).expect("a configured provider");
     if contract.samples.is_empty() {
         return Err(CliError::Usage(format!(
             "{reference} has no samples to qualify with; add [[samples]] to its file"
@@ -44,7 +99,7 @@ pub async fn run_qualify(
     );
     let evidence = qualify::qualify(
         contract,
-        &name,
+        name,
         configured,
         runs,
         &SystemClock,
@@ -55,12 +110,7 @@ pub async fn run_qualify(
     .await;
     engine.record_qualification(&evidence).await?;
     print!("{}", qualify::summary(&evidence));
-    println!("evidence stored in {place}");
-    Ok(if evidence.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(evidence.passed)
 }
 
 pub async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
@@ -82,9 +132,8 @@ pub async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
                 },
             );
             let problem = row
-                .evidence
+                .reason
                 .as_ref()
-                .and_then(|q| q.first_problem())
                 .map_or_else(|| "-".to_owned(), |p| format!("{}: {}", p.code, p.message));
             println!(
                 "{:<16} {:<10} {:<14} {:<12} {:<25} {problem}",

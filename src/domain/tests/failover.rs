@@ -194,3 +194,72 @@ fn only_a_refusal_that_did_no_work_within_the_window_is_retried() {
     assert!(job.fail(1, error, report, &retrying(0), &by(2)).is_err());
     assert_eq!(job.attempts.len(), 1);
 }
+
+fn evidence(model: &str) -> Qualification {
+    Qualification {
+        contract: ContractRef::parse("summarize@1").unwrap(),
+        contract_fingerprint: Fingerprint::of_value(&json!("contract")),
+        provider: provider("b"),
+        provider_fingerprint: Fingerprint::of_value(&json!("provider")),
+        passed: true,
+        runs_per_sample: 1,
+        checked_at: at(0),
+        runs: vec![RunEvidence {
+            sample: 0,
+            run: 1,
+            problem: None,
+            elapsed_ms: 1,
+            counted_prompt_tokens: None,
+            report: Some(CallReport {
+                model: Some(model.into()),
+                ..CallReport::default()
+            }),
+        }],
+        strikes: Vec::new(),
+        lost: None,
+    }
+}
+
+#[test]
+fn evidence_ages_and_production_can_take_it_away() {
+    let month = Duration::days(30);
+    let mut q = evidence("m");
+    assert_eq!(
+        q.standing(at(0) + month, month),
+        (Standing::Qualified, None)
+    );
+    let (stale, why) = q.standing(at(1) + month, month);
+    assert_eq!(
+        (stale, why.unwrap().code.as_str()),
+        (Standing::Unqualified, "qualification_stale")
+    );
+    // The model it was qualified as, keeping the contract: nothing to write.
+    assert!(!q.observe("j#1", Some("m"), None, at(1)));
+    // Breaches count once per attempt; the third takes the standing away, naming the three attempts.
+    let bad = ErrorInfo::new("output_invalid", "extra key");
+    assert!(q.observe("j#2", Some("m"), Some(&bad), at(2)));
+    assert!(!q.observe("j#2", Some("m"), Some(&bad), at(2)));
+    assert!(q.observe("j#3", None, Some(&bad), at(3)));
+    assert_eq!(q.standing(at(3), month).0, Standing::Qualified);
+    assert!(q.observe("j#4", Some("m"), Some(&bad), at(4)));
+    let (lost, why) = q.standing(at(4), month);
+    assert_eq!(
+        (lost, why.unwrap().code.as_str()),
+        (Standing::Unqualified, "contract_broken")
+    );
+    assert_eq!(q.lost.as_ref().unwrap().attempts, ["j#2", "j#3", "j#4"]);
+    // Lost stays lost: nothing more is written.
+    assert!(!q.observe("j#5", Some("other"), None, at(5)));
+
+    // Another model: lost at once.
+    let mut q = evidence("m");
+    assert!(q.observe("j#1", Some("m-2"), None, at(1)));
+    assert_eq!(q.lost.as_ref().unwrap().reason.code, "model_changed");
+    // Evidence without a reported model is not compared; failed evidence is not watched.
+    let mut unnamed = evidence("m");
+    unnamed.runs[0].report = None;
+    assert!(!unnamed.observe("j#1", Some("m-2"), None, at(1)));
+    let mut failed = evidence("m");
+    failed.passed = false;
+    assert!(!failed.observe("j#1", Some("m-2"), None, at(1)));
+}
