@@ -45,6 +45,14 @@ pub struct Config {
     /// backoff from 1 s, doubling, at most 30 s). 0 turns them off.
     #[serde(default = "default_provider_retries")]
     pub provider_retries: u32,
+    /// Definite failures of one provider within `breaker_window_ms` that open its breaker (0: no breakers): its
+    /// attempts then end `breaker_open` without a call for `breaker_cooldown_ms`, then one call probes it.
+    #[serde(default = "default_breaker_threshold")]
+    pub breaker_threshold: u32,
+    #[serde(default = "default_breaker_window_ms")]
+    pub breaker_window_ms: u64,
+    #[serde(default = "default_breaker_cooldown_ms")]
+    pub breaker_cooldown_ms: u64,
     /// Qualification evidence older than this many days qualifies no more (`onejob qualify --stale` renews it).
     #[serde(default = "default_qualification_max_age_days")]
     pub qualification_max_age_days: u32,
@@ -100,9 +108,21 @@ fn default_retention_days() -> u32 {
     30
 }
 
-/// The most `provider_retries` and `provider_retry_within_ms`.
+/// The most `provider_retries`, and the longest `provider_retry_within_ms` and breaker times.
 const MAX_PROVIDER_RETRIES: u32 = 10;
 const MAX_RETRY_WITHIN_MS: u64 = 86_400_000;
+
+fn default_breaker_threshold() -> u32 {
+    5
+}
+
+fn default_breaker_window_ms() -> u64 {
+    60_000
+}
+
+fn default_breaker_cooldown_ms() -> u64 {
+    30_000
+}
 
 fn default_qualification_max_age_days() -> u32 {
     30
@@ -179,6 +199,9 @@ impl Default for Config {
             max_attempts_per_job: default_max_attempts(),
             provider_retries: default_provider_retries(),
             qualification_max_age_days: default_qualification_max_age_days(),
+            breaker_threshold: default_breaker_threshold(),
+            breaker_window_ms: default_breaker_window_ms(),
+            breaker_cooldown_ms: default_breaker_cooldown_ms(),
             provider_retry_within_ms: default_provider_retry_within_ms(),
             providers: default_providers(),
             worker_concurrency: default_worker_concurrency(),
@@ -207,6 +230,9 @@ impl Config {
             qualification_max_age: chrono::Duration::days(i64::from(
                 self.qualification_max_age_days,
             )),
+            breaker_threshold: self.breaker_threshold,
+            breaker_window: chrono::Duration::milliseconds(self.breaker_window_ms as i64),
+            breaker_cooldown: chrono::Duration::milliseconds(self.breaker_cooldown_ms as i64),
             retry: crate::domain::RetryPolicy {
                 max_retries: self.provider_retries,
                 within: chrono::Duration::milliseconds(self.provider_retry_within_ms as i64),
@@ -258,6 +284,13 @@ impl Config {
                 name: name.to_string(),
                 message,
             })?;
+        }
+        if config.breaker_window_ms > MAX_RETRY_WITHIN_MS
+            || config.breaker_cooldown_ms > MAX_RETRY_WITHIN_MS
+        {
+            return Err(ConfigError::Invalid(format!(
+                "breaker_window_ms and breaker_cooldown_ms must be at most {MAX_RETRY_WITHIN_MS} (a day)"
+            )));
         }
         if config.qualification_max_age_days == 0 {
             return Err(ConfigError::Invalid(
@@ -385,6 +418,7 @@ mod tests {
             "max_attempts_per_job = 26",
             "provider_retries = 11",
             "qualification_max_age_days = 0",
+            "breaker_cooldown_ms = 86400001",
             "provider_retry_within_ms = 86400001",
         ] {
             assert!(

@@ -41,8 +41,14 @@ pub struct RetryPolicy {
 }
 
 /// The error codes of answers that say the provider did not do the work: a 429, a 503 with `Retry-After`, a
-/// connection refused before anything was sent. Nothing else is retried on the same provider.
-pub const NOT_DONE: [&str; 3] = ["rate_limited", "provider_unavailable", "connection_failed"];
+/// connection refused before anything was sent, and no call at all (the provider's breaker was open). Nothing else
+/// is retried on the same provider.
+pub const NOT_DONE: [&str; 4] = [
+    "rate_limited",
+    "provider_unavailable",
+    "connection_failed",
+    "breaker_open",
+];
 
 /// What follows when an attempt ends `failed` or `cancelled` without a result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +75,12 @@ impl Job {
         if !NOT_DONE.contains(&code)
             || self.status() != JobStatus::Failed
             || self.attempts.len() >= failover.max_attempts as usize
+        {
+            return None;
+        }
+        // An open breaker sends the job on to a qualified next provider when there is one, rather than wait.
+        if code == "breaker_open"
+            && matches!(self.failover_decision(failover), FailoverDecision::Queue(_))
         {
             return None;
         }

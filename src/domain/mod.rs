@@ -6,8 +6,10 @@
 //! - [`write`](mod@write): what a transition is given (the writer's stamp) and what it answers.
 //! - [`report`]: the bounded error and call report kept on an attempt.
 //! - [`ids`], [`fingerprint`], [`qualification`]: names, the intent's fingerprint, providers' standing.
+//! - [`breaker`]: a provider's breaker, shared by every worker through the store.
 
 pub mod attempt;
+pub mod breaker;
 pub mod failover;
 pub mod fingerprint;
 pub mod ids;
@@ -20,7 +22,8 @@ pub mod write;
 pub(crate) mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
-pub use failover::{Failover, FailoverDecision, NOT_DONE, RetryPolicy};
+pub use breaker::{Admission, Breaker, BreakerPolicy};
+pub use failover::{Failover, FailoverDecision, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use job::{Job, JobStatus, MAX_INPUT_BYTES, NewJob, Timestamp, expiry};

@@ -52,6 +52,11 @@ pub struct EngineSettings {
     pub retry: RetryPolicy,
     /// Qualification evidence older than this qualifies no more.
     pub qualification_max_age: Duration,
+    /// Definite failures of a provider within `breaker_window` that open its breaker (0: no breakers), and how
+    /// long it stays open before one probe.
+    pub breaker_threshold: u32,
+    pub breaker_window: Duration,
+    pub breaker_cooldown: Duration,
     /// How long a write made for an API call (or a claim) is tried again after the store failed.
     pub write_budget: Duration,
     /// How long a worker keeps trying to write an answer it holds (a result, a failure, a time-out), bounded by
@@ -74,6 +79,9 @@ impl Default for EngineSettings {
                 cap: Duration::seconds(30),
             },
             qualification_max_age: Duration::days(30),
+            breaker_threshold: 5,
+            breaker_window: Duration::seconds(60),
+            breaker_cooldown: Duration::seconds(30),
             write_budget: Duration::seconds(3),
             answer_budget: Duration::minutes(5),
         }

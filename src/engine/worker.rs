@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use super::{AnswerLost, Engine};
 use crate::domain::{
-    AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover, Job, JobId, Timestamp,
-    WriteToken,
+    Admission, AttemptRef, AttemptState, Breaker, BreakerPolicy, CallReport, Completion, ErrorInfo,
+    Failover, Job, JobId, ProviderName, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -227,3 +227,104 @@ impl Engine {
             .await
     }
 }
+
+/// A provider's breaker, read and written by compare-and-swap so that every worker of every process shares it. A
+/// store that fails here is logged and lets the call through: the breaker saves calls, it never decides a job.
+impl Engine {
+    fn breaker_policy(&self) -> BreakerPolicy {
+        BreakerPolicy {
+            threshold: self.settings.breaker_threshold,
+            window: self.settings.breaker_window,
+            cooldown: self.settings.breaker_cooldown,
+            // A probe's worker that dies frees the probe once its claim's lease would have ended.
+            probe_lease: self.lease(),
+        }
+    }
+
+    /// `provider`'s breaker as the store holds it, and its state now (`closed`, `open`, `half_open`, `probing`).
+    pub async fn breaker(
+        &self,
+        provider: &ProviderName,
+    ) -> Result<(Breaker, &'static str), StoreError> {
+        let (breaker, _) = self.store.breaker(provider).await?;
+        let state = breaker.state(self.clock.now(), &self.breaker_policy());
+        Ok((breaker, state))
+    }
+
+    /// Whether a worker may call `provider` now: closed, or this worker's call is the probe after the cooldown
+    /// (recorded first, so that one worker probes), or not before `until`.
+    pub async fn admit(&self, provider: &ProviderName) -> Admission {
+        let policy = self.breaker_policy();
+        if policy.threshold == 0 {
+            return Admission::Call;
+        }
+        for _ in 0..BREAKER_TRIES {
+            let now = self.clock.now();
+            let (mut breaker, rev) = match self.store.breaker(provider).await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!(%provider, error = %e, "the breaker could not be read: calling");
+                    return Admission::Call;
+                }
+            };
+            let admission = breaker.admit(now, &policy);
+            if admission != Admission::Probe {
+                return admission;
+            }
+            breaker.start_probe(now);
+            match self.store.put_breaker(provider, &breaker, rev).await {
+                Ok(true) => {
+                    tracing::info!(%provider, "breaker cooldown over: this call is the probe");
+                    return Admission::Probe;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(%provider, error = %e, "the probe could not be recorded: calling");
+                    return Admission::Call;
+                }
+            }
+        }
+        Admission::Call
+    }
+
+    /// What a call to `provider` by `attempt` (`job_id#n`) came to: a definite failure (`Some`) counts towards
+    /// opening its breaker (a failed probe opens it again); any answer closes it.
+    pub async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, failed: bool) {
+        let policy = self.breaker_policy();
+        if policy.threshold == 0 {
+            return;
+        }
+        for _ in 0..BREAKER_TRIES {
+            let now = self.clock.now();
+            let Ok((mut breaker, rev)) = self.store.breaker(provider).await else {
+                tracing::warn!(%provider, "the breaker could not be read: this call is not counted");
+                return;
+            };
+            let trips = breaker.trips;
+            let changed = if failed {
+                breaker.failed(attempt, now, &policy)
+            } else {
+                breaker.answered()
+            };
+            if !changed {
+                return;
+            }
+            match self.store.put_breaker(provider, &breaker, rev).await {
+                Ok(true) => {
+                    if breaker.trips > trips {
+                        tracing::warn!(%provider, until = ?breaker.open_until, "breaker open");
+                    }
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(%provider, error = %e, "the breaker could not be written");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads and compare-and-swaps of a breaker before giving up on one change (other workers write it meanwhile).
+const BREAKER_TRIES: usize = 5;

@@ -165,6 +165,21 @@ struct ProviderView {
     fingerprint: String,
     /// The provider's standing for each contract's current fingerprint.
     contracts: Vec<StandingView>,
+    /// Its breaker, shared by every worker.
+    breaker: BreakerView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+struct BreakerView {
+    /// `closed` (calls go through), `open` (no calls until `open_until`), `half_open` (the next call probes),
+    /// `probing` (one call probes now).
+    state: String,
+    #[schema(format = DateTime)]
+    open_until: Option<String>,
+    /// Definite failures within the window.
+    recent_failures: usize,
+    /// How many times it opened.
+    trips: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -205,11 +220,23 @@ async fn list_providers(
 ) -> Result<Json<ProviderList>, ApiError> {
     let engine = &app.engine;
     let standings = engine.standings().await?;
+    let mut breakers = Vec::with_capacity(standings.len());
+    for (name, _) in &standings {
+        let (breaker, state) = engine.breaker(name).await?;
+        breakers.push(BreakerView {
+            state: state.to_owned(),
+            open_until: breaker.open_until.map(jobs::rfc3339),
+            recent_failures: breaker.failures.len(),
+            trips: breaker.trips,
+        });
+    }
     let providers = standings
         .into_iter()
-        .filter_map(|(name, rows)| {
+        .zip(breakers)
+        .filter_map(|((name, rows), breaker)| {
             let p = engine.providers.get(&name)?;
             Some(ProviderView {
+                breaker,
                 name: name.to_string(),
                 kind: p.config.kind().to_owned(),
                 model: p.config.endpoint().map(|e| e.model.clone()),

@@ -15,13 +15,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::Problem;
-use super::{AppState, ContractList, ProviderList, StandingView, attempts, jobs};
+use super::{AppState, BreakerView, ContractList, ProviderList, StandingView, attempts, jobs};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
     components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
-                       ProviderList, StandingView, attempts::AddAttemptRequest)),
+                       ProviderList, StandingView, BreakerView, attempts::AddAttemptRequest)),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;

@@ -16,9 +16,9 @@ use serde_json::Value;
 use chrono::Duration;
 
 use crate::domain::{
-    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
-    JobCancel, JobId, JobStatus, NewJob, Owner, ParseError, ProviderName, Qualification, Refusal,
-    Stamp, Timestamp, WriteToken,
+    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, ErrorInfo, Failover, Fingerprint,
+    Job, JobCancel, JobId, JobStatus, NewJob, Owner, ParseError, ProviderName, Qualification,
+    Refusal, Stamp, Timestamp, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -249,6 +249,17 @@ pub trait JobStore: Send + Sync + Debug {
         contract: &Fingerprint,
         provider: &Fingerprint,
     ) -> Result<Option<Qualification>, StoreError>;
+
+    /// A provider's breaker, and its revision (0 when none is stored yet: a closed breaker).
+    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError>;
+
+    /// Stores `breaker` if the stored one is still at revision `rev` (compare-and-swap); whether it was written.
+    async fn put_breaker(
+        &self,
+        provider: &ProviderName,
+        breaker: &Breaker,
+        rev: u64,
+    ) -> Result<bool, StoreError>;
 
     /// Cancels the job and its live attempt; idempotent; refused once it succeeded.
     async fn cancel_job(

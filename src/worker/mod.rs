@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::contracts::Contract;
 use crate::domain::{
-    AttemptRef, CallReport, Completion, ErrorInfo, Job, Refusal, Timestamp, WriteToken,
+    Admission, AttemptRef, CallReport, Completion, ErrorInfo, Job, Refusal, Timestamp, WriteToken,
 };
 use crate::engine::{AnswerLost, Engine};
 use crate::providers::checks::{self, Prepared};
@@ -138,6 +138,22 @@ impl Step<'_> {
             Ok(prepared) => prepared,
             Err(e) => return self.fail(e, CallReport::default()).await,
         };
+        if let Admission::Skip { until } = self.engine.admit(&attempt.provider).await {
+            // No call: the provider's breaker is open. Failover takes the job on, or a retry waits it out.
+            let wait = (until - self.engine.clock.now()).num_milliseconds().max(0);
+            let report = CallReport {
+                retry_after_s: Some(u64::try_from((wait + 999) / 1000).unwrap_or_default()),
+                ..CallReport::default()
+            };
+            let error = ErrorInfo::new(
+                "breaker_open",
+                format!(
+                    "{} failed repeatedly: not called until {until}",
+                    attempt.provider
+                ),
+            );
+            return self.fail(error, report).await;
+        }
         match self.call(provider, &prepared.request).await? {
             Some(reply) => self.settle(contract, &prepared, reply).await,
             None => Ok(Processed::Unknown),
@@ -193,6 +209,19 @@ impl Step<'_> {
         let Reply { outcome, report } = reply;
         let number = self.message.number;
         let model = report.model.as_deref();
+        if !matches!(outcome, ProviderOutcome::Lost(_)) {
+            // A failure the provider made (not an answer that broke the contract) counts towards its breaker.
+            let failed =
+                matches!(&outcome, ProviderOutcome::Failed(e) if !checks::breaks_contract(e));
+            let attempt = self
+                .job
+                .attempt(number)
+                .expect("the claimed attempt exists");
+            let name = format!("{}#{number}", self.job.id);
+            self.engine
+                .breaker_saw(&attempt.provider, &name, failed)
+                .await;
+        }
         match outcome {
             ProviderOutcome::Answered(output) => {
                 match checks::check_answer(contract, prepared, &output, &report) {

@@ -464,3 +464,48 @@ async fn failover_waits_for_qualification_and_providers_show_their_standing() {
             .contains("'note' was unexpected")
     );
 }
+
+/// Five definite failures open a provider's breaker: `GET /v1/providers` shows it open; the next job on it makes
+/// no call (`breaker_open`) and, its chain having nowhere else to go, waits out the cooldown as a retry.
+#[tokio::test]
+async fn a_provider_that_keeps_failing_opens_its_breaker() {
+    let mut config = config();
+    config.providers.insert(
+        ProviderName::parse("demo-fail").unwrap(),
+        ProviderConfig::demo(DemoBehavior::Fail, 0),
+    );
+    let app = TestApp::spawn_with(config).await;
+    let body = |n: u32| json!({"contract": "summarize@1", "input": {"text": format!("fails {n}")}, "providers": ["demo-fail"]});
+    for n in 0..5 {
+        let id = created_id(&app, &format!("k{n}"), &body(n)).await;
+        app.wait_until(ALICE, &id, |j| j["status"] == "failed")
+            .await;
+    }
+    let list = json_with_status(app.get(ALICE, "/v1/providers").await, 200).await;
+    let failing = list["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "demo-fail")
+        .unwrap()
+        .clone();
+    let breaker = &failing["breaker"];
+    assert_eq!(
+        (
+            &breaker["state"],
+            &breaker["trips"],
+            &breaker["recent_failures"]
+        ),
+        (&json!("open"), &json!(1), &json!(5)),
+        "{breaker}"
+    );
+
+    let id = created_id(&app, "k5", &body(5)).await;
+    let waiting = app
+        .wait_until(ALICE, &id, |j| j["attempts"].as_array().unwrap().len() == 2)
+        .await;
+    assert_eq!(waiting["attempts"][0]["error"]["code"], "breaker_open");
+    assert_eq!(waiting["attempts"][1]["retry_of"], 1);
+    assert_eq!(waiting["attempts"][1]["not_before"], breaker["open_until"]);
+    assert_eq!(waiting["status"], "queued");
+}

@@ -584,3 +584,54 @@ pub async fn a_fallback_that_answers_as_another_model_loses_its_standing(store: 
     assert!(rig.no_message());
     assert_eq!(fallback.call_count(), 1);
 }
+
+/// Two engines (two processes, two Lambdas) over one store share each provider's breaker: five definite failures
+/// seen by one open it, so the other's next job skips the provider without a call (`breaker_open`) and fails over;
+/// after the cooldown one call is the probe, and its answer closes the breaker for both.
+pub async fn a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::spawn(
+        vec![Reply::Status(500, "down"); 5],
+        Reply::Answer(summary("A")),
+    )
+    .await;
+    let fallback = answering("B").await;
+    let mut one = rig(store.clone(), &primary, &fallback).await;
+    let mut two = rig(store.clone(), &primary, &fallback).await;
+    let name = ProviderName::parse("primary").unwrap();
+    for n in 0..5 {
+        let (_, message) = one.create(&format!("failing-{n}")).await;
+        assert_eq!(one.process(&message).await, Processed::Failed);
+        let _to_fallback = one.next_message();
+    }
+    assert_eq!(primary.call_count(), 5);
+    let (breaker, _) = store.breaker(&name).await.unwrap();
+    assert_eq!(breaker.trips, 1);
+    assert!(breaker.open_until.is_some());
+
+    // The other engine's next job: no call to the open provider; failover to the qualified fallback.
+    let (skipped, message) = two.create("skipped").await;
+    assert_eq!(two.process(&message).await, Processed::Failed);
+    let after = two.job(&skipped).await;
+    let error = after.attempt(1).unwrap().error.clone().unwrap();
+    assert_eq!(error.code, "breaker_open");
+    assert_eq!(after.attempt(2).unwrap().provider.as_str(), "fallback");
+    assert_eq!(primary.call_count(), 5);
+    let to_fallback = two.next_message();
+    assert_eq!(two.process(&to_fallback).await, Processed::Succeeded);
+
+    // The cooldown passes (on both engines' clocks): one call is the probe; it answers, and the breaker closes.
+    one.advance(30_000);
+    two.advance(30_000);
+    let (probed, message) = two.create("probe").await;
+    assert_eq!(two.process(&message).await, Processed::Succeeded);
+    assert_eq!(two.job(&probed).await.completed_by, Some(1));
+    assert_eq!(primary.call_count(), 6);
+    let (breaker, _) = store.breaker(&name).await.unwrap();
+    assert_eq!((breaker.open_until, breaker.failures.len()), (None, 0));
+    let (closed, message) = one.create("closed").await;
+    assert_eq!(one.process(&message).await, Processed::Succeeded);
+    assert_eq!(one.job(&closed).await.completed_by, Some(1));
+    assert_eq!(primary.call_count(), 7);
+}

@@ -94,6 +94,7 @@ macro_rules! conformance_suite {
             the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown,
             a_rate_limited_provider_is_retried_not_before_its_retry_after,
             a_fallback_that_answers_as_another_model_loses_its_standing,
+            a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

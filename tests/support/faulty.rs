@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::Duration;
 use onejob::domain::{
-    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
-    JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
+    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, ErrorInfo, Failover, Fingerprint,
+    Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
 };
 use onejob::store::{CreateOutcome, JobPage, JobStore, ListQuery, StoreError};
 use serde_json::Value;
@@ -32,6 +32,7 @@ pub enum Call {
     StaleQueued,
     Purge,
     Qualification,
+    Breaker,
 }
 
 impl Call {
@@ -282,6 +283,21 @@ impl JobStore for FaultyStore {
     ) -> Result<Option<Qualification>, StoreError> {
         let op = self.inner.qualification(contract, provider);
         self.through(Call::Qualification, op).await
+    }
+
+    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError> {
+        let op = self.inner.breaker(provider);
+        self.through(Call::Breaker, op).await
+    }
+
+    async fn put_breaker(
+        &self,
+        provider: &ProviderName,
+        breaker: &Breaker,
+        rev: u64,
+    ) -> Result<bool, StoreError> {
+        let op = self.inner.put_breaker(provider, breaker, rev);
+        self.through(Call::Breaker, op).await
     }
 
     async fn cancel_job(

@@ -123,6 +123,18 @@ pub async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
     );
     for (name, rows) in standings {
         let kind = providers.get(&name).map_or("", |p| p.config.kind());
+        let (breaker, state) = engine.breaker(&name).await?;
+        if state != "closed" || !breaker.failures.is_empty() {
+            let until = breaker
+                .open_until
+                .map_or_else(String::new, |t| format!(" until {t}"));
+            println!(
+                "{:<16} breaker {state}{until}: {} recent failures, opened {} times",
+                name.as_str(),
+                breaker.failures.len(),
+                breaker.trips
+            );
+        }
         for row in rows {
             let checked = row.evidence.as_ref().map_or_else(
                 || "-".to_owned(),

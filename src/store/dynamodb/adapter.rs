@@ -10,13 +10,14 @@ use chrono::Duration;
 use serde_json::Value;
 
 use super::item::{
-    ANSWERED, Decoded, Slot, created_key, decode_item, decode_qualification, encode, encode_input,
-    encode_qualification, json_attribute, qualification_key,
+    ANSWERED, Decoded, Slot, breaker_key, created_key, decode_breaker, decode_item,
+    decode_qualification, encode, encode_breaker, encode_input, encode_qualification,
+    json_attribute, qualification_key,
 };
 use super::update::{Sweep, Update};
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover,
+    AttemptCancel, AttemptRef, AttemptState, Breaker, CallReport, Completion, ErrorInfo, Failover,
     Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp,
     Timestamp,
 };
@@ -383,6 +384,37 @@ impl JobStore for DynamoStore {
             .await
             .map_err(sdk)?;
         Ok(())
+    }
+
+    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError> {
+        match self.get(&breaker_key(provider)).await? {
+            None => Ok((Breaker::default(), 0)),
+            Some(item) => decode_breaker(&item),
+        }
+    }
+
+    async fn put_breaker(
+        &self,
+        provider: &ProviderName,
+        breaker: &Breaker,
+        rev: u64,
+    ) -> Result<bool, StoreError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(encode_breaker(provider, breaker, rev + 1)))
+            .condition_expression("attribute_not_exists(pk) OR rev = :rev")
+            .expression_attribute_values(":rev", n(rev as i64))
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                PutItemError::ConditionalCheckFailedException(_) => Ok(false),
+                other => Err(StoreError::backend(other)),
+            },
+        }
     }
 
     async fn qualification(

@@ -37,8 +37,8 @@ use serde_json::Value;
 use super::update::{Sweep, sweep_key, sweep_kind};
 use super::{DynamoError, Item};
 use crate::domain::{
-    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
-    JobId, Owner, ProviderName, Qualification, Timestamp, WriteToken,
+    Attempt, AttemptState, Breaker, CallReport, ContractRef, ErrorInfo, Fingerprint,
+    IdempotencyKey, Job, JobId, Owner, ProviderName, Qualification, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -194,6 +194,32 @@ struct QualificationItem {
     passed: bool,
     #[serde(with = "json_text")]
     evidence: Qualification,
+}
+
+/// A provider's breaker's item, `breaker#<provider>`, guarded by `rev`.
+#[derive(Debug, Serialize, Deserialize)]
+struct BreakerItem {
+    pk: String,
+    rev: u64,
+    #[serde(with = "json_text")]
+    breaker: Breaker,
+}
+
+pub(super) fn breaker_key(provider: &ProviderName) -> String {
+    format!("breaker#{provider}")
+}
+
+pub(super) fn encode_breaker(provider: &ProviderName, breaker: &Breaker, rev: u64) -> Item {
+    serde_dynamo::to_item(BreakerItem {
+        pk: breaker_key(provider),
+        rev,
+        breaker: breaker.clone(),
+    })
+    .expect("a breaker always encodes")
+}
+
+pub(super) fn decode_breaker(item: &Item) -> Result<(Breaker, u64), StoreError> {
+    read::<BreakerItem>(item).map(|b| (b.breaker, b.rev))
 }
 
 /// What a read of an item needs besides the job: the guard of a read-then-write, the sweep entry's time, and

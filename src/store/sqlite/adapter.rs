@@ -11,8 +11,8 @@ use super::rows::{
 };
 use super::{SqliteError, SqliteStore};
 use crate::domain::{
-    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Fingerprint, Job,
-    JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
+    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, ErrorInfo, Failover, Fingerprint,
+    Job, JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 
@@ -303,6 +303,43 @@ impl JobStore for SqliteStore {
                 params![row.0, row.1, row.2],
             )?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError> {
+        let name = provider.to_string();
+        self.read(move |conn| {
+            let row: Option<(String, i64)> = conn
+                .prepare_cached("SELECT state, rev FROM breakers WHERE provider = ?1")?
+                .query_row([&name], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()?;
+            match row {
+                None => Ok((Breaker::default(), 0)),
+                Some((state, rev)) => Ok((
+                    from_json("breaker", &state)?,
+                    u64::try_from(rev).unwrap_or_default(),
+                )),
+            }
+        })
+        .await
+    }
+
+    async fn put_breaker(
+        &self,
+        provider: &ProviderName,
+        breaker: &Breaker,
+        rev: u64,
+    ) -> Result<bool, StoreError> {
+        let (name, state, rev) = (provider.to_string(), json_text(breaker), rev as i64);
+        self.write(move |tx| {
+            // Inserted at revision 1 if none is stored, else moved on from `rev`: a stale writer changes nothing.
+            let changed = tx.execute(
+                "INSERT INTO breakers (provider, state, rev) VALUES (?1, ?2, 1) \
+                 ON CONFLICT (provider) DO UPDATE SET state = ?2, rev = rev + 1 WHERE rev = ?3",
+                params![name, state, rev],
+            )?;
+            Ok(changed == 1)
         })
         .await
     }

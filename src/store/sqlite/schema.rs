@@ -58,6 +58,11 @@ CREATE TABLE IF NOT EXISTS qualifications (
     evidence             TEXT NOT NULL,
     PRIMARY KEY (contract_fingerprint, provider_fingerprint)
 ) STRICT;
+CREATE TABLE IF NOT EXISTS breakers (
+    provider TEXT PRIMARY KEY,
+    state    TEXT NOT NULL,
+    rev      INTEGER NOT NULL
+) STRICT;
 ";
 
 /// The indexes of [`TABLES`] (besides their keys and unique constraints).
@@ -120,10 +125,16 @@ fn schema_3_to_4(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     tx.execute_batch(INDEXES)
 }
 
-/// What version 5 added to version 4: a retry's earliest start and the attempt it retries.
+/// What version 5 added to version 4: a retry's earliest start and the attempt it retries, and the providers'
+/// breakers.
 const SCHEMA_4_TO_5: &str = "
 ALTER TABLE attempts ADD COLUMN not_before INTEGER;
 ALTER TABLE attempts ADD COLUMN retry_of INTEGER;
+CREATE TABLE IF NOT EXISTS breakers (
+    provider TEXT PRIMARY KEY,
+    state    TEXT NOT NULL,
+    rev      INTEGER NOT NULL
+) STRICT;
 ";
 
 /// The schema version this code writes; `PRAGMA user_version` of the file.

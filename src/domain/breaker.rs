@@ -1,0 +1,174 @@
+//! A breaker per provider, shared by every worker through the store: after repeated definite failures in a window
+//! the provider is open for a cooldown, and its attempts end `breaker_open` without a call (failover takes the
+//! job on, or it waits for the cooldown); after it, one worker's call is the probe, whose answer closes the breaker
+//! or opens it for another cooldown.
+
+use chrono::Duration;
+use serde::{Deserialize, Serialize};
+
+use super::job::Timestamp;
+
+/// When a breaker opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerPolicy {
+    /// Definite failures within `window` that open it; 0 turns breakers off.
+    pub threshold: u32,
+    pub window: Duration,
+    /// How long it stays open before a probe.
+    pub cooldown: Duration,
+    /// How long a probe may take before another worker may probe in its place (a probe's worker may die).
+    pub probe_lease: Duration,
+}
+
+/// One provider's breaker, as the store keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breaker {
+    /// Definite failures within the window, oldest first: when, and which attempt (`job_id#n`), so that a
+    /// failure recorded twice (a write repeated after its answer was lost) counts once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<(Timestamp, String)>,
+    /// Open until then: no calls before it; after it, one probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_until: Option<Timestamp>,
+    /// When the current probe started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_since: Option<Timestamp>,
+    /// How many times it opened (closing keeps the count).
+    #[serde(default)]
+    pub trips: u64,
+}
+
+/// What a worker may do with its attempt on the provider now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Closed: call.
+    Call,
+    /// The cooldown is over and nobody probes: call, as the probe (after recording it).
+    Probe,
+    /// Open (or another worker probes): no call before `until`.
+    Skip { until: Timestamp },
+}
+
+impl Breaker {
+    /// Whether the breaker is open (or probing) at `now`, for views.
+    pub fn state(&self, now: Timestamp, policy: &BreakerPolicy) -> &'static str {
+        match self.admit(now, policy) {
+            Admission::Call => "closed",
+            Admission::Probe => "half_open",
+            Admission::Skip { .. } if self.probe_since.is_some() => "probing",
+            Admission::Skip { .. } => "open",
+        }
+    }
+
+    pub fn admit(&self, now: Timestamp, policy: &BreakerPolicy) -> Admission {
+        let Some(until) = self.open_until else {
+            return Admission::Call;
+        };
+        if now < until {
+            return Admission::Skip { until };
+        }
+        match self.probe_since {
+            Some(since) if now < since + policy.probe_lease => Admission::Skip {
+                until: since + policy.probe_lease,
+            },
+            _ => Admission::Probe,
+        }
+    }
+
+    /// This worker's call is the probe.
+    pub fn start_probe(&mut self, now: Timestamp) {
+        self.probe_since = Some(now);
+    }
+
+    /// A definite failure of `attempt` at `now`. Whether it changed the breaker (a failure already counted does
+    /// not); it opens once `threshold` failures fall in the window, and a failed probe opens it again.
+    pub fn failed(&mut self, attempt: &str, now: Timestamp, policy: &BreakerPolicy) -> bool {
+        if policy.threshold == 0 || self.failures.iter().any(|(_, a)| a == attempt) {
+            return false;
+        }
+        self.failures.push((now, attempt.to_owned()));
+        self.failures.retain(|(at, _)| now - *at < policy.window);
+        let probing = self.open_until.is_some_and(|until| now >= until);
+        if probing
+            || (self.open_until.is_none() && self.failures.len() >= policy.threshold as usize)
+        {
+            self.open_until = Some(now + policy.cooldown);
+            self.probe_since = None;
+            self.trips += 1;
+        }
+        true
+    }
+
+    /// An answer at all (not a definite failure): closes the breaker. Whether it changed anything.
+    pub fn answered(&mut self) -> bool {
+        let before = self.clone();
+        self.failures.clear();
+        self.open_until = None;
+        self.probe_since = None;
+        *self != before
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::tests::at;
+
+    const POLICY: BreakerPolicy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::seconds(10),
+        cooldown: Duration::seconds(30),
+        probe_lease: Duration::seconds(5),
+    };
+
+    #[test]
+    fn failures_in_the_window_open_it_one_probe_follows_and_its_answer_decides() {
+        let mut b = Breaker::default();
+        // Failures drop out of the window; the same attempt counts once.
+        assert!(b.failed("j#1", at(0), &POLICY));
+        assert!(!b.failed("j#1", at(1), &POLICY));
+        assert!(b.failed("j#2", at(1_000), &POLICY));
+        assert!(b.failed("j#3", at(10_500), &POLICY));
+        assert_eq!((b.failures.len(), b.open_until), (2, None));
+        assert!(b.failed("j#4", at(10_900), &POLICY));
+        assert_eq!((b.open_until, b.trips), (Some(at(40_900)), 1));
+        assert_eq!(
+            b.admit(at(40_899), &POLICY),
+            Admission::Skip { until: at(40_900) }
+        );
+        assert_eq!(b.state(at(40_899), &POLICY), "open");
+        // After the cooldown: one probe; while it runs (within its lease) others wait.
+        assert_eq!(b.admit(at(41_000), &POLICY), Admission::Probe);
+        b.start_probe(at(41_000));
+        assert_eq!(
+            b.admit(at(42_000), &POLICY),
+            Admission::Skip { until: at(46_000) }
+        );
+        assert_eq!(b.state(at(42_000), &POLICY), "probing");
+        assert_eq!(
+            b.admit(at(46_000), &POLICY),
+            Admission::Probe,
+            "a probe whose worker died"
+        );
+        // A failed probe opens it again at once; an answer closes it.
+        assert!(b.failed("j#5", at(42_000), &POLICY));
+        assert_eq!(
+            (b.open_until, b.trips, b.probe_since),
+            (Some(at(72_000)), 2, None)
+        );
+        assert!(b.answered());
+        assert_eq!(b.admit(at(42_001), &POLICY), Admission::Call);
+        assert!(!b.answered(), "closed already: nothing to write");
+        assert_eq!(b.trips, 2);
+        // Off: never opens.
+        let off = BreakerPolicy {
+            threshold: 0,
+            ..POLICY
+        };
+        let mut b = Breaker::default();
+        for n in 0..10 {
+            assert!(!b.failed(&format!("j#{n}"), at(n), &off));
+        }
+        assert_eq!(b.admit(at(10), &off), Admission::Call);
+    }
+}
