@@ -3,7 +3,9 @@
 //
 // It signs in, runs the double-click demo (two requests, one job; a changed input under the same key, a 409), opens
 // a job whose primary failed and whose fallback won from the jobs list, and checks the timeline: two lanes, the
-// first failed, the second the winner. Screenshots go to target/browser/.
+// first failed, the second the winner. Then the operator's actions: the jobs that need attention (filtered), an
+// unknown attempt stopped (failover follows), a failed job retried on a chosen provider, a job cancelled, and the
+// providers with their standing and breakers. Screenshots go to target/browser/.
 
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
@@ -84,6 +86,59 @@ try {
   assert.equal(await page.locator("#job-status").textContent(), "succeeded");
   assert.match(await page.locator("#job-outcome").textContent(), /"summary": "Primary fails."/);
   await page.screenshot({ path: `${shots}/job-timeline.png`, fullPage: true });
+
+  // The operator's actions. A job whose primary hangs is `unknown` after its 3 s timeout, and two whose only
+  // provider fails end `failed`: all three need attention.
+  const stamp = Date.now();
+  const hanging = await createJob(`browser-hang-${stamp}`, {
+    contract: "summarize@1", input: { text: "Slow primary." }, providers: ["demo-slow", "demo-backup"],
+  });
+  const failed = await createJob(`browser-failed-${stamp}`, {
+    contract: "summarize@1", input: { text: "Nobody answers." }, providers: ["demo-fail"],
+  });
+  const doomed = await createJob(`browser-doomed-${stamp}`, {
+    contract: "summarize@1", input: { text: "Nobody answers either." }, providers: ["demo-fail"],
+  });
+  await page.goto(`${base}/#/`);
+  await page.locator(`#attention tr[data-id="${failed}"][data-status="failed"]`).waitFor();
+  await page.locator(`#attention tr[data-id="${hanging}"][data-status="unknown"]`).waitFor();
+  assert.match(await page.locator(`#attention tr[data-id="${failed}"]`).textContent(), /providers_exhausted/);
+  await page.getByLabel("Status").selectOption("unknown");
+  await page.locator(`#attention tr[data-id="${failed}"]`).waitFor({ state: "detached" });
+  await page.screenshot({ path: `${shots}/attention.png`, fullPage: true });
+
+  // Stop waiting on the unknown attempt: it is cancelled, and failover takes the job to the qualified fallback.
+  await page.locator(`#attention a[href="#/jobs/${hanging}"]`).click();
+  await page.getByRole("heading", { name: hanging }).waitFor();
+  await page.getByRole("button", { name: "Stop waiting on attempt 1" }).click();
+  await page.locator("#action-result").filter({ hasText: "done (HTTP 200)" }).waitFor();
+  await page.locator('#timeline .lane[data-attempt="2"][data-state="succeeded"]').waitFor();
+  assert.equal(await page.locator('#timeline .lane[data-attempt="1"]').getAttribute("data-state"), "cancelled");
+
+  // Retry a failed job on a chosen provider: a new attempt there, which wins.
+  await page.goto(`${base}/#/jobs/${failed}`);
+  await page.locator("#job-status").filter({ hasText: "failed" }).waitFor();
+  await page.getByLabel("Retry on").selectOption("demo-backup");
+  await page.getByRole("button", { name: "Retry", exact: true }).click();
+  await page.locator("#action-result").filter({ hasText: "Retry on demo-backup: done (HTTP 201)" }).waitFor();
+  await page.locator('#timeline .lane[data-attempt="2"][data-state="succeeded"]').waitFor();
+
+  // Cancel a job.
+  await page.goto(`${base}/#/jobs/${doomed}`);
+  await page.locator("#job-status").filter({ hasText: "failed" }).waitFor();
+  await page.getByRole("button", { name: "Cancel the job" }).click();
+  await page.locator("#job-status").filter({ hasText: "cancelled" }).waitFor();
+  assert.ok(await page.getByRole("button", { name: "Cancel the job" }).isHidden(), "nothing left to cancel");
+
+  // The providers: standing per contract and each breaker.
+  await page.getByRole("link", { name: "Providers" }).click();
+  const backup = page.locator('#providers-table tr[data-provider="demo-backup"][data-contract="summarize@1"]');
+  await backup.waitFor();
+  assert.equal(await backup.getAttribute("data-standing"), "qualified");
+  assert.equal(await backup.getAttribute("data-breaker"), "closed");
+  const sloppy = page.locator('#providers-table tr[data-provider="demo-sloppy"][data-contract="summarize@1"]');
+  assert.equal(await sloppy.getAttribute("data-standing"), "unqualified");
+  await page.screenshot({ path: `${shots}/providers.png`, fullPage: true });
 
   // Readable at phone width.
   await page.setViewportSize({ width: 390, height: 844 });

@@ -68,7 +68,8 @@ function route() {
   stopView = () => {};
   const signedIn = Boolean(token());
   $("sign-out").hidden = !signedIn;
-  for (const id of ["sign-in", "home", "job"]) $(id).hidden = true;
+  $("nav").hidden = !signedIn;
+  for (const id of ["sign-in", "home", "job", "providers"]) $(id).hidden = true;
   if (!signedIn) {
     $("sign-in").hidden = false;
     $("token").focus();
@@ -78,6 +79,9 @@ function route() {
   if (match) {
     $("job").hidden = false;
     stopView = showJob(match[1]);
+  } else if (location.hash === "#/providers") {
+    $("providers").hidden = false;
+    showProviders();
   } else {
     $("home").hidden = false;
     stopView = showJobs();
@@ -140,6 +144,7 @@ function showJobs() {
         el("td", {}, age(job.created_at))));
     $("jobs").tBodies[0].replaceChildren(...rows);
     $("jobs-empty").hidden = rows.length > 0;
+    await refreshAttention(() => stopped);
   };
   const tick = async () => {
     await refreshJobs();
@@ -150,6 +155,52 @@ function showJobs() {
     stopped = true;
     clearTimeout(timer);
   };
+}
+
+/** The jobs waiting for a person (unknown or failed), filtered by status and contract. */
+async function refreshAttention(stopped) {
+  const wanted = $("attention-status").value;
+  const statuses = wanted ? [wanted] : ["unknown", "failed"];
+  const pages = await Promise.all(statuses.map((s) => api(`/v1/jobs?status=${s}&limit=50`)));
+  if (stopped() || pages.some((p) => p.status !== 200)) return;
+  const jobs = pages.flatMap((p) => p.body.jobs).sort((a, b) => b.created_at.localeCompare(a.created_at));
+  const contracts = $("attention-contract");
+  const chosen = contracts.value;
+  const known = [...new Set(jobs.map((j) => j.contract))].sort();
+  contracts.replaceChildren(el("option", { value: "" }, "any"),
+    ...known.map((c) => el("option", { value: c, selected: c === chosen }, c)));
+  const shown = jobs.filter((j) => !chosen || j.contract === chosen);
+  const why = (job) => job.status === "unknown"
+    ? "no answer in time: stop waiting, or wait"
+    : job.error ? `${job.error.code}: ${job.error.message}` : "failed";
+  $("attention").tBodies[0].replaceChildren(...shown.map((job) =>
+    el("tr", { dataset: { id: job.id, status: job.status } },
+      el("td", {}, el("a", { href: `#/jobs/${job.id}` }, job.id)),
+      el("td", {}, job.contract),
+      el("td", {}, el("span", { className: `status ${job.status}` }, job.status)),
+      el("td", {}, why(job)))));
+  $("attention-empty").hidden = shown.length > 0;
+}
+
+// ---- providers -----------------------------------------------------------------------------------------------
+
+async function showProviders() {
+  const answer = await api("/v1/providers");
+  if (answer.status !== 200) return;
+  const rows = answer.body.providers.flatMap((p) => p.contracts.map((c, i) =>
+    el("tr", { dataset: { provider: p.name, contract: c.contract, standing: c.standing, breaker: p.breaker.state } },
+      el("td", {}, i === 0 ? `${p.name} (${p.kind})` : ""),
+      el("td", {}, i === 0 ? breakerText(p.breaker) : ""),
+      el("td", {}, c.contract),
+      el("td", {}, el("span", { className: `standing ${c.standing}` }, c.standing)),
+      el("td", {}, c.checked_at ? new Date(c.checked_at).toLocaleString() : "—"),
+      el("td", {}, c.problem ? `${c.problem.code}: ${c.problem.message}` : ""))));
+  $("providers-table").tBodies[0].replaceChildren(...rows);
+}
+
+function breakerText(breaker) {
+  const until = breaker.open_until ? ` until ${new Date(breaker.open_until).toLocaleTimeString()}` : "";
+  return `${breaker.state}${until} · ${breaker.recent_failures} recent failures · opened ${breaker.trips}×`;
 }
 
 // ---- one job, its timeline -----------------------------------------------------------------------------------
@@ -177,13 +228,20 @@ function showJob(id) {
       if (etag) headers["If-None-Match"] = etag;
       let response;
       try {
-        response = await fetch(`/v1/jobs/${id}?wait=20`, { headers, signal: controller.signal });
+        // The job as it is first (a wait without a version would hold the answer until the job next changes),
+        // then long polls from the version shown.
+        const wait = etag ? 20 : 0;
+        response = await fetch(`/v1/jobs/${id}?wait=${wait}`, { headers, signal: controller.signal });
       } catch {
         return;
       }
       if (response.status === 200) {
         etag = response.headers.get("ETag");
-        job = await response.json();
+        try {
+          job = await response.json();
+        } catch {
+          return; // the view was left (its requests aborted) while the body was read
+        }
         render(job, limits);
         // Settled: nothing can change the outcome any more (a failed job may still wait for a cancelled attempt).
         if (job.settled) {
@@ -222,9 +280,40 @@ function render(job, limits = providerTimeouts ?? new Map()) {
   $("job-intent").replaceChildren(...intent.flatMap(([term, value]) =>
     [el("dt", {}, term), el("dd", {}, term === "Input" ? el("pre", {}, value) : value)]));
   $("timeline").replaceChildren(...lanes(job, limits));
+  renderActions(job);
   $("job-outcome").textContent = job.result !== null
     ? JSON.stringify(job.result, null, 2)
     : job.error ? `${job.error.code}: ${job.error.message}` : "—";
+}
+
+/** What a person can do about the job now, each a plain API call whose result is shown and then seen on the
+ * timeline (the long poll brings the change). */
+function renderActions(job) {
+  const live = job.attempts.find((a) => ["queued", "started", "unknown"].includes(a.state));
+  const open = !["succeeded", "cancelled"].includes(job.status);
+  const stop = $("action-stop");
+  stop.hidden = !live;
+  if (live) {
+    stop.textContent = `Stop waiting on attempt ${live.number}`;
+    stop.dataset.attempt = String(live.number);
+  }
+  $("action-retry-group").hidden = !open || Boolean(live);
+  $("action-cancel").hidden = !open;
+  const select = $("action-provider");
+  if (select.options.length === 0 && providerTimeouts) {
+    select.replaceChildren(...[...providerTimeouts.keys()].map((name) => el("option", { value: name }, name)));
+  }
+}
+
+async function act(label, path, body) {
+  const id = $("job-title").textContent;
+  const answer = await api(`/v1/jobs/${id}${path}`, { method: "POST", body });
+  $("action-result").textContent = answer.status < 300
+    ? `${label}: done (HTTP ${answer.status})`
+    : `${label}: HTTP ${answer.status} · ${answer.body?.code}: ${answer.body?.detail}`;
+  $("action-result").dataset.status = String(answer.status);
+  // A settled job's view stopped following it: follow it again, from the job as the action left it.
+  if (answer.status < 300) route();
 }
 
 /** One lane per attempt: bars for queued, started and unknown on one time axis, the outcome at the end. */
@@ -283,5 +372,12 @@ $("sign-in-form").addEventListener("submit", signIn);
 $("sign-out").addEventListener("click", signOut);
 $("demo-form").addEventListener("submit", demoTwice);
 $("demo-changed").addEventListener("click", demoChanged);
+$("attention-status").addEventListener("change", () => refreshJobs());
+$("attention-contract").addEventListener("change", () => refreshJobs());
+$("action-stop").addEventListener("click", () =>
+  act(`Stop waiting on attempt ${$("action-stop").dataset.attempt}`, `/attempts/${$("action-stop").dataset.attempt}/cancel`));
+$("action-retry").addEventListener("click", () =>
+  act(`Retry on ${$("action-provider").value}`, "/attempts", { provider: $("action-provider").value }));
+$("action-cancel").addEventListener("click", () => act("Cancel the job", "/cancel"));
 window.addEventListener("hashchange", route);
 route();
