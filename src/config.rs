@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::contracts::{ContractError, Contracts};
-use crate::domain::{ContractRef, Owner, ProviderName};
+use crate::domain::{ContractRef, Owner, ProviderName, RetryLimits};
 use crate::providers::{DemoBehavior, ProviderConfig};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,10 +107,6 @@ fn default_body_limit() -> usize {
 fn default_retention_days() -> u32 {
     30
 }
-
-/// The most `provider_retries`, and the longest `provider_retry_within_ms` and breaker times.
-const MAX_PROVIDER_RETRIES: u32 = 10;
-const MAX_RETRY_WITHIN_MS: u64 = 86_400_000;
 
 fn default_breaker_threshold() -> u32 {
     5
@@ -285,11 +281,10 @@ impl Config {
                 message,
             })?;
         }
-        if config.breaker_window_ms > MAX_RETRY_WITHIN_MS
-            || config.breaker_cooldown_ms > MAX_RETRY_WITHIN_MS
-        {
+        let day = RetryLimits::MAX_WITHIN_MS;
+        if config.breaker_window_ms > day || config.breaker_cooldown_ms > day {
             return Err(ConfigError::Invalid(format!(
-                "breaker_window_ms and breaker_cooldown_ms must be at most {MAX_RETRY_WITHIN_MS} (a day)"
+                "breaker_window_ms and breaker_cooldown_ms must be at most {day} (a day)"
             )));
         }
         if config.qualification_max_age_days == 0 {
@@ -302,14 +297,13 @@ impl Config {
                 "retention_days must be at least 1".into(),
             ));
         }
-        if config.provider_retries > MAX_PROVIDER_RETRIES
-            || config.provider_retry_within_ms > MAX_RETRY_WITHIN_MS
-        {
-            return Err(ConfigError::Invalid(format!(
-                "provider_retries must be 0 to {MAX_PROVIDER_RETRIES}, provider_retry_within_ms at most \
-                 {MAX_RETRY_WITHIN_MS} (a day)"
-            )));
-        }
+        let deployment = RetryLimits {
+            retries: Some(config.provider_retries),
+            retry_within_ms: Some(config.provider_retry_within_ms),
+        };
+        deployment.check().map_err(|e| {
+            ConfigError::Invalid(format!("provider_retries, provider_retry_within_ms: {e}"))
+        })?;
         if !(1..=MAX_ATTEMPTS_LIMIT).contains(&config.max_attempts_per_job) {
             return Err(ConfigError::Invalid(format!(
                 "max_attempts_per_job must be 1 to {MAX_ATTEMPTS_LIMIT}, so that a job fits every store"
@@ -427,6 +421,11 @@ mod tests {
             );
         }
         assert!(Config::parse("max_attempts_per_job = 25", "t").is_ok());
+        let provider = Config::parse("[providers.p]\nkind = \"demo\"\nretries = 11", "t");
+        assert!(
+            matches!(&provider, Err(ConfigError::Provider { message, .. }) if message.contains("retries must be 0 to 10")),
+            "{provider:?}"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::domain::{ContractRef, Fingerprint, ProviderName};
+use crate::domain::{ContractRef, Fingerprint, ProviderName, RetryLimits};
 
 #[derive(Debug)]
 pub struct Contract {
@@ -32,6 +32,8 @@ pub struct Contract {
     pub samples: Vec<Value>,
     /// What a qualification is tied to: prompt, both schemas, temperature, output budget.
     pub fingerprint: Fingerprint,
+    /// The most retries of a provider it allows (its `retries`, `retry_within_ms`); unset: no limit of its own.
+    pub retry: RetryLimits,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
 }
@@ -121,6 +123,10 @@ struct ContractFile {
     providers: Vec<ProviderName>,
     #[serde(default)]
     samples: Vec<Value>,
+    /// Retries of a provider in a row this contract allows at most (not part of its fingerprint).
+    retries: Option<u32>,
+    /// How long after the first try a retry may still start, at most.
+    retry_within_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -259,6 +265,11 @@ fn parse(text: &str) -> Result<Contract, String> {
     if !(0.0..=2.0).contains(&file.temperature) {
         return Err(format!("temperature {} is outside 0..=2", file.temperature));
     }
+    let retry = RetryLimits {
+        retries: file.retries,
+        retry_within_ms: file.retry_within_ms,
+    };
+    retry.check()?;
     let fingerprint = Fingerprint::of_value(&serde_json::json!({
         "prompt": file.prompt,
         "input_schema": file.input_schema,
@@ -277,6 +288,7 @@ fn parse(text: &str) -> Result<Contract, String> {
         max_output_tokens: file.max_output_tokens,
         providers: file.providers,
         samples: file.samples,
+        retry,
         input_validator,
         output_validator,
     };
@@ -460,5 +472,23 @@ mod tests {
         "#;
         let err = parse(text).unwrap_err();
         assert!(err.contains("samples[0]"), "{err}");
+    }
+
+    #[test]
+    fn a_contract_may_lower_retries_without_changing_its_fingerprint() {
+        let text = BUILT_IN[1].1;
+        let plain = parse(text).unwrap();
+        assert_eq!(plain.retry, RetryLimits::default());
+        let patient = parse(&format!("retries = 0\nretry_within_ms = 5000\n{text}")).unwrap();
+        assert_eq!(
+            patient.retry,
+            RetryLimits {
+                retries: Some(0),
+                retry_within_ms: Some(5_000)
+            }
+        );
+        assert_eq!(patient.fingerprint, plain.fingerprint);
+        let err = parse(&format!("retries = 11\n{text}")).unwrap_err();
+        assert!(err.contains("retries must be 0 to 10"), "{err}");
     }
 }

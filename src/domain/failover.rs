@@ -40,6 +40,60 @@ pub struct RetryPolicy {
     pub cap: Duration,
 }
 
+/// Retry limits a provider or a contract sets for itself: retries in a row after answers that say the work was not
+/// done, and how long after the first try a retry may still start. Unset: the deployment's (for a provider), no
+/// further limit (for a contract).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryLimits {
+    pub retries: Option<u32>,
+    pub retry_within_ms: Option<u64>,
+}
+
+impl RetryLimits {
+    /// The largest `retries`, and the longest `retry_within_ms` (a day).
+    pub const MAX_RETRIES: u32 = 10;
+    pub const MAX_WITHIN_MS: u64 = 86_400_000;
+
+    /// The limits within bounds, or what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if self.retries.is_some_and(|r| r > Self::MAX_RETRIES)
+            || self
+                .retry_within_ms
+                .is_some_and(|w| w > Self::MAX_WITHIN_MS)
+        {
+            return Err(format!(
+                "retries must be 0 to {}, retry_within_ms at most {} (a day)",
+                Self::MAX_RETRIES,
+                Self::MAX_WITHIN_MS
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RetryPolicy {
+    /// This policy for one attempt: its provider's own limits in place of the deployment's, then its contract's
+    /// as a ceiling — a contract whose users cannot wait lowers them, never raises them.
+    pub fn limited(mut self, provider: RetryLimits, contract: RetryLimits) -> Self {
+        // Checked limits: at most a day.
+        let ms =
+            |ms: u64| Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX / 1_000_000));
+        if let Some(retries) = provider.retries {
+            self.max_retries = retries;
+        }
+        if let Some(within) = provider.retry_within_ms {
+            self.within = ms(within);
+        }
+        if let Some(retries) = contract.retries {
+            self.max_retries = self.max_retries.min(retries);
+        }
+        if let Some(within) = contract.retry_within_ms {
+            self.within = self.within.min(ms(within));
+        }
+        self
+    }
+}
+
 /// The error codes of answers that say the provider did not do the work: a 429, a 503 with `Retry-After`, a
 /// connection refused before anything was sent, and no call at all (the provider's breaker was open). Nothing else
 /// is retried on the same provider.

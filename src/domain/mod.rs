@@ -23,7 +23,7 @@ pub(crate) mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
 pub use breaker::{Admission, Breaker, BreakerPolicy};
-pub use failover::{Failover, FailoverDecision, RetryPolicy};
+pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use job::{Job, JobStatus, MAX_INPUT_BYTES, NewJob, Timestamp, expiry};

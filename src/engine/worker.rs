@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::{AnswerLost, Engine};
 use crate::domain::{
     Admission, AttemptRef, AttemptState, Breaker, BreakerPolicy, CallReport, Completion, ErrorInfo,
-    Failover, Job, JobId, ProviderName, Timestamp, WriteToken,
+    Failover, Job, JobId, ProviderName, RetryPolicy, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -120,7 +120,7 @@ impl Engine {
                 let (error, report) = (error.clone(), report.clone());
                 async move {
                     let failover = Failover {
-                        retry: Some(self.settings.retry),
+                        retry: Some(self.retry_policy(job, number)),
                         jitter_permille: fastrand::u16(0..=1000),
                         ..self.failover(job).await?
                     };
@@ -225,6 +225,24 @@ impl Engine {
         self.store
             .purge_expired(self.clock.now(), self.settings.sweep_batch)
             .await
+    }
+}
+
+impl Engine {
+    /// The retry policy for attempt `number` of `job`: the deployment's, its provider's limits in their place,
+    /// its contract's as a ceiling.
+    fn retry_policy(&self, job: &Job, number: u32) -> RetryPolicy {
+        let provider = job
+            .attempt(number)
+            .and_then(|a| self.providers.get(&a.provider))
+            .map(|p| p.config.retry_limits())
+            .unwrap_or_default();
+        let contract = self
+            .contracts
+            .get(&job.contract)
+            .map(|c| c.retry)
+            .unwrap_or_default();
+        self.settings.retry.limited(provider, contract)
     }
 }
 

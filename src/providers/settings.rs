@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+use crate::domain::RetryLimits;
+
 /// A provider's settings, by `kind`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -36,6 +38,11 @@ pub struct Endpoint {
     /// After the timeout, how much longer the worker keeps listening for a late answer.
     #[serde(default = "default_late_result_ms")]
     pub late_result_ms: u64,
+    /// Retries of this provider in a row after answers that say the work was not done, in place of the
+    /// deployment's `provider_retries` (a contract may lower it).
+    pub retries: Option<u32>,
+    /// How long after the first try a retry may still start, in place of `provider_retry_within_ms`.
+    pub retry_within_ms: Option<u64>,
 }
 
 /// The demo provider: what it does, how fast, and its limits.
@@ -56,6 +63,11 @@ pub struct DemoSettings {
     /// After the timeout, how much longer the worker keeps listening for a late answer.
     #[serde(default = "default_late_result_ms")]
     pub late_result_ms: u64,
+    /// Retries of this provider in a row after answers that say the work was not done, in place of the
+    /// deployment's `provider_retries` (a contract may lower it).
+    pub retries: Option<u32>,
+    /// How long after the first try a retry may still start, in place of `provider_retry_within_ms`.
+    pub retry_within_ms: Option<u64>,
 }
 
 /// What a demo provider does with a request.
@@ -104,6 +116,8 @@ impl ProviderConfig {
             context_window: None,
             timeout_ms: default_timeout_ms(),
             late_result_ms: default_late_result_ms(),
+            retries: None,
+            retry_within_ms: None,
         })
     }
 
@@ -168,8 +182,21 @@ impl ProviderConfig {
         self
     }
 
-    /// The value checks serde cannot make: limits above zero.
+    /// Its own retry limits.
+    pub fn retry_limits(&self) -> RetryLimits {
+        let (retries, retry_within_ms) = match self {
+            Self::Demo(d) => (d.retries, d.retry_within_ms),
+            Self::Openai(e) | Self::Anthropic(e) => (e.retries, e.retry_within_ms),
+        };
+        RetryLimits {
+            retries,
+            retry_within_ms,
+        }
+    }
+
+    /// The value checks serde cannot make: limits above zero, retry limits within bounds.
     pub fn check(&self) -> Result<(), String> {
+        self.retry_limits().check()?;
         if self.timeout_ms() == 0 {
             return Err("timeout_ms must be above 0".into());
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use onejob::clock::Clock;
 use onejob::domain::{AttemptRef, AttemptState, Job, JobStatus, ProviderName, Refusal};
+use onejob::providers::{Endpoint, ProviderConfig};
 use onejob::store::{JobStore, StoreError};
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::rig::Rig;
 use crate::support::stand_in::{
-    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing, resetting,
+    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, endpoint, hanging_up, openai, refusing, resetting,
 };
 use crate::support::{record_qualified, record_qualified_as};
 
@@ -404,7 +405,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
 
     let unavailable = StandIn::spawn(vec![], Reply::Status(503, "overloaded")).await;
     let mut rig = Rig::new(
-        store,
+        store.clone(),
         openai(unavailable.base_url()),
         openai(fallback.base_url()),
     );
@@ -418,16 +419,50 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
         (next.state, next.provider.as_str(), next.retry_of),
         (AttemptState::Queued, "fallback", None)
     );
+
+    // A 503 with `Retry-After` said it did not take the request: a retry on the same provider, at its time.
+    let down = StandIn::spawn(vec![], Reply::Unavailable(7)).await;
+    let mut rig = Rig::new(
+        store.clone(),
+        openai(down.base_url()),
+        openai(fallback.base_url()),
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let (job, message) = rig.create("maintenance").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let after = rig.job(&job).await;
+    let (first, retry) = (after.attempt(1).unwrap(), after.attempt(2).unwrap());
+    assert_eq!(first.error.as_ref().unwrap().code, "provider_unavailable");
+    assert_eq!(
+        (retry.provider.as_str(), retry.retry_of, retry.not_before),
+        (
+            "primary",
+            Some(1),
+            Some(first.finished_at.unwrap() + chrono::Duration::seconds(7))
+        )
+    );
+
+    // A provider configured with `retries = 0` is not retried: failover at once.
+    let no_retries = ProviderConfig::Openai(Endpoint {
+        retries: Some(0),
+        ..endpoint(down.base_url())
+    });
+    let mut rig = Rig::new(store, no_retries, openai(fallback.base_url()));
+    record_qualified(&rig.engine, "fallback").await;
+    let (job, message) = rig.create("no-retries").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let next = rig.job(&job).await.attempt(2).unwrap().clone();
+    assert_eq!((next.provider.as_str(), next.retry_of), ("fallback", None));
 }
 
-/// A provider that says it did not do the work — 429, then 503, each with `Retry-After: 1` — is tried again on its own,
+/// A provider that says it did not do the work — 429 with `Retry-After: 1`, twice — is tried again on its own,
 /// each time as a new attempt that no worker starts before the `Retry-After` (a message that comes early is sent
 /// again for its time): three attempts on one provider, three calls, one winner, no failover.
 pub async fn a_rate_limited_provider_is_retried_not_before_its_retry_after(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(
-        vec![Reply::RateLimited(1), Reply::Unavailable(1)],
+        vec![Reply::RateLimited(1), Reply::RateLimited(1)],
         Reply::Answer(summary("A")),
     )
     .await;
@@ -466,7 +501,7 @@ pub async fn a_rate_limited_provider_is_retried_not_before_its_retry_after(
     let after = rig.job(&job).await;
     assert_eq!(
         after.attempt(2).unwrap().error.as_ref().unwrap().code,
-        "provider_unavailable"
+        "rate_limited"
     );
     rig.advance(1_000);
     let third = rig.message().await;

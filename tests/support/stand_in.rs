@@ -30,6 +30,8 @@ pub fn endpoint(base_url: String) -> Endpoint {
         context_window: None,
         timeout_ms: TIMEOUT_MS,
         late_result_ms: LATE_MS,
+        retries: None,
+        retry_within_ms: None,
     }
 }
 

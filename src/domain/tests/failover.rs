@@ -263,3 +263,33 @@ fn evidence_ages_and_production_can_take_it_away() {
     failed.passed = false;
     assert!(!failed.observe("j#1", Some("m-2"), None, at(1)));
 }
+
+#[test]
+fn a_provider_sets_its_own_retry_limits_and_a_contract_only_lowers_them() {
+    let deployment = retrying(0).retry.unwrap();
+    let limits = |retries, within| RetryLimits {
+        retries,
+        retry_within_ms: within,
+    };
+    let unset = RetryLimits::default();
+    assert_eq!(deployment.limited(unset, unset), deployment);
+    let generous = deployment.limited(limits(Some(5), Some(600_000)), unset);
+    assert_eq!(
+        (generous.max_retries, generous.within),
+        (5, Duration::minutes(10))
+    );
+    let capped = deployment.limited(
+        limits(Some(5), Some(600_000)),
+        limits(Some(1), Some(20_000)),
+    );
+    assert_eq!(
+        (capped.max_retries, capped.within),
+        (1, Duration::seconds(20))
+    );
+    // A contract never raises what the provider (or the deployment) allows.
+    let not_raised = deployment.limited(limits(Some(0), None), limits(Some(9), Some(600_000)));
+    assert_eq!(
+        (not_raised.max_retries, not_raised.within),
+        (0, Duration::seconds(60))
+    );
+}
