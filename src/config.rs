@@ -53,6 +53,10 @@ pub struct Config {
     pub breaker_window_ms: u64,
     #[serde(default = "default_breaker_cooldown_ms")]
     pub breaker_cooldown_ms: u64,
+    /// The sweeper qualifies again, one pair per sweep, every provider whose qualification passed once and no
+    /// longer stands (too old, or lost in production). Off by default: it calls the providers, and that costs money.
+    #[serde(default)]
+    pub requalify_stale: bool,
     /// Qualification evidence older than this many days qualifies no more (`onejob qualify --stale` renews it).
     #[serde(default = "default_qualification_max_age_days")]
     pub qualification_max_age_days: u32,
@@ -195,6 +199,7 @@ impl Default for Config {
             max_attempts_per_job: default_max_attempts(),
             provider_retries: default_provider_retries(),
             qualification_max_age_days: default_qualification_max_age_days(),
+            requalify_stale: false,
             breaker_threshold: default_breaker_threshold(),
             breaker_window_ms: default_breaker_window_ms(),
             breaker_cooldown_ms: default_breaker_cooldown_ms(),
@@ -226,6 +231,7 @@ impl Config {
             qualification_max_age: chrono::Duration::days(i64::from(
                 self.qualification_max_age_days,
             )),
+            requalify_stale: self.requalify_stale,
             breaker_threshold: self.breaker_threshold,
             breaker_window: chrono::Duration::milliseconds(self.breaker_window_ms as i64),
             breaker_cooldown: chrono::Duration::milliseconds(self.breaker_cooldown_ms as i64),

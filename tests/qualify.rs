@@ -24,6 +24,7 @@ use onejob::providers::{Endpoint, ProviderConfig};
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
+use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
 use support::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, anthropic, endpoint, openai};
@@ -406,6 +407,55 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
         let after_swap = engine(store.clone(), &[], changed);
         assert_eq!(gate_says(&after_swap, &job).await, "fallback_not_qualified");
     }
+}
+
+/// With `requalify_stale`, the sweeper qualifies again, through the real client, a provider whose evidence grew
+/// old, and then has nothing left to do; without it, the sweeper never calls a provider.
+#[tokio::test]
+async fn the_sweeper_requalifies_stale_evidence_only_when_asked() {
+    let stand_in = StandIn::answering(good()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn JobStore> =
+        Arc::new(SqliteStore::open(&dir.path().join("onejob.db")).unwrap());
+    let mut engine = engine(store.clone(), &[], openai(stand_in.base_url()));
+    let name = ProviderName::parse("fallback").unwrap();
+    let evidence = qualify(
+        summarize(&engine.contracts),
+        &name,
+        engine.providers.get(&name).unwrap(),
+        1,
+        &*engine.clock,
+        |_, _, _| {},
+    )
+    .await;
+    assert!(evidence.passed, "{}", summary(&evidence));
+    let old = Qualification {
+        checked_at: engine.clock.now() - Duration::days(31),
+        ..evidence
+    };
+    store.put_qualification(&old).await.unwrap();
+    let calls = stand_in.call_count();
+    let needed = engine.needing_requalification().await.unwrap();
+    assert_eq!(needed.len(), 1);
+    assert_eq!(needed[0].2.code, "qualification_stale");
+
+    assert_eq!(sweep(&engine).await.unwrap().requalified, 0);
+    assert_eq!(stand_in.call_count(), calls, "off by default: no call");
+
+    engine.settings.requalify_stale = true;
+    assert_eq!(sweep(&engine).await.unwrap().requalified, 1);
+    assert!(stand_in.call_count() > calls);
+    let renewed = engine
+        .qualification(&summarize(&engine.contracts).reference, &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (renewed.passed, renewed.checked_at),
+        (true, engine.clock.now())
+    );
+    assert!(engine.needing_requalification().await.unwrap().is_empty());
+    assert_eq!(sweep(&engine).await.unwrap().requalified, 0);
 }
 
 /// `onejob qualify` and `onejob providers`, run as a user would, on the built-in demo providers.

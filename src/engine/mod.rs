@@ -52,6 +52,9 @@ pub struct EngineSettings {
     pub retry: RetryPolicy,
     /// Qualification evidence older than this qualifies no more.
     pub qualification_max_age: Duration,
+    /// Whether the sweeper qualifies again, one pair per sweep, what passed once and no longer stands (it calls the
+    /// providers: it spends money, so it is off unless asked for).
+    pub requalify_stale: bool,
     /// Definite failures of a provider within `breaker_window` that open its breaker (0: no breakers), and how
     /// long it stays open before one probe.
     pub breaker_threshold: u32,
@@ -79,6 +82,7 @@ impl Default for EngineSettings {
                 cap: Duration::seconds(30),
             },
             qualification_max_age: Duration::days(30),
+            requalify_stale: false,
             breaker_threshold: 5,
             breaker_window: Duration::seconds(60),
             breaker_cooldown: Duration::seconds(30),
@@ -324,9 +328,47 @@ impl Engine {
         }
     }
 
-    /// Keeps a qualification's evidence in the ledger, where failover reads it.
-    pub async fn record_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
-        self.store.put_qualification(evidence).await
+    /// The pairs whose qualification passed once and no longer stands (too old, or lost in production), with why.
+    pub async fn needing_requalification(
+        &self,
+    ) -> Result<Vec<(ProviderName, ContractRef, ErrorInfo)>, StoreError> {
+        let mut needed = Vec::new();
+        for (name, rows) in self.standings().await? {
+            for row in rows {
+                let passed_once = row.evidence.as_ref().is_some_and(|q| q.passed);
+                if let Some(why) = row.reason.filter(|_| passed_once) {
+                    needed.push((name.clone(), row.contract, why));
+                }
+            }
+        }
+        Ok(needed)
+    }
+
+    /// Qualifies `provider` for `contract` through its real client (`runs` runs of each sample, `progress` told of
+    /// each) and keeps the evidence in the ledger. `None` when either is not configured.
+    pub async fn requalify(
+        &self,
+        contract: &ContractRef,
+        provider: &ProviderName,
+        runs: u32,
+        progress: impl FnMut(&crate::domain::RunEvidence, usize, usize),
+    ) -> Result<Option<Qualification>, StoreError> {
+        let (Some(contract), Some(configured)) =
+            (self.contracts.get(contract), self.providers.get(provider))
+        else {
+            return Ok(None);
+        };
+        let evidence = crate::providers::qualify::qualify(
+            contract,
+            provider,
+            configured,
+            runs,
+            &*self.clock,
+            progress,
+        )
+        .await;
+        self.store.put_qualification(&evidence).await?;
+        Ok(Some(evidence))
     }
 
     /// Dispatches the job's queued attempt, if the last write queued one. A failure to dispatch is logged, not

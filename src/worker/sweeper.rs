@@ -1,6 +1,8 @@
 //! The sweeper step, run every few seconds by the local server (and by a scheduled Lambda): `started` attempts
 //! whose lease expired become `unknown` (never `failed`: the provider may have done the work), `queued` attempts
-//! that nobody claimed are dispatched again (the claim drops any duplicate), and jobs past their retention go.
+//! that nobody claimed are dispatched again (the claim drops any duplicate), and jobs past their retention go. If the
+//! deployment asks for it (`requalify_stale`), one provider whose qualification passed once and no longer stands is
+//! qualified again per sweep.
 
 use std::sync::Arc;
 
@@ -18,6 +20,8 @@ pub struct Swept {
     pub redispatched: usize,
     /// Jobs past their retention deleted (SQLite; DynamoDB's TTL deletes by itself).
     pub purged: usize,
+    /// Qualifications run again (at most one per sweep, and only with `requalify_stale`).
+    pub requalified: usize,
 }
 
 pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
@@ -33,11 +37,26 @@ pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
         }
     }
     swept.purged = engine.purge_expired().await?;
+    if engine.settings.requalify_stale
+        && let Some((provider, contract, why)) =
+            engine.needing_requalification().await?.into_iter().next()
+    {
+        tracing::info!(%provider, %contract, code = %why.code, "qualifying again: {}", why.message);
+        let runs = crate::providers::qualify::DEFAULT_RUNS;
+        if let Some(evidence) = engine
+            .requalify(&contract, &provider, runs, |_, _, _| {})
+            .await?
+        {
+            tracing::info!(%provider, %contract, passed = evidence.passed, "qualified again");
+            swept.requalified += 1;
+        }
+    }
     if swept != Swept::default() {
         tracing::info!(
             expired = swept.expired,
             redispatched = swept.redispatched,
             purged = swept.purged,
+            requalified = swept.requalified,
             "sweep"
         );
     }

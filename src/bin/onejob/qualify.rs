@@ -4,9 +4,8 @@ use std::process::ExitCode;
 
 use crate::error::CliError;
 use crate::ledger::Ledger;
-use onejob::clock::SystemClock;
 use onejob::contracts::Contract;
-use onejob::domain::{ContractRef, ProviderName, Standing};
+use onejob::domain::{ContractRef, ProviderName};
 use onejob::engine::Engine;
 use onejob::providers::qualify;
 
@@ -47,27 +46,18 @@ pub async fn run_qualify(
 /// production) is qualified again. Exit status 0 when all pass (or none needed it), 1 when one fails.
 pub async fn requalify_stale(runs: u32, ledger: &Ledger) -> Result<ExitCode, CliError> {
     let (engine, place) = ledger.engine().await?;
-    let mut needed = Vec::new();
-    for (name, rows) in engine.standings().await? {
-        for row in rows {
-            let passed_once = row.evidence.as_ref().is_some_and(|q| q.passed);
-            if passed_once && row.standing != Standing::Qualified {
-                let why = row.reason.map(|r| r.code).unwrap_or_default();
-                needed.push((name.clone(), row.contract, why));
-            }
-        }
-    }
+    let needed = engine.needing_requalification().await?;
     if needed.is_empty() {
         println!("every qualification stands: nothing to requalify");
         return Ok(ExitCode::SUCCESS);
     }
     let mut all_passed = true;
     for (name, reference, why) in needed {
+        eprintln!("{name} for {reference}: {}", why.code);
         let contract = engine
             .contracts
             .get(&reference)
             .expect("a standing names a known contract");
-        eprintln!("{name} for {reference}: {why}");
         all_passed &= qualify_pair(&engine, contract, &name, runs).await?;
     }
     println!("evidence stored in {place}");
@@ -78,7 +68,8 @@ pub async fn requalify_stale(runs: u32, ledger: &Ledger) -> Result<ExitCode, Cli
     })
 }
 
-/// Qualifies `name` for `contract` through its real client and stores the evidence; whether it passed.
+/// Qualifies `name` for `contract` through its real client, with progress, and stores the evidence; whether it
+/// passed.
 async fn qualify_pair(
     engine: &Engine,
     contract: &Contract,
@@ -86,7 +77,6 @@ async fn qualify_pair(
     runs: u32,
 ) -> Result<bool, CliError> {
     let reference = &contract.reference;
-    let configured = engine.providers.get(name).expect("a configured provider");
     if contract.samples.is_empty() {
         return Err(CliError::Usage(format!(
             "{reference} has no samples to qualify with; add [[samples]] to its file"
@@ -97,18 +87,12 @@ async fn qualify_pair(
         contract.samples.len(),
         contract.temperature
     );
-    let evidence = qualify::qualify(
-        contract,
-        name,
-        configured,
-        runs,
-        &SystemClock,
-        |run, done, total| {
+    let evidence = engine
+        .requalify(reference, name, runs, |run, done, total| {
             eprintln!("{}", qualify::progress_line(run, done, total));
-        },
-    )
-    .await;
-    engine.record_qualification(&evidence).await?;
+        })
+        .await?
+        .expect("a configured provider and contract");
     print!("{}", qualify::summary(&evidence));
     Ok(evidence.passed)
 }
