@@ -53,6 +53,11 @@ pub struct Config {
     pub breaker_window_ms: u64,
     #[serde(default = "default_breaker_cooldown_ms")]
     pub breaker_cooldown_ms: u64,
+    /// How long a worker process goes on using a provider's breaker that it read clean, and the qualification
+    /// evidence it read, instead of reading them for every attempt (anything that may change them is read
+    /// first). A breaker opened by another process is seen this much later. 0: read for every attempt.
+    #[serde(default = "default_provider_state_cache_ms")]
+    pub provider_state_cache_ms: u64,
     /// The sweeper qualifies again, one pair per sweep, every provider whose qualification passed once and no
     /// longer stands (too old, or lost in production). Off by default: it calls the providers, and that costs money.
     #[serde(default)]
@@ -122,6 +127,10 @@ fn default_breaker_window_ms() -> u64 {
 
 fn default_breaker_cooldown_ms() -> u64 {
     30_000
+}
+
+fn default_provider_state_cache_ms() -> u64 {
+    100
 }
 
 fn default_qualification_max_age_days() -> u32 {
@@ -203,6 +212,7 @@ impl Default for Config {
             breaker_threshold: default_breaker_threshold(),
             breaker_window_ms: default_breaker_window_ms(),
             breaker_cooldown_ms: default_breaker_cooldown_ms(),
+            provider_state_cache_ms: default_provider_state_cache_ms(),
             provider_retry_within_ms: default_provider_retry_within_ms(),
             providers: default_providers(),
             worker_concurrency: default_worker_concurrency(),
@@ -235,6 +245,7 @@ impl Config {
             breaker_threshold: self.breaker_threshold,
             breaker_window: chrono::Duration::milliseconds(self.breaker_window_ms as i64),
             breaker_cooldown: chrono::Duration::milliseconds(self.breaker_cooldown_ms as i64),
+            provider_state_cache: std::time::Duration::from_millis(self.provider_state_cache_ms),
             retry: crate::domain::RetryPolicy {
                 max_retries: self.provider_retries,
                 within: chrono::Duration::milliseconds(self.provider_retry_within_ms as i64),
@@ -292,6 +303,11 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "breaker_window_ms and breaker_cooldown_ms must be at most {day} (a day)"
             )));
+        }
+        if config.provider_state_cache_ms > 60_000 {
+            return Err(ConfigError::Invalid(
+                "provider_state_cache_ms must be at most 60000 (a minute)".into(),
+            ));
         }
         if config.qualification_max_age_days == 0 {
             return Err(ConfigError::Invalid(

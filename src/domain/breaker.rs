@@ -75,6 +75,11 @@ impl Breaker {
         }
     }
 
+    /// Nothing counts towards opening it and it is not open: any call is admitted and an answer changes nothing.
+    pub fn is_clean(&self) -> bool {
+        self.failures.is_empty() && self.open_until.is_none() && self.probe_since.is_none()
+    }
+
     /// This worker's call is the probe.
     pub fn start_probe(&mut self, now: Timestamp) {
         self.probe_since = Some(now);

@@ -76,9 +76,26 @@ impl Qualification {
             .collect()
     }
 
-    /// What a production attempt (`job_id#n`) showed: the model it reported, and whether its answer broke the
-    /// contract. Whether the evidence changed (and must be stored). Only passed evidence that still stands
-    /// changes; a model is compared only when qualification saw one.
+    /// Whether what a production attempt (`job_id#n`) showed — the model it reported, and whether its answer broke
+    /// the contract — changes this evidence. Only passed evidence that still stands changes; a model is compared
+    /// only when qualification saw one; a breach already counted is not counted again.
+    pub fn notices(&self, attempt: &str, model: Option<&str>, broke: Option<&ErrorInfo>) -> bool {
+        if !self.passed || self.lost.is_some() {
+            return false;
+        }
+        self.unseen(model).is_some()
+            || (broke.is_some() && !self.strikes.iter().any(|a| a == attempt))
+    }
+
+    /// `model`, if qualification saw models and not this one.
+    fn unseen<'m>(&self, model: Option<&'m str>) -> Option<&'m str> {
+        let known = self.models();
+        model.filter(|m| !known.is_empty() && !known.contains(m))
+    }
+
+    /// Records what a production attempt showed (see [`Self::notices`]): a model qualification never saw loses
+    /// the standing at once, a breach is a strike, and [`Self::STRIKES`] of them lose it. Whether the evidence
+    /// changed (and must be stored).
     pub fn observe(
         &mut self,
         attempt: &str,
@@ -86,12 +103,11 @@ impl Qualification {
         broke: Option<&ErrorInfo>,
         now: Timestamp,
     ) -> bool {
-        if !self.passed || self.lost.is_some() {
+        if !self.notices(attempt, model, broke) {
             return false;
         }
-        let known = self.models();
-        if let Some(model) = model.filter(|m| !known.is_empty() && !known.contains(m)) {
-            let seen: Vec<&str> = known.into_iter().collect();
+        if let Some(model) = self.unseen(model) {
+            let seen: Vec<&str> = self.models().into_iter().collect();
             let message = format!("answered as {model}; qualified as {}", seen.join(", "));
             self.lost = Some(Loss {
                 reason: ErrorInfo::new("model_changed", message),
@@ -103,9 +119,6 @@ impl Qualification {
         let Some(problem) = broke else {
             return false;
         };
-        if self.strikes.iter().any(|a| a == attempt) {
-            return false;
-        }
         self.strikes.push(attempt.to_owned());
         if self.strikes.len() >= Self::STRIKES {
             let message = format!(

@@ -13,6 +13,7 @@
 //! result if it cannot be.
 
 mod api;
+mod recent;
 mod worker;
 
 use std::collections::BTreeSet;
@@ -26,13 +27,14 @@ use tokio::sync::broadcast;
 use crate::clock::Clock;
 use crate::contracts::Contracts;
 use crate::domain::{
-    AttemptRef, AttemptState, ContractRef, ContractStanding, ErrorInfo, Failover, Job, JobId,
-    Owner, ProviderName, Qualification, RetryPolicy, Stamp, Standing, Timestamp, WriteToken,
+    AttemptRef, AttemptState, ContractRef, ContractStanding, ErrorInfo, Failover, Fingerprint, Job,
+    JobId, Owner, ProviderName, Qualification, RetryPolicy, Stamp, Standing, Timestamp, WriteToken,
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::queue::Dispatcher;
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
+use recent::Recent;
 
 /// Timings and limits of the engine that do not belong to one provider.
 #[derive(Debug, Clone)]
@@ -60,6 +62,8 @@ pub struct EngineSettings {
     pub breaker_threshold: u32,
     pub breaker_window: Duration,
     pub breaker_cooldown: Duration,
+    /// How long this process uses a breaker it read clean, and evidence it read, instead of reading again.
+    pub provider_state_cache: std::time::Duration,
     /// How long a write made for an API call (or a claim) is tried again after the store failed.
     pub write_budget: Duration,
     /// How long a worker keeps trying to write an answer it holds (a result, a failure, a time-out), bounded by
@@ -86,6 +90,7 @@ impl Default for EngineSettings {
             breaker_threshold: 5,
             breaker_window: Duration::seconds(60),
             breaker_cooldown: Duration::seconds(30),
+            provider_state_cache: std::time::Duration::from_millis(100),
             write_budget: Duration::seconds(3),
             answer_budget: Duration::minutes(5),
         }
@@ -108,6 +113,12 @@ pub struct Engine {
     pub settings: EngineSettings,
     /// Ids of jobs that just changed, for long polls in this process.
     changes: broadcast::Sender<JobId>,
+    /// Providers whose breaker this process read clean a moment ago: a call is admitted and an answer recorded
+    /// without reading it again.
+    clean_breakers: Recent<ProviderName, ()>,
+    /// Evidence this process read a moment ago, by (contract, provider) fingerprint: an answer it would not
+    /// change is not read for.
+    evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
 }
 
 /// What a worker's answer write did when the store kept failing: the answer could not be kept.
@@ -136,8 +147,10 @@ impl Engine {
             providers,
             dispatcher,
             metrics: Metrics::default(),
-            settings,
             changes: broadcast::channel(1024).0,
+            clean_breakers: Recent::new(settings.provider_state_cache),
+            evidence: Recent::new(settings.provider_state_cache),
+            settings,
         }
     }
 
@@ -305,24 +318,47 @@ impl Engine {
         model: Option<&str>,
         broke: Option<&ErrorInfo>,
     ) {
-        let Some(attempt) = job.attempt(number) else {
+        let (Some(attempt), Some(contract)) =
+            (job.attempt(number), self.contracts.get(&job.contract))
+        else {
             return;
         };
-        let mut evidence = match self.qualification(&job.contract, &attempt.provider).await {
-            Ok(Some(evidence)) => evidence,
-            Ok(None) => return,
+        let Some(provider) = self.providers.get(&attempt.provider) else {
+            return;
+        };
+        let pair = (contract.fingerprint, provider.fingerprint);
+        let name = format!("{}#{number}", job.id);
+        let unchanged = |evidence: &Option<Qualification>| {
+            evidence
+                .as_ref()
+                .is_none_or(|q| !q.notices(&name, model, broke))
+        };
+        if self
+            .evidence
+            .get(&pair)
+            .is_some_and(|seen| unchanged(&seen))
+        {
+            return;
+        }
+        let read = match self.store.qualification(&pair.0, &pair.1).await {
+            Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "the ledger could not be read to watch the provider's standing");
                 return;
             }
         };
-        let name = format!("{}#{number}", job.id);
-        if !evidence.observe(&name, model, broke, self.clock.now()) {
+        if unchanged(&read) {
+            self.evidence.put(pair, Arc::new(read));
             return;
         }
+        let Some(mut evidence) = read else {
+            return;
+        };
+        evidence.observe(&name, model, broke, self.clock.now());
         if let Some(loss) = &evidence.lost {
             tracing::warn!(provider = %attempt.provider, contract = %job.contract, code = %loss.reason.code, "qualification lost: {}", loss.reason.message);
         }
+        self.evidence.forget(&pair);
         if let Err(e) = self.store.put_qualification(&evidence).await {
             tracing::warn!(error = %e, "the provider's standing could not be written");
         }
@@ -367,6 +403,8 @@ impl Engine {
             progress,
         )
         .await;
+        self.evidence
+            .forget(&(contract.fingerprint, configured.fingerprint));
         self.store.put_qualification(&evidence).await?;
         Ok(Some(evidence))
     }

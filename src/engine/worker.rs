@@ -273,7 +273,7 @@ impl Engine {
     /// (recorded first, so that one worker probes), or not before `until`.
     pub async fn admit(&self, provider: &ProviderName) -> Admission {
         let policy = self.breaker_policy();
-        if policy.threshold == 0 {
+        if policy.threshold == 0 || self.clean_breakers.get(provider).is_some() {
             return Admission::Call;
         }
         for _ in 0..BREAKER_TRIES {
@@ -285,6 +285,7 @@ impl Engine {
                     return Admission::Call;
                 }
             };
+            self.saw_breaker(provider, &breaker);
             let admission = breaker.admit(now, &policy);
             if admission != Admission::Probe {
                 return admission;
@@ -292,6 +293,7 @@ impl Engine {
             breaker.start_probe(now);
             match self.store.put_breaker(provider, &breaker, rev).await {
                 Ok(true) => {
+                    self.saw_breaker(provider, &breaker);
                     tracing::info!(%provider, "breaker cooldown over: this call is the probe");
                     return Admission::Probe;
                 }
@@ -309,7 +311,8 @@ impl Engine {
     /// opening its breaker (a failed probe opens it again); any answer closes it.
     pub async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, failed: bool) {
         let policy = self.breaker_policy();
-        if policy.threshold == 0 {
+        // An answer leaves a clean breaker as it is; a failure is always counted on the stored one.
+        if policy.threshold == 0 || (!failed && self.clean_breakers.get(provider).is_some()) {
             return;
         }
         for _ in 0..BREAKER_TRIES {
@@ -318,6 +321,7 @@ impl Engine {
                 tracing::warn!(%provider, "the breaker could not be read: this call is not counted");
                 return;
             };
+            self.saw_breaker(provider, &breaker);
             let trips = breaker.trips;
             let changed = if failed {
                 breaker.failed(attempt, now, &policy)
@@ -329,6 +333,7 @@ impl Engine {
             }
             match self.store.put_breaker(provider, &breaker, rev).await {
                 Ok(true) => {
+                    self.saw_breaker(provider, &breaker);
                     if breaker.trips > trips {
                         tracing::warn!(%provider, until = ?breaker.open_until, "breaker open");
                     }
@@ -340,6 +345,15 @@ impl Engine {
                     return;
                 }
             }
+        }
+    }
+
+    /// Remembers for a moment whether `provider`'s breaker, as just read or written, is clean.
+    fn saw_breaker(&self, provider: &ProviderName, breaker: &Breaker) {
+        if breaker.is_clean() {
+            self.clean_breakers.put(provider.clone(), ());
+        } else {
+            self.clean_breakers.forget(provider);
         }
     }
 }

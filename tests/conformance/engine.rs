@@ -11,6 +11,7 @@ use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
+use crate::support::faulty::{Call, FaultyStore};
 use crate::support::rig::Rig;
 use crate::support::stand_in::{
     Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, endpoint, hanging_up, openai, refusing, resetting,
@@ -618,6 +619,59 @@ pub async fn a_fallback_that_answers_as_another_model_loses_its_standing(store: 
     );
     assert!(rig.no_message());
     assert_eq!(fallback.call_count(), 1);
+}
+
+/// A worker reads a provider's clean breaker and its evidence once per `provider_state_cache_ms`, not for every
+/// attempt; a failure is always counted on the stored breaker, and a breaker that is not clean is read for every
+/// attempt until an answer has cleaned it.
+pub async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads(
+    store: Arc<dyn JobStore>,
+) {
+    let mut replies = vec![Reply::Answer(summary("A")); 3];
+    replies.push(Reply::Status(500, "down"));
+    let primary = StandIn::spawn(replies, Reply::Answer(summary("A"))).await;
+    let fallback = answering("B").await;
+    let faulty = FaultyStore::new(store, Vec::new());
+    let mut rig = Rig::configured(
+        faulty.clone(),
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+        |config| config.provider_state_cache_ms = 60_000,
+    );
+    record_qualified(&rig.engine, "primary").await;
+    record_qualified(&rig.engine, "fallback").await;
+    let (breaker_calls, evidence_reads) = (
+        faulty.calls(Call::Breaker),
+        faulty.calls(Call::Qualification),
+    );
+    // Each job on the primary: what it came to, and the breaker's reads and writes so far.
+    async fn run(
+        rig: &mut Rig,
+        faulty: &FaultyStore,
+        key: &str,
+        before: usize,
+    ) -> (Processed, usize) {
+        let (_, message) = rig.create(key).await;
+        let processed = rig.process(&message).await;
+        (processed, faulty.calls(Call::Breaker) - before)
+    }
+    // Three answers: the breaker is read once (clean: the answers change nothing), the evidence once.
+    for n in 0..3 {
+        let key = format!("ok-{n}");
+        let done = run(&mut rig, &faulty, &key, breaker_calls).await;
+        assert_eq!(done, (Processed::Succeeded, 1));
+    }
+    assert_eq!(faulty.calls(Call::Qualification) - evidence_reads, 1);
+    // A failure reads the stored breaker and writes it; the next attempt reads it again (it is not clean), and
+    // its answer cleans it (a read and a write); then the window holds again.
+    let failed = run(&mut rig, &faulty, "down", breaker_calls).await;
+    assert_eq!(failed, (Processed::Failed, 3));
+    let _to_fallback = rig.next_message();
+    let after = run(&mut rig, &faulty, "after", breaker_calls).await;
+    assert_eq!(after, (Processed::Succeeded, 6));
+    let again = run(&mut rig, &faulty, "again", breaker_calls).await;
+    assert_eq!(again, (Processed::Succeeded, 6));
+    assert_eq!(primary.call_count(), 6);
 }
 
 /// Two engines (two processes, two Lambdas) over one store share each provider's breaker: five definite failures

@@ -35,7 +35,18 @@ impl Rig {
         primary: ProviderConfig,
         fallback: ProviderConfig,
     ) -> Self {
+        Self::configured(store, primary, fallback, |_| {})
+    }
+
+    /// [`Rig::new`], with the deployment's settings changed by `adjust` first.
+    pub fn configured(
+        store: Arc<dyn JobStore>,
+        primary: ProviderConfig,
+        fallback: ProviderConfig,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
         let mut config = Config::default();
+        adjust(&mut config);
         config
             .providers
             .insert(ProviderName::parse("primary").unwrap(), primary);
