@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::Engine;
+use super::in_flight::{Turn, followed};
 use crate::domain::{
     AttemptCancel, AttemptState, Job, JobCancel, JobId, NewJob, Owner, ProviderName, WriteToken,
 };
@@ -11,16 +12,21 @@ use crate::store::{CreateOutcome, StoreError};
 
 impl Engine {
     /// Creates the job, or finds the one its key names; a new job's attempt 1 is dispatched. A create whose answer
-    /// was lost and that is repeated finds its own job: still `Created`.
+    /// was lost and that is repeated finds its own job: still `Created`. A create of an intent that this process
+    /// is writing already answers from that write's job once it is committed (a replay or a conflict).
     pub async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
         let token = WriteToken::new();
-        let retention = self.settings.retention;
-        let outcome = self
-            .persist("create", &token, self.write_deadline(), |stamp| {
-                let new = new.clone();
-                async move { self.store.create_job(new, retention, &stamp).await }
-            })
-            .await?;
+        let outcome = match self.creating.join(&new.owner, &new.idempotency_key) {
+            Turn::Follow(leader) => match followed(leader).await {
+                Some(job) => CreateOutcome::of_existing(job, &new.fingerprint, &token),
+                None => self.write_create(&new, &token).await?,
+            },
+            Turn::Lead(lead) => {
+                let outcome = self.write_create(&new, &token).await?;
+                lead.finish(outcome.job());
+                outcome
+            }
+        };
         match &outcome {
             CreateOutcome::Created(job) => {
                 self.metrics.create(CreateKind::Created);
@@ -31,6 +37,19 @@ impl Engine {
             CreateOutcome::Conflict(_) => self.metrics.create(CreateKind::Conflict),
         }
         Ok(outcome)
+    }
+
+    async fn write_create(
+        &self,
+        new: &NewJob,
+        token: &WriteToken,
+    ) -> Result<CreateOutcome, StoreError> {
+        let retention = self.settings.retention;
+        self.persist("create", token, self.write_deadline(), |stamp| {
+            let new = new.clone();
+            async move { self.store.create_job(new, retention, &stamp).await }
+        })
+        .await
     }
 
     /// Queues a new attempt by hand: on `provider`, or on the next untried provider of the chain that is qualified

@@ -13,6 +13,7 @@
 //! result if it cannot be.
 
 mod api;
+mod in_flight;
 mod recent;
 mod worker;
 
@@ -113,6 +114,8 @@ pub struct Engine {
     pub settings: EngineSettings,
     /// Ids of jobs that just changed, for long polls in this process.
     changes: broadcast::Sender<JobId>,
+    /// Creates being written by this process, by intent: a duplicate waits for the first.
+    creating: in_flight::InFlight,
     /// Providers whose breaker this process read clean a moment ago: a call is admitted and an answer recorded
     /// without reading it again.
     clean_breakers: Recent<ProviderName, ()>,
@@ -148,6 +151,7 @@ impl Engine {
             dispatcher,
             metrics: Metrics::default(),
             changes: broadcast::channel(1024).0,
+            creating: in_flight::InFlight::default(),
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
             settings,

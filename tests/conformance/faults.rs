@@ -3,10 +3,11 @@
 //! what the product promises: one job and one `Created` per key, one provider call per attempt, every answer that
 //! reached the worker in the ledger, and the follow-up (a dispatch) at once rather than at the next sweep.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use onejob::clock::Clock;
-use onejob::domain::{AttemptState, Job, JobStatus, ProviderName};
+use onejob::domain::{AttemptState, Fingerprint, Job, JobStatus, ProviderName};
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use onejob::worker::sweeper::sweep;
 use onejob::worker::{Processed, process_attempt};
@@ -123,6 +124,63 @@ pub async fn a_create_that_fails_either_side_of_its_write_is_created_once(
         assert_eq!(mine[0].result, Some(summary("A")));
     }
     assert_eq!(rig.engine.metrics.store_retries(), 2);
+}
+
+/// Duplicates of an intent whose create is being written in this process wait for that write instead of writing
+/// too: held in its backoff after a lost answer and a failure, the first create ends `Created`, the duplicates
+/// answer from its job once it is committed (the same intent a replay, another input a conflict), and the store
+/// saw the first create's three tries and nothing else.
+pub async fn duplicates_of_a_create_in_flight_answer_from_its_write_without_writing(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    faulty.plan(&[(Call::Create, Fault::After), (Call::Create, Fault::Before)]);
+    let intent = rig.intent("in-flight");
+    let first = tokio::spawn({
+        let (engine, intent) = (rig.engine.clone(), intent.clone());
+        async move { engine.create_job(intent).await }
+    });
+    let started = std::time::Instant::now();
+    while !(faulty.spent() && rig.clock.sleepers() > 0) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the create never waits in its backoff"
+        );
+        tokio::task::yield_now().await;
+    }
+    let mut other = intent.clone();
+    other.fingerprint = Fingerprint::of_intent("summarize@1", &json!({"text": "another"}), None);
+    let mut duplicates: Vec<_> = [intent.clone(), intent.clone(), other]
+        .into_iter()
+        .map(|new| Box::pin(rig.engine.create_job(new)))
+        .collect();
+    // Each duplicate runs until it waits (for the first create's write).
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for duplicate in &mut duplicates {
+        assert!(duplicate.as_mut().poll(&mut cx).is_pending());
+    }
+    rig.advance(2_000);
+    let CreateOutcome::Created(job) = first.await.unwrap().unwrap() else {
+        panic!("the first create's repeat finds its own job: Created")
+    };
+    let mut answers = Vec::new();
+    for duplicate in duplicates {
+        answers.push(duplicate.await.unwrap());
+    }
+    assert!(matches!(&answers[0], CreateOutcome::Replayed(j) if j.id == job.id));
+    assert!(matches!(&answers[1], CreateOutcome::Replayed(j) if j.id == job.id));
+    assert!(matches!(&answers[2], CreateOutcome::Conflict(j) if j.id == job.id));
+    assert_eq!(
+        faulty.calls(Call::Create),
+        3,
+        "the duplicates wrote nothing"
+    );
+    // The intent is free again: a later duplicate reads the store itself.
+    let later = rig.engine.create_job(intent).await.unwrap();
+    assert!(matches!(later, CreateOutcome::Replayed(j) if j.id == job.id));
+    assert_eq!(faulty.calls(Call::Create), 4);
 }
 
 /// A claim that fails on either side of its write is still this step's: the provider is called once, and a
