@@ -34,6 +34,11 @@ use dynamo_cost::dynamo_cost;
 use lifecycle::lifecycle;
 use storm::{serve, storm};
 
+/// The allocator of the local server (`src/bin/onejob/main.rs`), so that the server measured here is the one users
+/// run; the floors in this process run on it too.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(about = "onejob's benchmarks: figures, never verdicts.")]
 struct Cli {

@@ -17,6 +17,11 @@ use error::CliError;
 use ledger::{Ledger, dynamodb};
 use remote::{AttemptsCommand, JobsCommand, Remote};
 
+/// The local server allocates small and often (requests, rows, JSON): mimalloc spends less on it than the system
+/// allocator (BENCHMARKS.md, section 1). The Lambda functions keep the system's, for their size.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "onejob", version, about = "One job per user intent.")]
 struct Cli {
