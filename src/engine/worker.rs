@@ -299,6 +299,8 @@ impl Engine {
                 }
                 Ok(false) => {}
                 Err(e) => {
+                    // Whether it landed is not known: the next attempt reads the breaker.
+                    self.clean_breakers.forget(provider);
                     tracing::warn!(%provider, error = %e, "the probe could not be recorded: calling");
                     return Admission::Call;
                 }
@@ -341,6 +343,8 @@ impl Engine {
                 }
                 Ok(false) => {}
                 Err(e) => {
+                    // Whether it landed is not known: the next attempt reads the breaker.
+                    self.clean_breakers.forget(provider);
                     tracing::warn!(%provider, error = %e, "the breaker could not be written");
                     return;
                 }

@@ -640,37 +640,36 @@ pub async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure
     );
     record_qualified(&rig.engine, "primary").await;
     record_qualified(&rig.engine, "fallback").await;
-    let (breaker_calls, evidence_reads) = (
-        faulty.calls(Call::Breaker),
-        faulty.calls(Call::Qualification),
-    );
+    let evidence_reads = faulty.calls(Call::Qualification);
+    let before = (faulty.calls(Call::Breaker), faulty.calls(Call::PutBreaker));
     // Each job on the primary: what it came to, and the breaker's reads and writes so far.
     async fn run(
         rig: &mut Rig,
         faulty: &FaultyStore,
         key: &str,
-        before: usize,
-    ) -> (Processed, usize) {
+        before: (usize, usize),
+    ) -> (Processed, usize, usize) {
         let (_, message) = rig.create(key).await;
         let processed = rig.process(&message).await;
-        (processed, faulty.calls(Call::Breaker) - before)
+        let reads = faulty.calls(Call::Breaker) - before.0;
+        (processed, reads, faulty.calls(Call::PutBreaker) - before.1)
     }
     // Three answers: the breaker is read once (clean: the answers change nothing), the evidence once.
     for n in 0..3 {
         let key = format!("ok-{n}");
-        let done = run(&mut rig, &faulty, &key, breaker_calls).await;
-        assert_eq!(done, (Processed::Succeeded, 1));
+        let done = run(&mut rig, &faulty, &key, before).await;
+        assert_eq!(done, (Processed::Succeeded, 1, 0));
     }
     assert_eq!(faulty.calls(Call::Qualification) - evidence_reads, 1);
     // A failure reads the stored breaker and writes it; the next attempt reads it again (it is not clean), and
     // its answer cleans it (a read and a write); then the window holds again.
-    let failed = run(&mut rig, &faulty, "down", breaker_calls).await;
-    assert_eq!(failed, (Processed::Failed, 3));
+    let failed = run(&mut rig, &faulty, "down", before).await;
+    assert_eq!(failed, (Processed::Failed, 2, 1));
     let _to_fallback = rig.next_message();
-    let after = run(&mut rig, &faulty, "after", breaker_calls).await;
-    assert_eq!(after, (Processed::Succeeded, 6));
-    let again = run(&mut rig, &faulty, "again", breaker_calls).await;
-    assert_eq!(again, (Processed::Succeeded, 6));
+    let after = run(&mut rig, &faulty, "after", before).await;
+    assert_eq!(after, (Processed::Succeeded, 4, 2));
+    let again = run(&mut rig, &faulty, "again", before).await;
+    assert_eq!(again, (Processed::Succeeded, 4, 2));
     assert_eq!(primary.call_count(), 6);
 }
 

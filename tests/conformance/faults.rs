@@ -183,6 +183,87 @@ pub async fn duplicates_of_a_create_in_flight_answer_from_its_write_without_writ
     assert_eq!(faulty.calls(Call::Create), 4);
 }
 
+/// A breaker write that fails on either side never decides a job: the attempt fails and fails over as it would,
+/// with one call; the failure is counted if the write landed (its answer lost) and not if it failed before; and
+/// either way the breaker is read again for the provider's next attempt, not taken as clean from memory.
+pub async fn a_breaker_write_that_fails_either_side_never_decides_a_job(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(Vec::new(), Reply::Status(500, "down")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(store.clone(), Vec::new());
+    let mut rig = Rig::configured(
+        faulty.clone(),
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+        |config| config.provider_state_cache_ms = 60_000,
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let name = ProviderName::parse("primary").unwrap();
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        faulty.plan(&[(Call::PutBreaker, fault)]);
+        let (job, message) = rig.create(&format!("breaker-{i}")).await;
+        let reads = faulty.calls(Call::Breaker);
+        assert_eq!(rig.process(&message).await, Processed::Failed, "{fault:?}");
+        assert!(faulty.spent(), "{fault:?}");
+        // Read before the call (nothing clean is remembered after a write in doubt), and for the failure.
+        assert_eq!(faulty.calls(Call::Breaker) - reads, 2, "{fault:?}");
+        let to_fallback = rig.next_message();
+        assert_eq!(
+            rig.process(&to_fallback).await,
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert_eq!(rig.job(&job).await.completed_by, Some(2), "{fault:?}");
+        assert_eq!(
+            primary.call_count(),
+            i + 1,
+            "{fault:?}: one call per attempt"
+        );
+        let (breaker, _) = store.breaker(&name).await.unwrap();
+        let counted = usize::from(fault == Fault::After);
+        assert_eq!(breaker.failures.len(), counted, "{fault:?}");
+    }
+}
+
+/// A ledger write that fails on either side never decides a job: an answer that broke the contract fails its
+/// attempt and fails over as it would, with one call; the strike is kept if the write landed and not if it failed
+/// before.
+pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(Vec::new(), Reply::Prose("Sure! The meeting moved.")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    record_qualified(&rig.engine, "primary").await;
+    let (contract, name) = (
+        rig.intent("any").contract,
+        ProviderName::parse("primary").unwrap(),
+    );
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        faulty.plan(&[(Call::PutQualification, fault)]);
+        let (job, message) = rig.create(&format!("ledger-{i}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed, "{fault:?}");
+        assert!(faulty.spent(), "{fault:?}");
+        let to_fallback = rig.next_message();
+        assert_eq!(
+            rig.process(&to_fallback).await,
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert_eq!(rig.job(&job).await.completed_by, Some(2), "{fault:?}");
+        assert_eq!(
+            primary.call_count(),
+            i + 1,
+            "{fault:?}: one call per attempt"
+        );
+        let evidence = rig
+            .engine
+            .qualification(&contract, &name)
+            .await
+            .unwrap()
+            .unwrap();
+        let counted = usize::from(fault == Fault::After);
+        assert_eq!(evidence.strikes.len(), counted, "{fault:?}");
+    }
+}
+
 /// A claim that fails on either side of its write is still this step's: the provider is called once, and a
 /// redelivered message (a new step) is dropped.
 pub async fn a_claim_that_fails_either_side_of_its_write_calls_the_provider_once(

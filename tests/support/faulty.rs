@@ -32,7 +32,9 @@ pub enum Call {
     StaleQueued,
     Purge,
     Qualification,
+    PutQualification,
     Breaker,
+    PutBreaker,
 }
 
 impl Call {
@@ -273,7 +275,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
-        self.inner.put_qualification(evidence).await
+        let op = self.inner.put_qualification(evidence);
+        self.through(Call::PutQualification, op).await
     }
 
     async fn qualification(
@@ -297,7 +300,7 @@ impl JobStore for FaultyStore {
         rev: u64,
     ) -> Result<bool, StoreError> {
         let op = self.inner.put_breaker(provider, breaker, rev);
-        self.through(Call::Breaker, op).await
+        self.through(Call::PutBreaker, op).await
     }
 
     async fn cancel_job(
