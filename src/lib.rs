@@ -10,7 +10,8 @@
 //! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
 //!   input checks, prompt rendering, output checks.
 //! - [`engine`]: the parts an attempt's life touches, and every write of a job's life — the API's, the worker's
-//!   and the sweeper's, each followed by its dispatch, count and change notice — plus the ledger's standings.
+//!   and the sweeper's, each followed by its dispatch, count and change notice — plus the ledger's standings, and
+//!   what one process keeps for a moment (creates in flight that duplicates wait for; breakers and evidence read).
 //! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`, Anthropic's
 //!   Messages API `anthropic`), their keys (a secret, else the environment) and token counting;
 //!   [`providers::checks`], what every call of a contract on a provider must pass, before and after the call; and
