@@ -1,7 +1,7 @@
 //! The three Lambda functions, as library code the thin `src/bin/onejob-*.rs` mains run and the tests drive with
 //! real event payloads:
 //!
-//! - **api**: the same axum [`router`](crate::http::router) under `lambda_http`; the owner is the `sub` claim of API
+//! - **api**: the same axum [`router`] under `lambda_http`; the owner is the `sub` claim of API
 //!   Gateway's JWT authorizer.
 //! - **worker**: an SQS batch, one [`process_attempt_until`] per record, reporting only the records that should be
 //!   retried (`batchItemFailures`).
