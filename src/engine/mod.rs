@@ -13,6 +13,7 @@
 //! result if it cannot be.
 
 mod api;
+mod changes;
 mod in_flight;
 mod recent;
 mod worker;
@@ -23,7 +24,6 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use futures_util::future::try_join_all;
-use tokio::sync::broadcast;
 
 use crate::clock::Clock;
 use crate::contracts::Contracts;
@@ -35,6 +35,7 @@ use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::queue::Dispatcher;
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
+pub use changes::JobWatch;
 use recent::Recent;
 
 /// Timings and limits of the engine that do not belong to one provider.
@@ -112,8 +113,8 @@ pub struct Engine {
     pub dispatcher: Arc<dyn Dispatcher>,
     pub metrics: Metrics,
     pub settings: EngineSettings,
-    /// Ids of jobs that just changed, for long polls in this process.
-    changes: broadcast::Sender<JobId>,
+    /// Who in this process waits for which job (long polls).
+    changes: changes::Changes,
     /// Creates being written by this process, by intent: a duplicate waits for the first.
     creating: in_flight::InFlight,
     /// Providers whose breaker this process read clean a moment ago: a call is admitted and an answer recorded
@@ -150,7 +151,7 @@ impl Engine {
             providers,
             dispatcher,
             metrics: Metrics::default(),
-            changes: broadcast::channel(1024).0,
+            changes: changes::Changes::default(),
             creating: in_flight::InFlight::default(),
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
@@ -163,14 +164,14 @@ impl Engine {
         self.providers.longest_listen() + self.settings.lease_margin
     }
 
-    /// A feed of the ids of jobs changed by this process.
-    pub fn subscribe(&self) -> broadcast::Receiver<JobId> {
-        self.changes.subscribe()
+    /// Watches job `id` for changes this process makes from now on: watch first, then read, then wait, and no
+    /// change is missed.
+    pub fn watch(&self, id: &JobId) -> JobWatch<'_> {
+        self.changes.watch(id)
     }
 
     fn changed(&self, job: &Job) {
-        // Nobody listening is fine.
-        let _ = self.changes.send(job.id.clone());
+        self.changes.changed(&job.id);
     }
 
     /// The end of an API write's budget, from now.

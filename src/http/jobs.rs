@@ -11,7 +11,6 @@ use headers::{ETag, HeaderMapExt, IfNoneMatch};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::broadcast::error::RecvError;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
@@ -318,8 +317,8 @@ pub async fn get_job(
     }
     let id = job_id(&id)?;
     let engine = &app.engine;
-    // Subscribe before the first read, so that no change between the two is missed.
-    let mut changes = engine.subscribe();
+    // Watch before the first read, so that no change between the two is missed.
+    let mut changes = engine.watch(&id);
     let read = || async {
         let job = engine
             .get_job(&owner, &id)
@@ -350,11 +349,7 @@ pub async fn get_job(
         let settling = first_settles(&first, engine.clock.now());
         tokio::select! {
             () = &mut deadline => return Ok(answer(read().await?)),
-            change = changes.recv() => match change {
-                Ok(changed) if changed != id => continue,
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return Ok(answer(read().await?)),
-            },
+            () = changes.changed() => {}
             () = engine.clock.sleep(POLL_EVERY.min(settling)) => {}
         }
         let now = read().await?;

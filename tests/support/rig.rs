@@ -134,14 +134,14 @@ impl Rig {
 
     /// Waits on the engine's change feed (not on time) until the job satisfies `ready`.
     pub async fn until(&self, job: &Job, ready: impl Fn(&Job) -> bool) -> Job {
-        let mut changes = self.engine.subscribe();
+        let mut changes = self.engine.watch(&job.id);
         let wait = async {
             loop {
                 let now = self.job(job).await;
                 if ready(&now) {
                     return now;
                 }
-                changes.recv().await.unwrap();
+                changes.changed().await;
             }
         };
         tokio::time::timeout(StdDuration::from_secs(20), wait)

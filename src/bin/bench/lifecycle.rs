@@ -49,7 +49,6 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
         );
         tasks.spawn(async move {
             let _slot = slots.acquire_owned().await.unwrap();
-            let mut changes = engine.subscribe();
             let sent = Instant::now();
             let job = engine
                 .create_job(intent(&owner, &format!("life-{i}"), "The projector broke."))
@@ -57,13 +56,14 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
                 .unwrap()
                 .job()
                 .clone();
+            // Watch, then read: a change after the create and before the watch is in the first read.
+            let mut changes = engine.watch(&job.id);
             loop {
                 let now = engine.get_job(&owner, &job.id).await.unwrap().unwrap();
                 if now.status() == JobStatus::Succeeded {
                     break;
                 }
-                // A change of any job wakes us; ours is read again.
-                while changes.recv().await.map(|id| id != job.id).unwrap_or(false) {}
+                changes.changed().await;
             }
             latencies.lock().unwrap().push(sent.elapsed());
         });
