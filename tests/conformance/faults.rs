@@ -183,6 +183,29 @@ pub async fn duplicates_of_a_create_in_flight_answer_from_its_write_without_writ
     assert_eq!(faulty.calls(Call::Create), 4);
 }
 
+/// The job whose attempt on the primary just failed goes on to the fallback and succeeds there; the primary has
+/// been called `calls` times in all, once per attempt.
+async fn failed_over_after_one_call(
+    rig: &mut Rig,
+    job: &Job,
+    primary: &StandIn,
+    calls: usize,
+    fault: Fault,
+) {
+    let to_fallback = rig.next_message();
+    assert_eq!(
+        rig.process(&to_fallback).await,
+        Processed::Succeeded,
+        "{fault:?}"
+    );
+    assert_eq!(rig.job(job).await.completed_by, Some(2), "{fault:?}");
+    assert_eq!(
+        primary.call_count(),
+        calls,
+        "{fault:?}: one call per attempt"
+    );
+}
+
 /// A breaker write that fails on either side never decides a job: the attempt fails and fails over as it would,
 /// with one call; the failure is counted if the write landed (its answer lost) and not if it failed before; and
 /// either way the breaker is read again for the provider's next attempt, not taken as clean from memory.
@@ -206,18 +229,7 @@ pub async fn a_breaker_write_that_fails_either_side_never_decides_a_job(store: A
         assert!(faulty.spent(), "{fault:?}");
         // Read before the call (nothing clean is remembered after a write in doubt), and for the failure.
         assert_eq!(faulty.calls(Call::Breaker) - reads, 2, "{fault:?}");
-        let to_fallback = rig.next_message();
-        assert_eq!(
-            rig.process(&to_fallback).await,
-            Processed::Succeeded,
-            "{fault:?}"
-        );
-        assert_eq!(rig.job(&job).await.completed_by, Some(2), "{fault:?}");
-        assert_eq!(
-            primary.call_count(),
-            i + 1,
-            "{fault:?}: one call per attempt"
-        );
+        failed_over_after_one_call(&mut rig, &job, &primary, i + 1, fault).await;
         let (breaker, _) = store.breaker(&name).await.unwrap();
         let counted = usize::from(fault == Fault::After);
         assert_eq!(breaker.failures.len(), counted, "{fault:?}");
@@ -241,18 +253,7 @@ pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Ar
         let (job, message) = rig.create(&format!("ledger-{i}")).await;
         assert_eq!(rig.process(&message).await, Processed::Failed, "{fault:?}");
         assert!(faulty.spent(), "{fault:?}");
-        let to_fallback = rig.next_message();
-        assert_eq!(
-            rig.process(&to_fallback).await,
-            Processed::Succeeded,
-            "{fault:?}"
-        );
-        assert_eq!(rig.job(&job).await.completed_by, Some(2), "{fault:?}");
-        assert_eq!(
-            primary.call_count(),
-            i + 1,
-            "{fault:?}: one call per attempt"
-        );
+        failed_over_after_one_call(&mut rig, &job, &primary, i + 1, fault).await;
         let evidence = rig
             .engine
             .qualification(&contract, &name)
