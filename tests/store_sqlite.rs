@@ -81,9 +81,16 @@ async fn the_schema_itself_allows_one_live_attempt() {
         [],
     );
     assert!(dup_key.unwrap_err().to_string().contains("UNIQUE"));
+    let dup_id = conn.execute(
+        "INSERT INTO jobs (id, owner, idempotency_key, fingerprint, contract, input, providers, status, version, \
+         created_at, updated_at, expires_at) VALUES (?1, 'alice', 'other', '', '', '{}', '[]', 'queued', 0, 0, 0, 0)",
+        [job.id.as_str()],
+    );
+    assert!(dup_id.unwrap_err().to_string().contains("UNIQUE"));
 }
 
-/// A file of schema 4 (no retries yet) gains the retry columns on open, and keeps its jobs.
+/// A file of schema 4 (no retries yet) gains the retry columns on open, and keeps its jobs; on the way through
+/// version 5 its tables are made again with jobs found by `jobs_by_id`, and the jobs move on.
 #[tokio::test]
 async fn a_version_4_file_gains_the_retry_columns() {
     let dir = tempfile::tempdir().unwrap();
@@ -128,7 +135,29 @@ async fn a_version_4_file_gains_the_retry_columns() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!((version, columns.len()), (5, 2));
+    assert_eq!((version, columns.len()), (6, 2));
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        indexes,
+        [
+            "jobs_by_expiry",
+            "jobs_by_id",
+            "jobs_by_owner",
+            "sqlite_autoindex_jobs_1"
+        ]
+    );
+    let (outcome, cancelled) = store.cancel_job(&owner, &job.id, &by(2)).await.unwrap();
+    assert_eq!(outcome, onejob::domain::JobCancel::Cancelled);
+    assert_eq!(
+        store.get_job(&owner, &job.id, later()).await.unwrap(),
+        Some(cancelled)
+    );
 }
 
 /// A file written by an older version (schema 2: no retention, no tokens, no dispatch record; attempts keyed by

@@ -13,8 +13,15 @@ use crate::store::StoreError;
 
 pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by";
-const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
+pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of";
+
+/// The condition that finds the job whose id is parameter `p`, through `jobs_by_id`: that index is ordered by how
+/// the id ends — `_` and its job's creation time in base 36 (`substr(id, 37)`; empty for the ids from before
+/// incarnations) — so a new job's entry goes to its end, not to a random page as the id's hash would send it.
+pub(super) fn id_is(p: &str) -> String {
+    format!("substr(id, 37) = substr({p}, 37) AND id = {p}")
+}
 
 pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreError> {
     let inserted = tx
@@ -80,9 +87,12 @@ pub(super) fn job_for_key(
 
 pub(super) fn delete_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Result<(), StoreError> {
     for id in ids {
-        tx.prepare_cached("DELETE FROM attempts WHERE job = (SELECT seq FROM jobs WHERE id = ?1)")?
-            .execute([id.as_str()])?;
-        tx.prepare_cached("DELETE FROM jobs WHERE id = ?1")?
+        tx.prepare_cached(&format!(
+            "DELETE FROM attempts WHERE job = (SELECT seq FROM jobs WHERE {})",
+            id_is("?1")
+        ))?
+        .execute([id.as_str()])?;
+        tx.prepare_cached(&format!("DELETE FROM jobs WHERE {}", id_is("?1")))?
             .execute([id.as_str()])?;
     }
     Ok(())
@@ -117,10 +127,10 @@ pub(super) fn write_back(
         &before.cancelled_by,
     );
     if job_changed {
-        let changed = tx.prepare_cached(
+        let changed = tx.prepare_cached(&format!(
             "UPDATE jobs SET status = ?1, version = ?2, completed_by = ?3, result = ?4, error = ?5, \
                              cancelled_at = ?6, updated_at = ?7, cancelled_by = ?11 \
-             WHERE id = ?8 AND version = ?9 AND completed_by IS ?10")?
+             WHERE {} AND version = ?9 AND completed_by IS ?10", id_is("?8")))?
         .execute(params![
                 after.status().as_str(),
                 after.version as i64,
@@ -142,11 +152,11 @@ pub(super) fn write_back(
         match before.attempt(attempt.number) {
             None => insert_attempt(tx, &after.id, attempt)?,
             Some(old) if old != attempt => {
-                let changed = tx.prepare_cached(
+                let changed = tx.prepare_cached(&format!(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
                                          writer = ?9, not_before = ?13 \
-                     WHERE job = (SELECT seq FROM jobs WHERE id = ?10) AND number = ?11 AND state = ?12")?
+                     WHERE job = (SELECT seq FROM jobs WHERE {}) AND number = ?11 AND state = ?12", id_is("?10")))?
         .execute(params![
                         attempt.state.as_str(),
                         attempt.seen_version.map(|v| v as i64),
@@ -174,7 +184,7 @@ pub(super) fn write_back(
 
 fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES ((SELECT seq FROM jobs WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES ((SELECT seq FROM jobs WHERE {}), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)", id_is("?1")))?
         .execute(params![
             job_id.as_str(),
             a.number,
@@ -232,7 +242,8 @@ pub(super) fn load_job(
 ) -> Result<Option<Job>, StoreError> {
     let row = conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1 AND expires_at > ?2"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE {} AND expires_at > ?2",
+            id_is("?1")
         ))?
         .query_row(params![id.as_str(), now.timestamp_millis()], JobRow::read)
         .optional()?;
@@ -247,7 +258,8 @@ pub(super) fn load_job(
 
 pub(super) fn load_attempts(conn: &Connection, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = (SELECT seq FROM jobs WHERE id = ?1) ORDER BY number"
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = (SELECT seq FROM jobs WHERE {}) ORDER BY number",
+        id_is("?1")
     ))?;
     let rows = stmt
         .query_map([job_id], AttemptRow::read)?
@@ -413,4 +425,39 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(
 
 pub(super) fn json_text(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).expect("domain values always serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement that finds a job by its id (they all say [`id_is`]) goes through `jobs_by_id` — whose
+    /// order puts a new job at its end — and never scans the table, whatever the id looks like.
+    #[test]
+    fn a_job_is_found_by_its_id_through_the_index_ordered_by_creation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plan.db");
+        drop(super::super::SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        for id in [
+            "job_d8725b8ac4080afd1bb3a5fa6cf2ea9d_mywpiww0",
+            "job_00000000000000000000000000000001",
+        ] {
+            let plan: Vec<String> = conn
+                .prepare(&format!(
+                    "EXPLAIN QUERY PLAN SELECT seq FROM jobs WHERE {}",
+                    id_is("?1")
+                ))
+                .unwrap()
+                .query_map([id], |row| row.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(plan.len(), 1, "{plan:?}");
+            assert!(
+                plan[0].starts_with("SEARCH jobs USING COVERING INDEX jobs_by_id"),
+                "{plan:?}"
+            );
+        }
+    }
 }

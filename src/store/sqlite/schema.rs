@@ -5,16 +5,18 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::SqliteError;
+use super::rows::{ATTEMPT_COLUMNS, JOB_COLUMNS, id_is};
 use crate::store::StoreError;
 
 /// The tables of a new file. A job's attempts name it by `seq`, the job's row number, which grows with each new
 /// job: the attempts of recent jobs sit together at the end of their table and of its indexes, so a write touches
 /// the same few pages however many jobs the file holds (keyed by the random job id, every attempt landed on a page
-/// of its own).
+/// of its own). For the same reason a job is found by its id through `jobs_by_id`, ordered first by the creation
+/// time the id ends with (`rows::id_is`).
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
     seq             INTEGER PRIMARY KEY,
-    id              TEXT NOT NULL UNIQUE,
+    id              TEXT NOT NULL,
     owner           TEXT NOT NULL,
     idempotency_key TEXT NOT NULL,
     fingerprint     TEXT NOT NULL,
@@ -67,6 +69,7 @@ CREATE TABLE IF NOT EXISTS breakers (
 
 /// The indexes of [`TABLES`] (besides their keys and unique constraints).
 const INDEXES: &str = "
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_id ON jobs (substr(id, 37), id);
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (expires_at);
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_attempt_per_job
@@ -111,17 +114,36 @@ CREATE INDEX IF NOT EXISTS queued_by_dispatch ON attempts (dispatched_at) WHERE 
 /// What version 4 changed in version 3: attempts name their job by its row number (`seq`, new in `jobs`) instead of
 /// its id. Both tables are made again, jobs numbered in the order they were created.
 fn schema_3_to_4(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
-    tx.execute_batch(
-        "ALTER TABLE attempts RENAME TO attempts_v3; ALTER TABLE jobs RENAME TO jobs_v3;",
-    )?;
-    tx.execute_batch(TABLES)?;
+    set_aside(tx, "v3")?;
     tx.execute_batch(&format!(
         "INSERT INTO jobs ({V3_JOB_COLUMNS}) SELECT {V3_JOB_COLUMNS} FROM jobs_v3 ORDER BY created_at, id;
          INSERT INTO attempts (job, {V3_ATTEMPT_COLUMNS})
-             SELECT (SELECT seq FROM jobs WHERE id = job_id), {V3_ATTEMPT_COLUMNS} FROM attempts_v3;
+             SELECT (SELECT seq FROM jobs WHERE {}), {V3_ATTEMPT_COLUMNS} FROM attempts_v3;
          DROP TABLE attempts_v3;
-         DROP TABLE jobs_v3;"
+         DROP TABLE jobs_v3;",
+        id_is("job_id")
+    ))
+}
+
+/// Renames the jobs and attempts tables to `jobs_{old}` and `attempts_{old}`, drops their indexes (their names are
+/// today's), and makes today's tables and indexes in their place: a migration then copies the rows over and drops
+/// the old tables.
+fn set_aside(tx: &rusqlite::Transaction<'_>, old: &str) -> rusqlite::Result<()> {
+    tx.execute_batch(&format!(
+        "ALTER TABLE attempts RENAME TO attempts_{old}; ALTER TABLE jobs RENAME TO jobs_{old};"
     ))?;
+    let named: Vec<String> = tx
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN (?1, ?2)",
+        )?
+        .query_map([format!("jobs_{old}"), format!("attempts_{old}")], |row| {
+            row.get(0)
+        })?
+        .collect::<Result<_, _>>()?;
+    for name in named {
+        tx.execute_batch(&format!("DROP INDEX \"{name}\""))?;
+    }
+    tx.execute_batch(TABLES)?;
     tx.execute_batch(INDEXES)
 }
 
@@ -137,8 +159,21 @@ CREATE TABLE IF NOT EXISTS breakers (
 ) STRICT;
 ";
 
+/// What version 6 changed in version 5: a job is found by its id through `jobs_by_id` (see [`TABLES`]) instead
+/// of the unique index on the id alone, which every new job's random id sent to a page of its own. Both tables are
+/// made again (the old index belongs to the table), with every row as it was.
+fn schema_5_to_6(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    set_aside(tx, "v5")?;
+    tx.execute_batch(&format!(
+        "INSERT INTO jobs (seq, status, {JOB_COLUMNS}) SELECT seq, status, {JOB_COLUMNS} FROM jobs_v5;
+         INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) SELECT job, {ATTEMPT_COLUMNS} FROM attempts_v5;
+         DROP TABLE attempts_v5;
+         DROP TABLE jobs_v5;"
+    ))
+}
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -160,7 +195,11 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             // The rebuild makes the tables as they are now.
             schema_3_to_4(&tx)?;
         }
-        4 => tx.execute_batch(SCHEMA_4_TO_5)?,
+        4 => {
+            tx.execute_batch(SCHEMA_4_TO_5)?;
+            schema_5_to_6(&tx)?;
+        }
+        5 => schema_5_to_6(&tx)?,
         SCHEMA_VERSION => {}
         newer => {
             return Err(SqliteError::Corrupt(
