@@ -26,19 +26,9 @@ impl JobStore for SqliteStore {
     ) -> Result<CreateOutcome, StoreError> {
         let job = Job::new(new, retention, stamp);
         let (token, now) = (stamp.token.clone(), stamp.now);
-        // A key whose job is there answers from a reader: within its retention a job stays, so what a snapshot
-        // shows still holds when the answer leaves. Only a key without a live job needs the writer.
-        let (owner, key) = (job.owner.clone(), job.idempotency_key.clone());
-        let found = self
-            .read(move |conn| job_for_key(conn, &owner, &key, now))
-            .await?;
-        if let Some(existing) = found {
-            return Ok(CreateOutcome::of_existing(
-                existing,
-                &job.fingerprint,
-                &token,
-            ));
-        }
+        // Straight to the writer, whose insert the key's unique index decides: most creates are a key's first,
+        // and a duplicate in flight in this process already waits for the first's answer (`engine::in_flight`),
+        // so a read ahead of the insert cost every create more than it saved the later duplicates.
         self.write(move |tx| {
             if insert_job(tx, &job)? {
                 return Ok(CreateOutcome::Created(job));
