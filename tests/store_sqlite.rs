@@ -160,6 +160,93 @@ async fn a_version_4_file_gains_the_retry_columns() {
     );
 }
 
+/// A file of schema 5 — the job id a unique column of its own — is made again on open with jobs found by
+/// `jobs_by_id`: every job and attempt as it was, the key still unique, the id still unique, and its jobs move on.
+#[tokio::test]
+async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onejob.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let mut jobs = Vec::new();
+    for (key, ms) in [("k1", 1), ("k2", 2)] {
+        let created = store
+            .create_job(
+                new_job("alice", key, json!({"text": key})),
+                RETENTION,
+                &by(ms),
+            )
+            .await
+            .unwrap();
+        jobs.push(created.job().clone());
+    }
+    let done = store
+        .claim_attempt(&jobs[0].id, 1, conformance::at(60_000), &by(3))
+        .await
+        .unwrap();
+    let (_, done) = store
+        .complete_attempt(
+            &done.id,
+            1,
+            json!({"summary": "ok"}),
+            Default::default(),
+            &by(4),
+        )
+        .await
+        .unwrap();
+    jobs[0] = done;
+    drop(store);
+    // The jobs table as version 5 made it.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "PRAGMA foreign_keys = OFF;
+         CREATE TABLE jobs_5 (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL,
+             idempotency_key TEXT NOT NULL, fingerprint TEXT NOT NULL, contract TEXT NOT NULL, input TEXT NOT NULL,
+             providers TEXT NOT NULL, status TEXT NOT NULL, version INTEGER NOT NULL, completed_by INTEGER,
+             result TEXT, error TEXT, cancelled_at INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+             expires_at INTEGER NOT NULL, cancelled_by TEXT, UNIQUE (owner, idempotency_key)) STRICT;
+         INSERT INTO jobs_5 SELECT * FROM jobs;
+         DROP TABLE jobs;
+         ALTER TABLE jobs_5 RENAME TO jobs;
+         CREATE INDEX jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
+         CREATE INDEX jobs_by_expiry ON jobs (expires_at);
+         PRAGMA user_version = 5;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path).unwrap();
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    for job in &jobs {
+        let read = store.get_job(&owner, &job.id, later()).await.unwrap();
+        assert_eq!(read.as_ref(), Some(job));
+    }
+    let (outcome, _) = store.cancel_job(&owner, &jobs[1].id, &by(5)).await.unwrap();
+    assert_eq!(outcome, onejob::domain::JobCancel::Cancelled);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 6);
+    let unique: Vec<String> = conn
+        .prepare(
+            "SELECT i.name || ':' || group_concat(c.name) FROM pragma_index_list('jobs') i, \
+             pragma_index_info(i.name) c WHERE i.[unique] GROUP BY i.name ORDER BY i.name",
+        )
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // `jobs_by_id`'s first column is the expression `substr(id, 37)`, which has no name.
+    assert_eq!(
+        unique,
+        [
+            "jobs_by_id:id",
+            "sqlite_autoindex_jobs_1:owner,idempotency_key"
+        ]
+    );
+}
+
 /// A file written by an older version (schema 2: no retention, no tokens, no dispatch record; attempts keyed by
 /// the job's id) opens, keeps its jobs with the default 30 days of retention and their attempts, numbers the jobs
 /// in the order they were made, and its jobs move on.
