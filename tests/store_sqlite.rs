@@ -21,6 +21,16 @@ async fn sqlite() -> Option<Fixture> {
 
 conformance_suite!(sqlite());
 
+/// The first column of every row `sql` selects, as text.
+fn strings(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn jobs_survive_reopening_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -128,21 +138,15 @@ async fn a_version_4_file_gains_the_retry_columns() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    let columns: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let columns = strings(
+        &conn,
+        "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')",
+    );
     assert_eq!((version, columns.len()), (6, 2));
-    let indexes: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let indexes = strings(
+        &conn,
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name",
+    );
     assert_eq!(
         indexes,
         [
@@ -227,16 +231,11 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
     assert_eq!(version, 6);
-    let unique: Vec<String> = conn
-        .prepare(
-            "SELECT i.name || ':' || group_concat(c.name) FROM pragma_index_list('jobs') i, \
+    let unique = strings(
+        &conn,
+        "SELECT i.name || ':' || group_concat(c.name) FROM pragma_index_list('jobs') i, \
              pragma_index_info(i.name) c WHERE i.[unique] GROUP BY i.name ORDER BY i.name",
-        )
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    );
     // `jobs_by_id`'s first column is the expression `substr(id, 37)`, which has no name.
     assert_eq!(
         unique,
@@ -336,13 +335,7 @@ async fn a_version_2_file_is_brought_up_to_date() {
     );
     // Version 4 numbers the jobs in the order they were made, and the schema still allows one live attempt.
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let order: Vec<String> = conn
-        .prepare("SELECT id FROM jobs ORDER BY seq")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let order = strings(&conn, "SELECT id FROM jobs ORDER BY seq");
     assert_eq!(order, [older.as_str(), id.as_str()]);
     let second_live = conn.execute(
         "INSERT INTO attempts (job, number, provider, state, created_at, dispatched_at) \
