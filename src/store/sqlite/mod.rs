@@ -1,10 +1,11 @@
 //! The embedded store: one SQLite file in WAL mode.
 //!
 //! One writer thread takes every write, many to a `BEGIN IMMEDIATE` transaction, each in a savepoint of its own
-//! (`writer`); a few reader connections serve reads beside it. The database itself keeps the invariants that matter most: `UNIQUE(owner, idempotency_key)`
-//! decides creates (an `INSERT … ON CONFLICT DO NOTHING`, never a read first), a partial unique index allows one
-//! live attempt per job, and every update is guarded by the state it expects — a completion is
-//! `UPDATE jobs … WHERE id = ? AND version = ? AND completed_by IS NULL` and must change exactly one row.
+//! (`writer`); a few reader connections serve reads beside it. The database itself keeps the invariants that
+//! matter most: `UNIQUE(owner, idempotency_key)` decides creates (an `INSERT … ON CONFLICT DO NOTHING`, never a
+//! read first), a partial unique index allows one live attempt per job, and every update is guarded by the state
+//! it expects — a completion is `UPDATE jobs … WHERE id = ? AND version = ? AND completed_by IS NULL` (the id
+//! found through `jobs_by_id`, `rows::id_is`) and must change exactly one row.
 //!
 //! - `schema`: the tables, indexes and migrations, and how each connection is configured.
 //! - `rows`: jobs and attempts as rows: reading, inserting and writing back a transition's changes.

@@ -11,8 +11,8 @@ use crate::store::StoreError;
 /// The tables of a new file. A job's attempts name it by `seq`, the job's row number, which grows with each new
 /// job: the attempts of recent jobs sit together at the end of their table and of its indexes, so a write touches
 /// the same few pages however many jobs the file holds (keyed by the random job id, every attempt landed on a page
-/// of its own). For the same reason a job is found by its id through `jobs_by_id`, ordered first by the creation
-/// time the id ends with (`rows::id_is`).
+/// of its own). For the same reason a job is found by its id through `jobs_by_id` (in [`INDEXES`]), ordered first
+/// by the creation time the id ends with (`rows::id_is`).
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
     seq             INTEGER PRIMARY KEY,
@@ -159,8 +159,8 @@ CREATE TABLE IF NOT EXISTS breakers (
 ) STRICT;
 ";
 
-/// What version 6 changed in version 5: a job is found by its id through `jobs_by_id` (see [`TABLES`]) instead
-/// of the unique index on the id alone, which every new job's random id sent to a page of its own. Both tables are
+/// What version 6 changed in version 5: a job is found by its id through `jobs_by_id` (see [`TABLES`] and
+/// `rows::id_is`) instead of the unique index on the id alone, which every new job's random id sent to a page of its own. Both tables are
 /// made again (the old index belongs to the table), with every row as it was.
 fn schema_5_to_6(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     set_aside(tx, "v5")?;
