@@ -26,6 +26,7 @@ use crate::domain::Timestamp;
 use crate::engine::Engine;
 use crate::http::auth::Auth;
 use crate::http::{AppState, router};
+use crate::metrics::Metrics;
 use crate::queue::sqs::SqsQueue;
 use crate::startup::{self, SECRET_ARN_VAR, StartError};
 use crate::store::StoreError;
@@ -90,6 +91,7 @@ pub async fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>,
         Arc::new(store),
         Arc::new(SystemClock),
         Arc::new(queue),
+        Metrics::emf(),
     )?))
 }
 
@@ -164,12 +166,12 @@ pub async fn sweeper(engine: &Engine) -> Result<Swept, StoreError> {
     sweep(engine).await
 }
 
-/// Prints the metrics line of the invocation that just ended.
+/// Prints the metrics lines of the invocation that just ended (one per label set).
 pub fn flush_metrics(engine: &Engine) {
-    println!(
-        "{}",
-        engine
-            .metrics
-            .drain_emf(engine.clock.now().timestamp_millis())
-    );
+    for line in engine
+        .metrics
+        .drain_emf(engine.clock.now().timestamp_millis())
+    {
+        println!("{line}");
+    }
 }

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::http::auth::{Auth, Tokens};
 use crate::http::{AppState, router};
+use crate::metrics::Metrics;
 use crate::providers::keys::ProviderKeys;
 use crate::queue::local::LocalQueue;
 use crate::startup::{self, StartError};
@@ -71,6 +72,7 @@ pub fn start(
         store,
         clock,
         Arc::new(queue),
+        Metrics::prometheus(),
     )?);
     let state = AppState {
         engine: engine.clone(),

@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::contracts::ContractError;
 use crate::engine::Engine;
+use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::providers::keys::{KeysError, ProviderKeys};
 use crate::queue::Dispatcher;
@@ -45,7 +46,7 @@ pub enum StartError {
     },
 }
 
-/// The engine `config` describes, on `store`, with `clock` and `dispatcher`: its contracts (built in, and its own
+/// The engine `config` describes, on `store`, with `clock`, `dispatcher` and `metrics` (the exporter): its contracts (built in, and its own
 /// files) on the chains it names, its providers with `keys`, its limits.
 pub fn engine(
     config: &Config,
@@ -53,6 +54,7 @@ pub fn engine(
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     dispatcher: Arc<dyn Dispatcher>,
+    metrics: Metrics,
 ) -> Result<Engine, StartError> {
     let contracts = config.contracts()?;
     let providers = Providers::from_config(&config.providers, keys, clock.clone());
@@ -63,6 +65,7 @@ pub fn engine(
         Arc::new(providers),
         dispatcher,
         config.engine_settings(),
+        metrics,
     ))
 }
 

@@ -197,13 +197,9 @@ impl App {
     }
 
     /// `onejob_creates_total{outcome="…"}` from the server's counters.
-    fn creates(&self, outcome: &str) -> u64 {
-        let metrics = self.running.engine.metrics.render();
-        let prefix = format!("onejob_creates_total{{outcome=\"{outcome}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .map_or(0, |n| n.parse().unwrap())
+    fn creates(&self, outcome: &str) -> f64 {
+        let metrics = self.running.engine.metrics.render().unwrap();
+        support::metric(&metrics, "onejob_creates_total", &[("outcome", outcome)])
     }
 }
 
@@ -254,12 +250,15 @@ async fn a_dropped_answer_is_retried_with_the_same_key_and_makes_one_job() {
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert!(keys[0].is_some());
     assert_eq!(keys[0], keys[1], "the retry carries the same key");
-    assert_eq!((app.creates("created"), app.creates("replayed")), (1, 1));
+    assert_eq!(
+        (app.creates("created"), app.creates("replayed")),
+        (1.0, 1.0)
+    );
     // Each invocation is a new intent: a new key, a new job.
     let again = onejob(&proxy.url, &CREATE).await;
     assert_eq!(again.code, Some(0), "{}", again.stderr);
     assert_ne!(proxy.keys()[2], keys[0]);
-    assert_eq!(app.creates("created"), 2);
+    assert_eq!(app.creates("created"), 2.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +272,7 @@ async fn server_errors_are_retried_and_a_4xx_is_not() {
         "{}",
         run.stderr
     );
-    assert_eq!(app.creates("created"), 1);
+    assert_eq!(app.creates("created"), 1.0);
 
     let unknown = onejob(
         &proxy.url,
@@ -328,7 +327,7 @@ async fn a_gateway_504_in_html_is_retried_with_the_same_key() {
     let keys = proxy.keys();
     assert_eq!(keys.len(), 2);
     assert_eq!(keys[0], keys[1], "one key for the intent");
-    assert_eq!(app.creates("created"), 1);
+    assert_eq!(app.creates("created"), 1.0);
 }
 
 /// A create that gives up prints its key before it sends anything and in its error; a rerun with that key finds
@@ -351,7 +350,7 @@ async fn a_create_that_gives_up_names_the_key_to_rerun_with() {
     let rerun = onejob(&proxy.url, &[&CREATE[..], &["--key", key]].concat()).await;
     assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
     assert!(rerun.stderr.contains("replayed"), "{}", rerun.stderr);
-    assert_eq!(app.creates("created"), 1, "one job for the intent");
+    assert_eq!(app.creates("created"), 1.0, "one job for the intent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -491,7 +490,7 @@ async fn an_intent_keeps_its_key_through_a_lost_answer_a_gateway_504_and_a_429()
     assert_eq!(created.tries, 4);
     assert!(created.replayed, "the first try made the job");
     assert_eq!(proxy.keys(), vec![Some(intent.key().to_owned()); 4]);
-    assert_eq!(app.creates("created"), 1);
+    assert_eq!(app.creates("created"), 1.0);
     let job = client.wait(&intent, &created, |_| {}).await.unwrap();
     assert_eq!(job["status"], "succeeded");
     assert_eq!(job["id"], created.job["id"]);
@@ -520,7 +519,7 @@ async fn an_intent_that_gives_up_returns_its_key_and_resuming_it_finds_the_job()
     let resumed = Intent::resume(gave_up.key, intent.job().clone());
     let created = client.submit(&resumed).await.unwrap();
     assert!(created.replayed);
-    assert_eq!(app.creates("created"), 1, "one job for the intent");
+    assert_eq!(app.creates("created"), 1.0, "one job for the intent");
     assert_eq!(proxy.keys().len(), 3);
 }
 

@@ -13,6 +13,7 @@ use chrono::{Duration, Utc};
 use onejob::clock::ManualClock;
 use onejob::config::Config;
 use onejob::domain::AttemptState;
+use onejob::metrics::Metrics;
 use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
 use onejob::startup;
@@ -156,6 +157,7 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
         store.clone(),
         clock.clone(),
         Arc::new(queue),
+        Metrics::prometheus(),
     )
     .unwrap();
     engine.settings.sweep_batch = 100_000;

@@ -155,6 +155,74 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
         "the duplicate made no second call"
     );
 
+    // What the worker recorded, as EMF documents: one per label set, the labels its dimensions, histograms as
+    // values. (The api function printed its own after each answer, these too: its creates are not left.)
+    let documents: Vec<Value> = f
+        .engine
+        .metrics
+        .drain_emf(0)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let find = |dimensions: Value, metric: &str| -> Value {
+        documents
+            .iter()
+            .find(|d| {
+                d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([dimensions])
+                    && d.get(metric).is_some()
+            })
+            .unwrap_or_else(|| panic!("no {metric} by {dimensions} in {documents:#?}"))
+            .clone()
+    };
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.get("onejob_creates_total").is_none()),
+        "{documents:#?}"
+    );
+    let waited = find(json!(["contract", "provider"]), "onejob_queue_wait_seconds");
+    assert_eq!(
+        (&waited["contract"], &waited["provider"]),
+        (&json!("summarize"), &json!("demo"))
+    );
+    assert_eq!(
+        waited["onejob_queue_wait_seconds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let called = find(
+        json!(["provider", "model", "outcome"]),
+        "onejob_provider_call_seconds",
+    );
+    assert_eq!(
+        (&called["provider"], &called["outcome"]),
+        (&json!("demo"), &json!("answered"))
+    );
+    assert_eq!(
+        called["onejob_provider_call_seconds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "the duplicate made no call"
+    );
+    let ended = find(json!(["contract", "outcome"]), "onejob_attempts_per_job");
+    assert_eq!(
+        (&ended["outcome"], &ended["onejob_attempts_per_job"]),
+        (&json!("succeeded"), &json!([1.0]))
+    );
+    let succeeded = documents
+        .iter()
+        .find(|d| d["state"] == "succeeded")
+        .expect("the attempt's end");
+    assert_eq!(succeeded["onejob_attempts_total"], 1);
+    assert_eq!(
+        succeeded["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+        json!([["contract", "provider", "state"]])
+    );
+
     let (status, job) = f.api_event(event_for("api-get.json", &id)).await;
     assert_eq!(status, 200);
     assert_eq!(

@@ -321,6 +321,7 @@ fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig)
         store,
         clock,
         Arc::new(queue),
+        onejob::metrics::Metrics::prometheus(),
     )
     .unwrap()
 }

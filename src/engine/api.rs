@@ -15,6 +15,7 @@ impl Engine {
     /// was lost and that is repeated finds its own job: still `Created`. A create of an intent that this process
     /// is writing already answers from that write's job once it is committed (a replay or a conflict).
     pub async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        let began = std::time::Instant::now();
         let token = WriteToken::new();
         let outcome = match self.creating.join(&new.owner, &new.idempotency_key) {
             Turn::Follow(leader) => match followed(leader).await {
@@ -27,15 +28,16 @@ impl Engine {
                 outcome
             }
         };
-        match &outcome {
+        let kind = match &outcome {
             CreateOutcome::Created(job) => {
-                self.metrics.create(CreateKind::Created);
                 self.changed(job);
                 self.dispatch_queued(job).await;
+                CreateKind::Created
             }
-            CreateOutcome::Replayed(_) => self.metrics.create(CreateKind::Replayed),
-            CreateOutcome::Conflict(_) => self.metrics.create(CreateKind::Conflict),
-        }
+            CreateOutcome::Replayed(_) => CreateKind::Replayed,
+            CreateOutcome::Conflict(_) => CreateKind::Conflict,
+        };
+        self.metrics.create(&new.contract, kind, began.elapsed());
         Ok(outcome)
     }
 
@@ -104,7 +106,8 @@ impl Engine {
             .await?;
         if outcome == AttemptCancel::Cancelled {
             tracing::info!(job_id = %job.id, attempt = number, "attempt cancelled");
-            self.metrics.attempt(AttemptState::Cancelled);
+            self.metrics.attempt(&job, number, AttemptState::Cancelled);
+            self.metrics.ended(&job);
             self.changed(&job);
             self.dispatch_queued(&job).await;
         }
@@ -122,6 +125,7 @@ impl Engine {
             )
             .await?;
         if outcome == JobCancel::Cancelled {
+            self.metrics.ended(&job);
             tracing::info!(job_id = %job.id, "job cancelled");
         }
         // Also when it was cancelled before: that may have been this very call, whose first answer was lost.

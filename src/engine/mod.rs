@@ -143,6 +143,7 @@ impl Engine {
         providers: Arc<Providers>,
         dispatcher: Arc<dyn Dispatcher>,
         settings: EngineSettings,
+        metrics: Metrics,
     ) -> Self {
         Self {
             store,
@@ -150,7 +151,7 @@ impl Engine {
             contracts,
             providers,
             dispatcher,
-            metrics: Metrics::default(),
+            metrics,
             changes: changes::Changes::default(),
             creating: in_flight::InFlight::default(),
             clean_breakers: Recent::new(settings.provider_state_cache),
@@ -423,7 +424,8 @@ impl Engine {
         else {
             return;
         };
-        self.metrics.attempt(AttemptState::Queued);
+        self.metrics
+            .attempt(job, attempt.number, AttemptState::Queued);
         let message = AttemptRef {
             job_id: job.id.clone(),
             number: attempt.number,

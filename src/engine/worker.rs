@@ -21,7 +21,8 @@ impl Engine {
                     .await
             })
             .await?;
-        self.metrics.attempt(AttemptState::Started);
+        self.metrics
+            .attempt(&job, message.number, AttemptState::Started);
         self.changed(&job);
         Ok(job)
     }
@@ -43,7 +44,8 @@ impl Engine {
             .await;
         match written {
             Ok(job) => {
-                self.metrics.attempt(AttemptState::Unknown);
+                self.metrics
+                    .attempt(&job, attempt.number, AttemptState::Unknown);
                 self.changed(&job);
                 Ok(Some(job))
             }
@@ -77,7 +79,8 @@ impl Engine {
         match written {
             Ok((Completion::Won, job)) => {
                 tracing::info!(job_id = %job.id, attempt = number, "result claimed");
-                self.metrics.attempt(AttemptState::Succeeded);
+                self.metrics.attempt(&job, number, AttemptState::Succeeded);
+                self.metrics.ended(&job);
                 self.changed(&job);
                 Ok(Completion::Won)
             }
@@ -86,7 +89,7 @@ impl Engine {
                 // cancelled attempt answered after its lease.
                 let winner_text = winner.map_or_else(|| "none".to_owned(), |w| w.to_string());
                 tracing::warn!(job_id = %job.id, loser = number, winner = %winner_text, "race lost: result discarded");
-                self.metrics.race_lost();
+                self.metrics.race_lost(&job, number);
                 self.changed(&job);
                 Ok(Completion::Lost { winner })
             }
@@ -132,7 +135,8 @@ impl Engine {
             .await;
         match written {
             Ok(after) => {
-                self.metrics.attempt(AttemptState::Failed);
+                self.metrics.attempt(&after, number, AttemptState::Failed);
+                self.metrics.ended(&after);
                 if let Some(error) = &after.error {
                     tracing::warn!(job_id = %after.id, code = %error.code, "no failover: {}", error.message);
                 }
@@ -337,6 +341,7 @@ impl Engine {
                 Ok(true) => {
                     self.saw_breaker(provider, &breaker);
                     if breaker.trips > trips {
+                        self.metrics.breaker_trip(provider);
                         tracing::warn!(%provider, until = ?breaker.open_until, "breaker open");
                     }
                     return;

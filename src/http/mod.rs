@@ -130,23 +130,29 @@ async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<Contract
     Json(ContractList { contracts })
 }
 
-/// Counters in the Prometheus text format: creates by outcome, attempts by state, races lost, store writes tried
-/// again. They cover every owner's activity, so only the operators' metrics token reads them.
+/// Counters and histograms in the Prometheus text format (the README lists them). They cover every owner's
+/// activity, so only the operators' metrics token reads them.
 #[utoipa::path(get, path = "/metrics", tag = "meta",
     responses(
         (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
         (status = 401, description = "unauthorized"),
         (status = 403, description = "forbidden: an owner's token, not the metrics token"),
+        (status = 404, description = "not_found: on Lambda, where metrics go to CloudWatch as EMF lines"),
     ),
     security(("bearer" = [])))]
-async fn metrics(State(app): State<AppState>, _: Operator) -> impl axum::response::IntoResponse {
-    (
+async fn metrics(
+    State(app): State<AppState>,
+    _: Operator,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    // On Lambda the counters and histograms go to CloudWatch as EMF lines instead.
+    let text = app.engine.metrics.render().ok_or(ApiError::NotFound)?;
+    Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        app.engine.metrics.render(),
-    )
+        text,
+    ))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

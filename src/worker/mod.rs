@@ -4,6 +4,7 @@
 pub mod sweeper;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -167,9 +168,13 @@ impl Step<'_> {
         request: &ProviderRequest,
     ) -> Result<Option<Reply>, StoreError> {
         let clock = &self.engine.clock;
+        let began = Instant::now();
         let mut call = provider.client.call(request);
         tokio::select! {
-            outcome = &mut call => return Ok(Some(outcome)),
+            outcome = &mut call => {
+                self.timed(provider, Some(&outcome), began);
+                return Ok(Some(outcome));
+            }
             () = clock.sleep(provider.config.timeout()) => {}
         }
         // The late window starts at the timeout, not when the store has answered, and ends by the deadline.
@@ -192,12 +197,38 @@ impl Step<'_> {
             .mark_unknown(self.message, &self.token, late_end)
             .await;
         tokio::select! {
-            outcome = &mut call => Ok(Some(outcome)),
+            outcome = &mut call => {
+                self.timed(provider, Some(&outcome), began);
+                Ok(Some(outcome))
+            }
             () = late_window => {
                 tracing::warn!(late_result_ms = provider.config.late_result_ms(), "no late answer either: attempt stays unknown");
+                self.timed(provider, None, began);
                 marked.map(|_| None)
             }
         }
+    }
+
+    /// Records a call begun at `began`: its reply, or `None` when listening ended without one.
+    fn timed(&self, provider: &ConfiguredProvider, reply: Option<&Reply>, began: Instant) {
+        let outcome = match reply.map(|r| &r.outcome) {
+            Some(ProviderOutcome::Answered(_)) => "answered",
+            Some(ProviderOutcome::Failed(_)) => "failed",
+            Some(ProviderOutcome::Lost(_)) => "lost",
+            None => "no_answer",
+        };
+        // The model the provider reports, else the configured one (none for a demo provider).
+        let model = reply
+            .and_then(|r| r.report.model.as_deref())
+            .or_else(|| provider.config.endpoint().map(|e| e.model.as_str()))
+            .unwrap_or("");
+        let attempt = self
+            .job
+            .attempt(self.message.number)
+            .expect("the claimed attempt exists");
+        self.engine
+            .metrics
+            .provider_call(&attempt.provider, model, outcome, began.elapsed());
     }
 
     async fn settle(

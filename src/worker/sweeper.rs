@@ -63,12 +63,13 @@ pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
     Ok(swept)
 }
 
-/// Sweeps every `interval` of the engine's clock, forever.
+/// Sweeps every `interval` of the engine's clock, forever; each turn also folds the metrics' recent samples in.
 pub async fn run_local(engine: Arc<Engine>, interval: Duration) {
     loop {
         if let Err(e) = sweep(&engine).await {
             tracing::error!(error = %crate::telemetry::error_chain(&e), "sweep failed");
         }
+        engine.metrics.upkeep();
         engine.clock.sleep(interval).await;
     }
 }

@@ -7,8 +7,8 @@ use onejob::providers::{DemoBehavior, ProviderConfig};
 use serde_json::{Value, json};
 
 use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};
-use crate::support::record_qualified;
 use crate::support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
+use crate::support::{metric, record_qualified};
 
 async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp {
     let mut config = config();
@@ -63,6 +63,56 @@ async fn a_job_runs_to_success_on_the_built_in_demo_provider() {
     );
     assert_eq!(attempt_state(&job, 1), "succeeded");
     assert!(job["attempts"][0]["finished_at"].is_string());
+
+    // The run in the metrics: each histogram's buckets under its labels.
+    let ended = [
+        ("contract", "summarize"),
+        ("outcome", "succeeded"),
+        ("le", "1"),
+    ];
+    let metrics = app
+        .metrics_when(|m| metric(m, "onejob_attempts_per_job_bucket", &ended) == 1.0)
+        .await;
+    let created = [("contract", "summarize"), ("outcome", "created")];
+    let queued = [("contract", "summarize"), ("provider", "demo")];
+    let called = [
+        ("provider", "demo"),
+        ("model", "demo/answer"),
+        ("outcome", "answered"),
+    ];
+    for (series, labels) in [
+        ("onejob_create_seconds_count", &created[..]),
+        ("onejob_creates_total", &created[..]),
+        ("onejob_queue_wait_seconds_count", &queued[..]),
+        ("onejob_provider_call_seconds_count", &called[..]),
+        ("onejob_attempts_per_job_count", &ended[..2]),
+    ] {
+        assert_eq!(metric(&metrics, series, labels), 1.0, "{series}: {metrics}");
+    }
+    let inf = [
+        ("provider", "demo"),
+        ("outcome", "answered"),
+        ("le", "+Inf"),
+    ];
+    assert_eq!(
+        metric(&metrics, "onejob_provider_call_seconds_bucket", &inf),
+        1.0
+    );
+    let none = [
+        ("contract", "summarize"),
+        ("outcome", "succeeded"),
+        ("le", "0"),
+    ];
+    assert_eq!(
+        metric(&metrics, "onejob_attempts_per_job_bucket", &none),
+        0.0,
+        "{metrics}"
+    );
+    let buckets = metrics
+        .lines()
+        .filter(|l| l.starts_with("onejob_create_seconds_bucket{"))
+        .count();
+    assert_eq!(buckets, 15, "14 bounds and +Inf: {metrics}");
 }
 
 #[tokio::test]
@@ -132,9 +182,16 @@ async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
     assert_eq!(after["result"], json!({"summary": "B"}));
     assert_eq!(after["version"], won["version"]);
     let metrics = app.metrics().await;
-    assert!(metrics.contains("onejob_races_lost_total 1\n"), "{metrics}");
-    assert!(
-        metrics.contains("onejob_attempts_total{state=\"discarded\"} 1\n"),
+    let lost = [("contract", "summarize"), ("provider", "primary")];
+    assert_eq!(
+        metric(&metrics, "onejob_races_lost_total", &lost),
+        1.0,
+        "{metrics}"
+    );
+    let discarded = [("provider", "primary"), ("state", "discarded")];
+    assert_eq!(
+        metric(&metrics, "onejob_attempts_total", &discarded),
+        1.0,
         "{metrics}"
     );
     assert_eq!((primary.call_count(), fallback.call_count()), (1, 1));

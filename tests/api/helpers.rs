@@ -290,6 +290,25 @@ impl TestApp {
         response.text().await.unwrap()
     }
 
+    /// The metrics once `ready` holds of them: what a worker records after its write commits may trail a read
+    /// that already shows the write by a moment. The real-time bound only turns a hang into a failure.
+    pub async fn metrics_when(&self, ready: impl Fn(&str) -> bool) -> String {
+        let last = std::sync::Mutex::new(String::new());
+        let poll = async {
+            loop {
+                let text = self.metrics().await;
+                if ready(&text) {
+                    return text;
+                }
+                *last.lock().unwrap() = text;
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(20), poll).await {
+            Ok(text) => text,
+            Err(_) => panic!("the metrics never got there:\n{}", last.lock().unwrap()),
+        }
+    }
+
     /// Jobs and attempts in the store: (jobs, attempts).
     pub async fn row_counts(&self) -> (i64, i64) {
         self.backend.row_counts().await

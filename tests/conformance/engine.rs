@@ -116,7 +116,7 @@ pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStor
     assert_eq!(done.result, Some(summary("B")));
     assert_eq!((done.completed_by, done.version), (Some(2), 1));
     assert_eq!(state(&done, 1), AttemptState::Discarded);
-    assert_eq!(rig.engine.metrics.races_lost(), 1);
+    assert_eq!(rig.metric("onejob_races_lost_total", &[]), 1.0);
     assert_eq!((primary.call_count(), fallback.call_count()), (1, 1));
 }
 

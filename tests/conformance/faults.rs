@@ -123,7 +123,7 @@ pub async fn a_create_that_fails_either_side_of_its_write_is_created_once(
         assert_eq!(mine[0].id, job.id);
         assert_eq!(mine[0].result, Some(summary("A")));
     }
-    assert_eq!(rig.engine.metrics.store_retries(), 2);
+    assert_eq!(rig.metric("onejob_store_retries_total", &[]), 2.0);
 }
 
 /// Duplicates of an intent whose create is being written in this process wait for that write instead of writing

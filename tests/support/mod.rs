@@ -52,3 +52,20 @@ async fn record_qualified_runs(engine: &Engine, provider: &str, runs: Vec<RunEvi
         engine.store.put_qualification(&evidence).await.unwrap();
     }
 }
+
+/// The sum of metric `name`'s samples in Prometheus text `text` whose labels include each `key="value"` of
+/// `labels` (a histogram's `_bucket`, `_sum` and `_count` are series of their own names).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (series_name, series_labels) = series.split_once('{').unwrap_or((series, ""));
+            series_name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| series_labels.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|(_, value)| value.parse::<f64>().unwrap())
+        .sum()
+}

@@ -11,6 +11,7 @@ use onejob::domain::{
     AttemptRef, ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
 };
 use onejob::engine::Engine;
+use onejob::metrics::Metrics;
 use onejob::providers::ProviderConfig;
 use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
@@ -63,6 +64,7 @@ impl Rig {
             store,
             clock.clone(),
             Arc::new(queue),
+            Metrics::prometheus(),
         )
         .unwrap();
         Self {
@@ -122,6 +124,11 @@ impl Rig {
     pub fn process_in_background(&self, message: &AttemptRef) -> JoinHandle<Processed> {
         let (engine, message) = (self.engine.clone(), message.clone());
         tokio::spawn(async move { process_attempt(&engine, &message).await.unwrap() })
+    }
+
+    /// Metric `name` summed over the samples whose labels include `labels`, from the engine's Prometheus text.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        super::metric(&self.engine.metrics.render().unwrap(), name, labels)
     }
 
     pub async fn job(&self, job: &Job) -> Job {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::engine::Engine;
+use onejob::metrics::Metrics;
 use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
 use onejob::startup::{self, SECRET_ARN_VAR, StartError};
@@ -79,6 +80,7 @@ impl Ledger {
             store,
             Arc::new(SystemClock),
             Arc::new(queue),
+            Metrics::prometheus(),
         )?;
         Ok((engine, place))
     }

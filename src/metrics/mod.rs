@@ -1,0 +1,365 @@
+//! What an operator watches, on the `metrics` facade. The methods of [`Metrics`] are the one set of call sites;
+//! they record into the engine's own recorder, which is one of two exporters: Prometheus text at `GET /metrics`
+//! for the local server ([`Metrics::prometheus`]), or CloudWatch Embedded Metric Format lines printed after each
+//! Lambda invocation ([`Metrics::emf`], in `emf`), whose dimensions are the labels. The recorder belongs to the
+//! engine, not to the process, so two engines in one process (as in the tests) count apart.
+//!
+//! The names, kinds and labels are the table [`METRICS`]; the README lists them for operators.
+
+mod emf;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName};
+
+/// One metric: its name, whether it is a histogram (else a counter), its unit, its labels, what it counts.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricSpec {
+    pub name: &'static str,
+    pub histogram: bool,
+    pub unit: Unit,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+const fn counter(
+    name: &'static str,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricSpec {
+    MetricSpec {
+        name,
+        histogram: false,
+        unit: Unit::Count,
+        labels,
+        help,
+    }
+}
+
+const fn histogram(
+    name: &'static str,
+    unit: Unit,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricSpec {
+    MetricSpec {
+        name,
+        histogram: true,
+        unit,
+        labels,
+        help,
+    }
+}
+
+const CREATES: MetricSpec = counter(
+    "onejob_creates_total",
+    &["contract", "outcome"],
+    "Job creates by outcome (created, replayed, conflict).",
+);
+const ATTEMPTS: MetricSpec = counter(
+    "onejob_attempts_total",
+    &["contract", "provider", "state"],
+    "Attempts that entered each state.",
+);
+const RACES_LOST: MetricSpec = counter(
+    "onejob_races_lost_total",
+    &["contract", "provider"],
+    "Completions that lost the result slot and were discarded.",
+);
+const STORE_RETRIES: MetricSpec = counter(
+    "onejob_store_retries_total",
+    &[],
+    "Store writes tried again under their token after the store failed.",
+);
+const BREAKER_TRIPS: MetricSpec = counter(
+    "onejob_breaker_trips_total",
+    &["provider"],
+    "Times a provider's breaker opened.",
+);
+const CREATE_SECONDS: MetricSpec = histogram(
+    "onejob_create_seconds",
+    Unit::Seconds,
+    &["contract", "outcome"],
+    "How long a create took in the engine, store write included.",
+);
+const QUEUE_WAIT_SECONDS: MetricSpec = histogram(
+    "onejob_queue_wait_seconds",
+    Unit::Seconds,
+    &["contract", "provider"],
+    "From an attempt's queueing (or its retry's earliest start) to its claim.",
+);
+const PROVIDER_CALL_SECONDS: MetricSpec = histogram(
+    "onejob_provider_call_seconds",
+    Unit::Seconds,
+    &["provider", "model", "outcome"],
+    "Provider calls by outcome (answered, failed, lost, no_answer): until the answer, or until listening ended.",
+);
+const ATTEMPTS_PER_JOB: MetricSpec = histogram(
+    "onejob_attempts_per_job",
+    Unit::Count,
+    &["contract", "outcome"],
+    "Attempts a job took, counted when it ended (succeeded, failed, cancelled).",
+);
+
+/// Every metric onejob records.
+pub const METRICS: [MetricSpec; 9] = [
+    CREATES,
+    ATTEMPTS,
+    RACES_LOST,
+    STORE_RETRIES,
+    BREAKER_TRIPS,
+    CREATE_SECONDS,
+    QUEUE_WAIT_SECONDS,
+    PROVIDER_CALL_SECONDS,
+    ATTEMPTS_PER_JOB,
+];
+
+/// Prometheus bucket bounds of the durations, in seconds (a create takes milliseconds, a provider call seconds).
+const SECONDS_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const ATTEMPT_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 6.0, 10.0];
+
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
+
+/// What a create did, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateKind {
+    Created,
+    Replayed,
+    Conflict,
+}
+
+impl CreateKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Replayed => "replayed",
+            Self::Conflict => "conflict",
+        }
+    }
+}
+
+/// A recorder and what it exports.
+trait Exporter: Recorder + Send + Sync + std::fmt::Debug {
+    /// Everything counted so far, as Prometheus text; `None` when this exporter does not keep it.
+    fn prometheus(&self) -> Option<String>;
+    /// What was recorded since the last call, as EMF lines; none when this exporter does not print them.
+    fn drain_emf(&self, timestamp_ms: i64) -> Vec<String>;
+    /// Folds what was recorded into what is kept, so that memory stays bounded between reads.
+    fn upkeep(&self);
+}
+
+/// The engine's metrics: where every call site records.
+#[derive(Debug, Clone)]
+pub struct Metrics(Arc<dyn Exporter>);
+
+impl Metrics {
+    /// Prometheus text for `GET /metrics`, histograms as buckets (the local server).
+    pub fn prometheus() -> Self {
+        let mut builder = PrometheusBuilder::new();
+        for spec in METRICS.iter().filter(|s| s.histogram) {
+            let buckets: &[f64] = if spec.unit == Unit::Seconds {
+                &SECONDS_BUCKETS
+            } else {
+                &ATTEMPT_BUCKETS
+            };
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(spec.name.into()), buckets)
+                .expect("the bucket lists are not empty");
+        }
+        let recorder = builder.build_recorder();
+        describe(&recorder);
+        let handle = recorder.handle();
+        let metrics = Self(Arc::new(Prometheus { recorder, handle }));
+        // The one series without labels is there from the start, at 0: a scrape before any activity finds it.
+        metrics.counter(&STORE_RETRIES, &[]).absolute(0);
+        metrics.upkeep();
+        metrics
+    }
+
+    /// EMF lines, one per label set, printed after each invocation (a Lambda function).
+    pub fn emf() -> Self {
+        Self(Arc::new(emf::Emf::default()))
+    }
+
+    /// Everything counted so far as Prometheus text, or `None` on an exporter that prints EMF instead.
+    pub fn render(&self) -> Option<String> {
+        self.0.prometheus()
+    }
+
+    /// What was recorded since the last call as EMF lines (namespace `onejob`), or none on a Prometheus exporter.
+    pub fn drain_emf(&self, timestamp_ms: i64) -> Vec<String> {
+        self.0.drain_emf(timestamp_ms)
+    }
+
+    /// Folds recent histogram samples into their buckets: the local server calls it every sweep, so that memory
+    /// stays bounded however rarely `GET /metrics` is read.
+    pub fn upkeep(&self) {
+        self.0.upkeep();
+    }
+
+    fn counter(&self, spec: &MetricSpec, values: &[&str]) -> Counter {
+        self.0.register_counter(&key(spec, values), &METADATA)
+    }
+
+    fn histogram(&self, spec: &MetricSpec, values: &[&str]) -> Histogram {
+        self.0.register_histogram(&key(spec, values), &METADATA)
+    }
+
+    /// A create answered `kind` after `took`.
+    pub fn create(&self, contract: &ContractRef, kind: CreateKind, took: Duration) {
+        let labels = [contract.name(), kind.as_str()];
+        self.counter(&CREATES, &labels).increment(1);
+        self.histogram(&CREATE_SECONDS, &labels)
+            .record(took.as_secs_f64());
+    }
+
+    /// Attempt `number` of `job` (as the write left it) entered `state`.
+    pub fn attempt(&self, job: &Job, number: u32, state: AttemptState) {
+        let provider = provider_of(job, number);
+        let contract = job.contract.name();
+        self.counter(&ATTEMPTS, &[contract, provider, state.as_str()])
+            .increment(1);
+        if state == AttemptState::Started
+            && let Some(attempt) = job.attempt(number)
+            && let Some(started) = attempt.started_at
+        {
+            let queued = attempt
+                .not_before
+                .map_or(attempt.created_at, |t| t.max(attempt.created_at));
+            let wait = (started - queued).to_std().unwrap_or_default();
+            self.histogram(&QUEUE_WAIT_SECONDS, &[contract, provider])
+                .record(wait.as_secs_f64());
+        }
+    }
+
+    /// Attempt `number`'s completion lost the compare-and-swap on the result slot.
+    pub fn race_lost(&self, job: &Job, number: u32) {
+        self.counter(
+            &RACES_LOST,
+            &[job.contract.name(), provider_of(job, number)],
+        )
+        .increment(1);
+        self.attempt(job, number, AttemptState::Discarded);
+    }
+
+    /// A store write failed and is tried again under its token.
+    pub fn store_retry(&self) {
+        self.counter(&STORE_RETRIES, &[]).increment(1);
+    }
+
+    /// `provider`'s breaker opened.
+    pub fn breaker_trip(&self, provider: &ProviderName) {
+        self.counter(&BREAKER_TRIPS, &[provider.as_str()])
+            .increment(1);
+    }
+
+    /// A call to `provider` (model `model`, as configured) ended `outcome` after `took`.
+    pub fn provider_call(
+        &self,
+        provider: &ProviderName,
+        model: &str,
+        outcome: &str,
+        took: Duration,
+    ) {
+        self.histogram(&PROVIDER_CALL_SECONDS, &[provider.as_str(), model, outcome])
+            .record(took.as_secs_f64());
+    }
+
+    /// A write left `job` as it stands: if that ended it, how many attempts it took.
+    pub fn ended(&self, job: &Job) {
+        let status = job.status();
+        if matches!(
+            status,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        ) {
+            let attempts = job.attempts.len() as f64;
+            self.histogram(&ATTEMPTS_PER_JOB, &[job.contract.name(), status.as_str()])
+                .record(attempts);
+        }
+    }
+}
+
+fn provider_of(job: &Job, number: u32) -> &str {
+    job.attempt(number).map_or("", |a| a.provider.as_str())
+}
+
+fn key(spec: &MetricSpec, values: &[&str]) -> Key {
+    debug_assert_eq!(spec.labels.len(), values.len(), "{}", spec.name);
+    let labels: Vec<Label> = spec
+        .labels
+        .iter()
+        .zip(values)
+        .map(|(name, value)| Label::new(*name, (*value).to_owned()))
+        .collect();
+    Key::from_parts(spec.name, labels)
+}
+
+fn describe(recorder: &dyn Recorder) {
+    for spec in &METRICS {
+        let help = SharedString::const_str(spec.help);
+        if spec.histogram {
+            recorder.describe_histogram(spec.name.into(), Some(spec.unit), help);
+        } else {
+            recorder.describe_counter(spec.name.into(), Some(spec.unit), help);
+        }
+    }
+}
+
+/// The local server's exporter: `metrics-exporter-prometheus`'s recorder, rendered on request.
+struct Prometheus {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+}
+
+impl std::fmt::Debug for Prometheus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prometheus").finish_non_exhaustive()
+    }
+}
+
+impl Recorder for Prometheus {
+    fn describe_counter(&self, key: metrics::KeyName, unit: Option<Unit>, help: SharedString) {
+        self.recorder.describe_counter(key, unit, help);
+    }
+    fn describe_gauge(&self, key: metrics::KeyName, unit: Option<Unit>, help: SharedString) {
+        self.recorder.describe_gauge(key, unit, help);
+    }
+    fn describe_histogram(&self, key: metrics::KeyName, unit: Option<Unit>, help: SharedString) {
+        self.recorder.describe_histogram(key, unit, help);
+    }
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        self.recorder.register_counter(key, metadata)
+    }
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Gauge {
+        self.recorder.register_gauge(key, metadata)
+    }
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        self.recorder.register_histogram(key, metadata)
+    }
+}
+
+impl Exporter for Prometheus {
+    fn prometheus(&self) -> Option<String> {
+        self.handle.run_upkeep();
+        Some(self.handle.render())
+    }
+
+    fn drain_emf(&self, _timestamp_ms: i64) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+}
+
+#[cfg(test)]
+mod tests;
