@@ -20,7 +20,8 @@
 //! - [`queue`]: the dispatch port (a message names one attempt) and its in-process adapter.
 //! - [`worker`]: one step, `process_attempt` (claim, call, complete by compare-and-swap, fail with failover,
 //!   time out into `unknown`), the sweeper step, and the local loops around both.
-//! - [`metrics`]: counters served as Prometheus text (and as CloudWatch EMF lines on Lambda).
+//! - [`metrics`]: counters and histograms on the `metrics` facade: Prometheus text locally, CloudWatch EMF lines on
+//!   Lambda.
 //! - [`lambda`]: the api, worker and sweeper Lambda functions, as library code the `src/bin/onejob-*` mains run.
 //! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
 //! - [`client`]: the client library over HTTP, without the command line: an `Intent` owns its key for its whole
