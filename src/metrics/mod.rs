@@ -72,6 +72,11 @@ const RACES_LOST: MetricSpec = counter(
     &["contract", "provider"],
     "Completions that lost the result slot and were discarded.",
 );
+const RETRIES: MetricSpec = counter(
+    "onejob_retries_total",
+    &["contract", "provider"],
+    "Attempts queued to try a provider again after it refused without doing the work.",
+);
 const STORE_RETRIES: MetricSpec = counter(
     "onejob_store_retries_total",
     &[],
@@ -108,10 +113,11 @@ const ATTEMPTS_PER_JOB: MetricSpec = histogram(
 );
 
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 9] = [
+pub const METRICS: [MetricSpec; 10] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
+    RETRIES,
     STORE_RETRIES,
     BREAKER_TRIPS,
     CREATE_SECONDS,
@@ -221,12 +227,18 @@ impl Metrics {
             .record(took.as_secs_f64());
     }
 
-    /// Attempt `number` of `job` (as the write left it) entered `state`.
+    /// Attempt `number` of `job` (as the write left it) entered `state`; a queued retry counts as one, a claim
+    /// records how long the attempt waited.
     pub fn attempt(&self, job: &Job, number: u32, state: AttemptState) {
         let provider = provider_of(job, number);
         let contract = job.contract.name();
         self.counter(&ATTEMPTS, &[contract, provider, state.as_str()])
             .increment(1);
+        if state == AttemptState::Queued
+            && job.attempt(number).is_some_and(|a| a.retry_of.is_some())
+        {
+            self.counter(&RETRIES, &[contract, provider]).increment(1);
+        }
         if state == AttemptState::Started
             && let Some(attempt) = job.attempt(number)
             && let Some(started) = attempt.started_at

@@ -565,4 +565,19 @@ async fn a_provider_that_keeps_failing_opens_its_breaker() {
     assert_eq!(waiting["attempts"][1]["retry_of"], 1);
     assert_eq!(waiting["attempts"][1]["not_before"], breaker["open_until"]);
     assert_eq!(waiting["status"], "queued");
+    let failing = [("provider", "demo-fail")];
+    let metrics = app
+        .metrics_when(|m| metric(m, "onejob_retries_total", &failing) == 1.0)
+        .await;
+    assert_eq!(
+        metric(&metrics, "onejob_breaker_trips_total", &failing),
+        1.0,
+        "{metrics}"
+    );
+    let failed = [("provider", "demo-fail"), ("state", "failed")];
+    assert_eq!(
+        metric(&metrics, "onejob_attempts_total", &failed),
+        6.0,
+        "{metrics}"
+    );
 }
