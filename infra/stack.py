@@ -128,7 +128,7 @@ def check(template):
     alarms = of_type(template, "AWS::CloudWatch::Alarm")
     metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
     for metric in ["ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "Errors", "Throttles",
-                   "5xx", "RacesLost", "Attempts_unknown"]:
+                   "5xx", "onejob_races_lost_total", "onejob_attempts_total"]:
         expect(metric in metrics, f"an alarm watches {metric}")
     logs = of_type(template, "AWS::Logs::LogGroup")
     expect(len(logs) == len(functions) and all("RetentionInDays" in g["Properties"] for g in logs.values()),

@@ -168,7 +168,7 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
         documents
             .iter()
             .find(|d| {
-                d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([dimensions])
+                d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([dimensions, []])
                     && d.get(metric).is_some()
             })
             .unwrap_or_else(|| panic!("no {metric} by {dimensions} in {documents:#?}"))
@@ -220,7 +220,8 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
     assert_eq!(succeeded["onejob_attempts_total"], 1);
     assert_eq!(
         succeeded["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-        json!([["contract", "provider", "state"]])
+        json!([["contract", "provider", "state"], ["state"], []]),
+        "also by state alone, which the template's alarm on unknown attempts watches"
     );
 
     let (status, job) = f.api_event(event_for("api-get.json", &id)).await;

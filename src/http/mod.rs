@@ -137,15 +137,14 @@ async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<Contract
         (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
         (status = 401, description = "unauthorized"),
         (status = 403, description = "forbidden: an owner's token, not the metrics token"),
-        (status = 404, description = "not_found: on Lambda, where metrics go to CloudWatch as EMF lines"),
     ),
     security(("bearer" = [])))]
 async fn metrics(
     State(app): State<AppState>,
     _: Operator,
 ) -> Result<impl axum::response::IntoResponse, ApiError> {
-    // On Lambda the counters and histograms go to CloudWatch as EMF lines instead.
-    let text = app.engine.metrics.render().ok_or(ApiError::NotFound)?;
+    // An exporter without text prints EMF lines for CloudWatch instead (Lambda, where `Operator` already refuses).
+    let text = app.engine.metrics.render().ok_or(ApiError::Forbidden)?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

@@ -133,7 +133,7 @@ impl Exporter for Emf {
                         }
                         _ => continue,
                     };
-                    names.push(json!({"Name": name, "Unit": unit_of(name)}));
+                    names.push(name.as_str());
                     document.insert(name.clone(), value);
                 }
                 if names.is_empty() {
@@ -142,16 +142,9 @@ impl Exporter for Emf {
                 for (label, value) in &labels {
                     document.insert(label.clone(), json!(value));
                 }
-                let dimensions: Vec<&str> =
-                    labels.iter().map(|(label, _)| label.as_str()).collect();
                 document.insert(
                     "_aws".into(),
-                    json!({
-                        "Timestamp": timestamp_ms,
-                        "CloudWatchMetrics": [
-                            {"Namespace": "onejob", "Dimensions": [dimensions], "Metrics": names}
-                        ],
-                    }),
+                    json!({"Timestamp": timestamp_ms, "CloudWatchMetrics": directives(&labels, names)}),
                 );
                 lines.push(Value::Object(document).to_string());
             }
@@ -162,15 +155,33 @@ impl Exporter for Emf {
     fn upkeep(&self) {}
 }
 
-/// The CloudWatch unit of metric `name`.
-fn unit_of(name: &str) -> &'static str {
-    match METRICS
-        .iter()
-        .find(|spec| spec.name == name)
-        .map(|spec| spec.unit)
-    {
-        Some(Unit::Seconds) => "Seconds",
-        Some(Unit::Count) => "Count",
-        _ => "None",
+/// The document's metric directives: one per list of dimension sets (all the labels, then the metric's
+/// rollups), naming its metrics with their units.
+fn directives(labels: &Labels, names: Vec<&str>) -> Vec<Value> {
+    let all: Vec<&str> = labels.iter().map(|(label, _)| label.as_str()).collect();
+    let mut by_dimensions: BTreeMap<Vec<Vec<&str>>, Vec<Value>> = BTreeMap::new();
+    for name in names {
+        let spec = METRICS.iter().find(|spec| spec.name == name);
+        let mut dimensions = vec![all.clone()];
+        for rollup in spec.map_or(&[][..], |s| s.rollups) {
+            if !dimensions.iter().any(|d| d == rollup) {
+                dimensions.push(rollup.to_vec());
+            }
+        }
+        let unit = match spec.map(|s| s.unit) {
+            Some(Unit::Seconds) => "Seconds",
+            Some(Unit::Count) => "Count",
+            _ => "None",
+        };
+        by_dimensions
+            .entry(dimensions)
+            .or_default()
+            .push(json!({"Name": name, "Unit": unit}));
     }
+    by_dimensions
+        .into_iter()
+        .map(|(dimensions, metrics)| {
+            json!({"Namespace": "onejob", "Dimensions": dimensions, "Metrics": metrics})
+        })
+        .collect()
 }

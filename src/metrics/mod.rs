@@ -25,8 +25,14 @@ pub struct MetricSpec {
     pub histogram: bool,
     pub unit: Unit,
     pub labels: &'static [&'static str],
+    /// The label subsets CloudWatch also aggregates over (EMF dimension sets besides all the labels): `[]` is the
+    /// whole service, which alarms watch.
+    pub rollups: &'static [&'static [&'static str]],
     pub help: &'static str,
 }
+
+/// The whole-service aggregate only.
+const WHOLE: &[&[&str]] = &[&[]];
 
 const fn counter(
     name: &'static str,
@@ -38,6 +44,7 @@ const fn counter(
         histogram: false,
         unit: Unit::Count,
         labels,
+        rollups: WHOLE,
         help,
     }
 }
@@ -53,6 +60,7 @@ const fn histogram(
         histogram: true,
         unit,
         labels,
+        rollups: WHOLE,
         help,
     }
 }
@@ -62,11 +70,15 @@ const CREATES: MetricSpec = counter(
     &["contract", "outcome"],
     "Job creates by outcome (created, replayed, conflict).",
 );
-const ATTEMPTS: MetricSpec = counter(
-    "onejob_attempts_total",
-    &["contract", "provider", "state"],
-    "Attempts that entered each state.",
-);
+/// Also by state alone: the template's alarm watches `unknown` attempts of every contract and provider.
+const ATTEMPTS: MetricSpec = MetricSpec {
+    rollups: &[&["state"], &[]],
+    ..counter(
+        "onejob_attempts_total",
+        &["contract", "provider", "state"],
+        "Attempts that entered each state.",
+    )
+};
 const RACES_LOST: MetricSpec = counter(
     "onejob_races_lost_total",
     &["contract", "provider"],

@@ -73,7 +73,8 @@ fn an_emf_document_per_label_set_carries_its_dimensions_and_what_came_since_the_
     assert_eq!(directive["Namespace"], "onejob");
     assert_eq!(
         directive["Dimensions"],
-        serde_json::json!([["contract", "outcome"]])
+        serde_json::json!([["contract", "outcome"], []]),
+        "by its labels, and over the whole service"
     );
     assert_eq!(
         directive["Metrics"],
@@ -92,7 +93,7 @@ fn an_emf_document_per_label_set_carries_its_dimensions_and_what_came_since_the_
     );
     assert_eq!(
         call["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-        serde_json::json!([["provider", "model", "outcome"]])
+        serde_json::json!([["provider", "model", "outcome"], []])
     );
     let retries = documents
         .iter()
@@ -154,4 +155,40 @@ fn two_engines_count_apart() {
     assert!(!b.render().unwrap().contains("onejob_store_retries_total 1"));
     assert_eq!(Metrics::emf().render(), None);
     assert_eq!(a.drain_emf(0), Vec::<String>::new());
+}
+
+/// Every alarm of the template on onejob's own namespace watches a metric the functions publish, by a set of
+/// dimensions they publish it under (CloudWatch matches a metric by its exact dimensions).
+#[test]
+fn the_templates_alarms_watch_what_the_functions_publish() {
+    let template = include_str!("../../template.yaml");
+    let mut watched = 0;
+    let mut lines = template.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        if line != "Namespace: onejob" {
+            continue;
+        }
+        let name = lines
+            .next()
+            .and_then(|l| l.strip_prefix("MetricName: "))
+            .expect("the metric's name follows its namespace");
+        let mut dimensions = Vec::new();
+        for line in lines.by_ref() {
+            match line.strip_prefix("- { Name: ") {
+                Some(rest) => dimensions.push(rest.split(',').next().unwrap()),
+                None if line == "Dimensions:" => {}
+                None => break,
+            }
+        }
+        let spec = METRICS
+            .iter()
+            .find(|spec| spec.name == name)
+            .unwrap_or_else(|| panic!("an alarm watches {name}, which is not published"));
+        assert!(
+            spec.labels == dimensions.as_slice() || spec.rollups.contains(&dimensions.as_slice()),
+            "{name} is not published by {dimensions:?}"
+        );
+        watched += 1;
+    }
+    assert_eq!(watched, 2, "the races lost and the unknown attempts");
 }
