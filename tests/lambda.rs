@@ -201,6 +201,10 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
         (&json!("demo"), &json!("answered"))
     );
     assert_eq!(
+        called["model"], "gpt-4o-mini",
+        "the configured model, not the one the answer names (stand-in-model)"
+    );
+    assert_eq!(
         called["onejob_provider_call_seconds"]
             .as_array()
             .unwrap()

@@ -217,10 +217,13 @@ impl Step<'_> {
             Some(ProviderOutcome::Lost(_)) => "lost",
             None => "no_answer",
         };
-        // The model the provider reports, else the configured one (none for a demo provider).
-        let model = reply
-            .and_then(|r| r.report.model.as_deref())
-            .or_else(|| provider.config.endpoint().map(|e| e.model.as_str()))
+        // The configured model (what a demo provider reports for a demo): a remote provider's report could name
+        // anything, and each name would be a series of its own.
+        let model = provider
+            .config
+            .endpoint()
+            .map(|e| e.model.as_str())
+            .or_else(|| reply.and_then(|r| r.report.model.as_deref()))
             .unwrap_or("");
         let attempt = self
             .job
