@@ -145,6 +145,24 @@ mod tests {
         Ok(())
     }
 
+    /// The bundled SQLite is built without memory statistics (`.cargo/config.toml`): with them, every allocation
+    /// of every connection takes one process-wide mutex, which the writer thread and the readers then queue on.
+    #[test]
+    fn sqlite_is_built_without_its_process_wide_allocation_mutex() {
+        let conn = Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+    }
+
     /// Writes that share a transaction stay apart: each applies whole or not at all, a failing or panicking one
     /// takes nothing of its own and nothing of its neighbours', and every caller hears its own answer.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
