@@ -195,6 +195,19 @@ impl Job {
         self.settles_at().is_some_and(|at| at <= now)
     }
 
+    /// Whether no write can change the job any more (only its expiry ends it): it succeeded or was cancelled, and
+    /// every attempt ended for good — none live, none cancelled (a cancelled attempt may still answer, and be
+    /// recorded as discarded).
+    pub fn is_final(&self) -> bool {
+        matches!(self.status(), JobStatus::Succeeded | JobStatus::Cancelled)
+            && self.attempts.iter().all(|a| {
+                matches!(
+                    a.state,
+                    AttemptState::Succeeded | AttemptState::Failed | AttemptState::Discarded
+                )
+            })
+    }
+
     /// A cancelled attempt that was claimed while the job stood as it stands: its answer would still win until
     /// its lease ends.
     fn may_still_win(&self, attempt: &Attempt) -> bool {

@@ -172,7 +172,8 @@ impl Engine {
     }
 
     fn changed(&self, job: &Job) {
-        self.changes.changed(&job.id);
+        self.changes
+            .changed(&job.id, || job.is_final().then(|| job.clone()));
     }
 
     /// The end of an API write's budget, from now.

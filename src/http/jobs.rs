@@ -347,12 +347,18 @@ pub async fn get_job(
     loop {
         // A failed job that is not settled yet becomes settled without a write: wake up then.
         let settling = first_settles(&first, engine.clock.now());
-        tokio::select! {
+        let last = tokio::select! {
             () = &mut deadline => return Ok(answer(read().await?)),
-            () = changes.changed() => {}
-            () = engine.clock.sleep(POLL_EVERY.min(settling)) => {}
-        }
-        let now = read().await?;
+            last = changes.changed() => last,
+            () = engine.clock.sleep(POLL_EVERY.min(settling)) => None,
+        };
+        // A change that made the job final brought it along: no write can change it any more, so it is not read.
+        let now = match last {
+            Some(job) if !job.is_expired(engine.clock.now()) => {
+                Tagged::new(&job, engine.clock.now())
+            }
+            _ => read().await?,
+        };
         if seen.precondition_passes(&now.tag()) {
             return Ok(now.into_response());
         }

@@ -365,6 +365,46 @@ async fn a_long_poll_waits_for_a_version_the_client_has_not_seen() {
     assert_eq!(job["status"], "cancelled");
 }
 
+/// A long poll woken by the write that made the job final answers from the copy that write brought along, not
+/// from a read: it shows exactly what a read shows afterwards, entity tag included.
+#[tokio::test]
+async fn a_long_poll_woken_by_the_final_write_shows_what_a_read_shows() {
+    let gate = Gate::new();
+    let primary = StandIn::spawn(
+        vec![Reply::Held(gate.clone())],
+        Reply::Status(500, "unused"),
+    )
+    .await;
+    let fallback = StandIn::answering(json!({"summary": "unused"})).await;
+    let app = std::sync::Arc::new(app_on(&primary, &fallback).await);
+    let id = created_id(&app, "k", &chain_job("text")).await;
+    primary.received(1).await;
+    let running = app.get_job(ALICE, &id).await;
+    let etag = running.headers()["etag"].to_str().unwrap().to_owned();
+    assert_eq!(json_with_status(running, 200).await["status"], "running");
+
+    let (poller, poll_id) = (app.clone(), id.clone());
+    let poll = tokio::spawn(async move {
+        poller
+            .client
+            .get(poller.url(&format!("/v1/jobs/{poll_id}?wait=25")))
+            .bearer_auth(ALICE)
+            .header("if-none-match", etag)
+            .send()
+            .await
+            .unwrap()
+    });
+    gate.open(json!({"summary": "A"}));
+    let polled = poll.await.unwrap();
+    let polled_tag = polled.headers()["etag"].clone();
+    let polled = json_with_status(polled, 200).await;
+    assert_eq!(polled["status"], "succeeded");
+    assert_eq!(polled["result"], json!({"summary": "A"}));
+    let read = app.get_job(ALICE, &id).await;
+    assert_eq!(read.headers()["etag"], polled_tag);
+    assert_eq!(json_with_status(read, 200).await, polled);
+}
+
 /// `If-None-Match` as RFC 9110 reads it: a list matches if any tag does, a weak tag matches its strong twin, `*`
 /// matches any version; a list of other versions is a change.
 #[tokio::test]

@@ -57,14 +57,15 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
                 .unwrap()
                 .job()
                 .clone();
-            // Watch, then read: a change after the create and before the watch is in the first read.
+            // Watch, then read: a change after the create and before the watch is in the first read. As a long
+            // poll does, read again after each change, unless the change made the job final and brought it along.
             let mut changes = engine.watch(&job.id);
-            loop {
-                let now = engine.get_job(&owner, &job.id).await.unwrap().unwrap();
-                if now.status() == JobStatus::Succeeded {
-                    break;
-                }
-                changes.changed().await;
+            let mut now = Arc::new(engine.get_job(&owner, &job.id).await.unwrap().unwrap());
+            while now.status() != JobStatus::Succeeded {
+                now = match changes.changed().await {
+                    Some(last) => last,
+                    None => Arc::new(engine.get_job(&owner, &job.id).await.unwrap().unwrap()),
+                };
             }
             latencies.lock().unwrap().push(sent.elapsed());
         });

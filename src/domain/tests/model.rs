@@ -77,16 +77,16 @@ proptest! {
                         prop_assert!(again.is_ok(), "{step:?} repeated: {again:?}");
                         prop_assert_eq!(&job, &before, "{:?} repeated changed the job", step);
                     }
-                    if again.is_err() {
-                        prop_assert_eq!(&job, &before, "a refusal changed the job");
+                    if again.is_err() || before.is_final() {
+                        prop_assert_eq!(&job, &before, "a refusal, or a write on a final job, changed it");
                     }
                 }
                 continue;
             }
             let stamp = by(i as i64 + 1);
             let outcome = apply(&mut job, &step, &stamp, &mut winners);
-            if outcome.is_err() {
-                prop_assert_eq!(&job, &before, "a refusal changed the job");
+            if outcome.is_err() || before.is_final() {
+                prop_assert_eq!(&job, &before, "a refusal, or a write on a final job, changed it");
             }
             last = Some((step, stamp, outcome, job.clone()));
             let live = job.attempts.iter().filter(|a| a.state.is_live()).count();

@@ -120,6 +120,33 @@ fn a_cancelled_attempt_answering_after_its_lease_is_discarded_so_a_failed_job_se
     );
 }
 
+/// Final: succeeded or cancelled with every attempt ended for good. A cancelled attempt keeps a job from being
+/// final (it may still answer), and a failed job never is (its owner may still cancel it).
+#[test]
+fn a_job_is_final_once_no_write_can_change_it() {
+    let mut job = job();
+    assert!(!job.is_final());
+    job.claim(1, at(30_000), &by(1)).unwrap();
+    job.complete(
+        1,
+        serde_json::json!({"ok": true}),
+        CallReport::default(),
+        &by(2),
+    )
+    .unwrap();
+    assert!(job.is_final());
+
+    let mut job = failed_job();
+    assert!(!job.is_final());
+    job.cancel(&by(9)).unwrap();
+    assert!(job.is_final(), "cancelled, every attempt failed: {job:?}");
+
+    let mut job = super::job();
+    job.claim(1, at(30_000), &by(1)).unwrap();
+    job.cancel(&by(2)).unwrap();
+    assert!(!job.is_final(), "its cancelled attempt may still answer");
+}
+
 #[test]
 fn live_jobs_are_not_settled_and_finished_ones_are() {
     let mut job = job();
