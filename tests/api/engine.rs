@@ -347,17 +347,7 @@ async fn a_long_poll_waits_for_a_version_the_client_has_not_seen() {
         .unwrap();
     assert_eq!(same.status(), 304);
 
-    let (poller, poll_id, poll_etag) = (app.clone(), id.clone(), etag.clone());
-    let poll = tokio::spawn(async move {
-        poller
-            .client
-            .get(poller.url(&format!("/v1/jobs/{poll_id}?wait=25")))
-            .bearer_auth(ALICE)
-            .header("if-none-match", poll_etag)
-            .send()
-            .await
-            .unwrap()
-    });
+    let poll = app.long_poll(ALICE, &id, etag.clone());
     json_with_status(app.cancel_job(ALICE, &id).await, 200).await;
     let changed = poll.await.unwrap();
     assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
@@ -383,17 +373,7 @@ async fn a_long_poll_woken_by_the_final_write_shows_what_a_read_shows() {
     let etag = running.headers()["etag"].to_str().unwrap().to_owned();
     assert_eq!(json_with_status(running, 200).await["status"], "running");
 
-    let (poller, poll_id) = (app.clone(), id.clone());
-    let poll = tokio::spawn(async move {
-        poller
-            .client
-            .get(poller.url(&format!("/v1/jobs/{poll_id}?wait=25")))
-            .bearer_auth(ALICE)
-            .header("if-none-match", etag)
-            .send()
-            .await
-            .unwrap()
-    });
+    let poll = app.long_poll(ALICE, &id, etag);
     gate.open(json!({"summary": "A"}));
     let polled = poll.await.unwrap();
     let polled_tag = polled.headers()["etag"].clone();

@@ -266,6 +266,26 @@ impl TestApp {
         self.get(token, &format!("/v1/jobs/{id}")).await
     }
 
+    /// Starts a long poll (`?wait=25`) that names the version `etag` the client has; its answer comes once the
+    /// job changed from it.
+    pub fn long_poll(
+        self: &Arc<Self>,
+        token: &'static str,
+        id: &str,
+        etag: String,
+    ) -> tokio::task::JoinHandle<Response> {
+        let (app, url) = (self.clone(), self.url(&format!("/v1/jobs/{id}?wait=25")));
+        tokio::spawn(async move {
+            app.client
+                .get(url)
+                .bearer_auth(token)
+                .header("if-none-match", etag)
+                .send()
+                .await
+                .unwrap()
+        })
+    }
+
     pub async fn list_jobs(&self, token: &str, query: &str) -> Response {
         self.get(token, &format!("/v1/jobs{query}")).await
     }

@@ -179,17 +179,7 @@ async fn a_failed_job_is_settled_only_once_no_attempt_can_still_answer() {
 
     let response = app.get_job(ALICE, &id).await;
     let etag = response.headers()["etag"].to_str().unwrap().to_owned();
-    let (poller, poll_id) = (app.clone(), id.clone());
-    let poll = tokio::spawn(async move {
-        poller
-            .client
-            .get(poller.url(&format!("/v1/jobs/{poll_id}?wait=25")))
-            .bearer_auth(ALICE)
-            .header("if-none-match", etag)
-            .send()
-            .await
-            .unwrap()
-    });
+    let poll = app.long_poll(ALICE, &id, etag);
     app.clock.advance(lease_end - app.clock.now());
     let settled = json_with_status(poll.await.unwrap(), 200).await;
     assert_eq!(
