@@ -1,5 +1,5 @@
 //! Who in this process waits for which job: a change wakes only those watching that job, so a thousand long polls
-//! cost nothing while other jobs move. A watch sees every change made after it began (a counter per job, never a
+//! cost nothing while other jobs move. A watch sees every change made after it began (a watch channel per job, never a
 //! queue that can lag); changes made by other processes are not here — a waiter also looks again from time to time.
 //!
 //! A change that makes the job final (`Job::is_final`: no write can change it any more) carries the job as it then
@@ -16,14 +16,9 @@ use crate::domain::{Job, JobId};
 
 #[derive(Debug, Default)]
 pub(super) struct Changes {
-    watched: Mutex<HashMap<JobId, watch::Sender<Notices>>>,
-}
-
-/// What a job's watchers have been told: how many changes, and the job once a change made it final.
-#[derive(Debug, Default)]
-struct Notices {
-    count: u64,
-    last: Option<Arc<Job>>,
+    /// Per watched job, what its watchers were told: every change wakes them (`send_modify` always does), and the
+    /// value is the job once a change made it final.
+    watched: Mutex<HashMap<JobId, watch::Sender<Option<Arc<Job>>>>>,
 }
 
 /// One waiter on one job; dropping it stops watching.
@@ -31,7 +26,7 @@ struct Notices {
 pub struct JobWatch<'a> {
     changes: &'a Changes,
     id: JobId,
-    seen: Option<watch::Receiver<Notices>>,
+    seen: Option<watch::Receiver<Option<Arc<Job>>>>,
 }
 
 impl Changes {
@@ -39,7 +34,7 @@ impl Changes {
         let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
         let seen = watched
             .entry(id.clone())
-            .or_insert_with(|| watch::channel(Notices::default()).0)
+            .or_insert_with(|| watch::channel(None).0)
             .subscribe();
         JobWatch {
             changes: self,
@@ -52,10 +47,9 @@ impl Changes {
     pub(super) fn changed(&self, id: &JobId, last: impl FnOnce() -> Option<Job>) {
         let watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(notices) = watched.get(id) {
-            notices.send_modify(|n| {
-                n.count = n.count.wrapping_add(1);
-                if n.last.is_none() {
-                    n.last = last().map(Arc::new);
+            notices.send_modify(|kept| {
+                if kept.is_none() {
+                    *kept = last().map(Arc::new);
                 }
             });
         }
@@ -69,7 +63,7 @@ impl JobWatch<'_> {
         let seen = self.seen.as_mut()?;
         // The sender stays in the map while any watch of the job lives: it cannot close.
         let _ = seen.changed().await;
-        seen.borrow_and_update().last.clone()
+        seen.borrow_and_update().clone()
     }
 }
 
@@ -83,7 +77,7 @@ impl Drop for JobWatch<'_> {
             .unwrap_or_else(|e| e.into_inner());
         if watched
             .get(&self.id)
-            .is_some_and(|counter| counter.receiver_count() == 0)
+            .is_some_and(|notices| notices.receiver_count() == 0)
         {
             watched.remove(&self.id);
         }
