@@ -6,8 +6,8 @@ use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
 use super::rows::{
-    JOB_COLUMNS, JobRow, attempt_refs, delete_jobs, from_json, insert_job, job_for_key, json_text,
-    key_holder, load_attempts, load_job, parse_job_id,
+    JOB_ROW, JobRow, attempt_refs, delete_jobs, from_json, insert_job, job_for_key, json_text,
+    key_holder, load_job, parse_job_id,
 };
 use super::{SqliteError, SqliteStore};
 use crate::domain::{
@@ -60,7 +60,9 @@ impl JobStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
         let (owner, id) = (owner.clone(), id.clone());
-        self.read(move |conn| Ok(load_job(conn, &id, now)?.filter(|job| job.owner == owner)))
+        self.read(move |conn| Ok(load_job(conn, &id, now)?
+                .map(|(_, job)| job)
+                .filter(|job| job.owner == owner)))
             .await
     }
 
@@ -73,7 +75,7 @@ impl JobStore for SqliteStore {
         let (owner, query) = (owner.clone(), query.clone());
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {JOB_COLUMNS} FROM jobs \
+                "SELECT {JOB_ROW} FROM jobs \
                  WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
                    AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) AND expires_at > ?6 \
                  ORDER BY created_at DESC, id DESC LIMIT ?5"
@@ -93,10 +95,7 @@ impl JobStore for SqliteStore {
                 .collect::<Result<Vec<_>, _>>()?;
             let mut jobs = rows
                 .into_iter()
-                .map(|row| {
-                    let attempts = load_attempts(conn, &row.id)?;
-                    row.into_job(attempts)
-                })
+                .map(|row| Ok(row.with_attempts(conn)?.1))
                 .collect::<Result<Vec<_>, StoreError>>()?;
             let next_cursor = (jobs.len() > query.limit).then(|| {
                 jobs.truncate(query.limit);

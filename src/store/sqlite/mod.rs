@@ -131,12 +131,12 @@ impl SqliteStore {
     ) -> Result<(T, Job), StoreError> {
         let id = id.clone();
         self.write(move |tx| {
-            let before = load_job(tx, &id, now)?
-                .filter(|job| owner.as_ref().is_none_or(|o| *o == job.owner))
+            let (seq, before) = load_job(tx, &id, now)?
+                .filter(|(_, job)| owner.as_ref().is_none_or(|o| *o == job.owner))
                 .ok_or(StoreError::NotFound)?;
             let mut after = before.clone();
             let out = apply(&mut after)?;
-            write_back(tx, &before, &after)?;
+            write_back(tx, seq, &before, &after)?;
             Ok((out, after))
         })
         .await

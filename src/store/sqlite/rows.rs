@@ -13,6 +13,9 @@ use crate::store::StoreError;
 
 pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by";
+/// What reads a job row: its columns, then its row number (`seq`), by which its attempts name it.
+pub(super) const JOB_ROW: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
+                           completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by, seq";
 pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of";
 
@@ -50,8 +53,9 @@ pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreE
             job.status().as_str(),
         ])?;
     if inserted == 1 {
+        let seq = tx.last_insert_rowid();
         for attempt in &job.attempts {
-            insert_attempt(tx, &job.id, attempt)?;
+            insert_attempt(tx, seq, attempt)?;
         }
     }
     Ok(inserted == 1)
@@ -80,7 +84,7 @@ pub(super) fn job_for_key(
     now: Timestamp,
 ) -> Result<Option<Job>, StoreError> {
     match key_holder(conn, owner, key)? {
-        Some(id) => load_job(conn, &id, now),
+        Some(id) => Ok(load_job(conn, &id, now)?.map(|(_, job)| job)),
         None => Ok(None),
     }
 }
@@ -98,10 +102,12 @@ pub(super) fn delete_jobs(tx: &Transaction<'_>, ids: &[JobId]) -> Result<(), Sto
     Ok(())
 }
 
-/// Writes what a transition changed. Every statement is guarded by the state it replaces and must change exactly
-/// one row; the job row's guard `version = ? AND completed_by IS ?` is the result slot's compare-and-swap.
+/// Writes what a transition changed to the job in row `seq` (read in the same transaction). Every statement is
+/// guarded by the state it replaces and must change exactly one row; the job row's guard
+/// `version = ? AND completed_by IS ?` is the result slot's compare-and-swap.
 pub(super) fn write_back(
     tx: &Transaction<'_>,
+    seq: i64,
     before: &Job,
     after: &Job,
 ) -> Result<(), StoreError> {
@@ -127,10 +133,10 @@ pub(super) fn write_back(
         &before.cancelled_by,
     );
     if job_changed {
-        let changed = tx.prepare_cached(&format!(
+        let changed = tx.prepare_cached(
             "UPDATE jobs SET status = ?1, version = ?2, completed_by = ?3, result = ?4, error = ?5, \
                              cancelled_at = ?6, updated_at = ?7, cancelled_by = ?11 \
-             WHERE {} AND version = ?9 AND completed_by IS ?10", id_is("?8")))?
+             WHERE seq = ?8 AND version = ?9 AND completed_by IS ?10")?
         .execute(params![
                 after.status().as_str(),
                 after.version as i64,
@@ -139,7 +145,7 @@ pub(super) fn write_back(
                 after.error.as_ref().map(json_text),
                 after.cancelled_at.map(|t| t.timestamp_millis()),
                 after.updated_at.timestamp_millis(),
-                after.id.as_str(),
+                seq,
                 before.version as i64,
                 before.completed_by,
                 after.cancelled_by.as_ref().map(WriteToken::as_str),
@@ -150,13 +156,13 @@ pub(super) fn write_back(
     }
     for attempt in &after.attempts {
         match before.attempt(attempt.number) {
-            None => insert_attempt(tx, &after.id, attempt)?,
+            None => insert_attempt(tx, seq, attempt)?,
             Some(old) if old != attempt => {
-                let changed = tx.prepare_cached(&format!(
+                let changed = tx.prepare_cached(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
                                          writer = ?9, not_before = ?13 \
-                     WHERE job = (SELECT seq FROM jobs WHERE {}) AND number = ?11 AND state = ?12", id_is("?10")))?
+                     WHERE job = ?10 AND number = ?11 AND state = ?12")?
         .execute(params![
                         attempt.state.as_str(),
                         attempt.seen_version.map(|v| v as i64),
@@ -167,7 +173,7 @@ pub(super) fn write_back(
                         attempt.report.as_ref().map(json_text),
                         attempt.dispatched_at.timestamp_millis(),
                         attempt.writer.as_ref().map(WriteToken::as_str),
-                        after.id.as_str(),
+                        seq,
                         attempt.number,
                         old.state.as_str(),
                         attempt.not_before.map(|t| t.timestamp_millis()),
@@ -182,11 +188,11 @@ pub(super) fn write_back(
     Ok(())
 }
 
-fn insert_attempt(tx: &Transaction<'_>, job_id: &JobId, a: &Attempt) -> Result<(), StoreError> {
+fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES ((SELECT seq FROM jobs WHERE {}), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)", id_is("?1")))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"))?
         .execute(params![
-            job_id.as_str(),
+            seq,
             a.number,
             a.provider.as_str(),
             a.state.as_str(),
@@ -234,42 +240,37 @@ pub(super) fn attempt_refs(
         .collect()
 }
 
-/// The job, unless it expired by `now` (then it is gone, though its row may wait for the next purge).
+/// The job and its row number, unless it expired by `now` (then it is gone, though its row may wait for the next
+/// purge).
 pub(super) fn load_job(
     conn: &Connection,
     id: &JobId,
     now: Timestamp,
-) -> Result<Option<Job>, StoreError> {
+) -> Result<Option<(i64, Job)>, StoreError> {
     let row = conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE {} AND expires_at > ?2",
+            "SELECT {JOB_ROW} FROM jobs WHERE {} AND expires_at > ?2",
             id_is("?1")
         ))?
         .query_row(params![id.as_str(), now.timestamp_millis()], JobRow::read)
         .optional()?;
-    match row {
-        None => Ok(None),
-        Some(row) => {
-            let attempts = load_attempts(conn, &row.id)?;
-            row.into_job(attempts).map(Some)
-        }
-    }
+    row.map(|row| row.with_attempts(conn)).transpose()
 }
 
-pub(super) fn load_attempts(conn: &Connection, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+/// The attempts of the job in row `seq`, in order.
+fn load_attempts(conn: &Connection, seq: i64) -> Result<Vec<Attempt>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = (SELECT seq FROM jobs WHERE {}) ORDER BY number",
-        id_is("?1")
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = ?1 ORDER BY number"
     ))?;
     let rows = stmt
-        .query_map([job_id], AttemptRow::read)?
+        .query_map([seq], AttemptRow::read)?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter().map(AttemptRow::into_attempt).collect()
 }
 
-/// A `jobs` row as SQLite hands it over, before the domain types check it.
+/// A `jobs` row as SQLite hands it over ([`JOB_ROW`]), before the domain types check it.
 pub(super) struct JobRow {
-    pub(super) id: String,
+    id: String,
     owner: String,
     idempotency_key: String,
     fingerprint: String,
@@ -285,6 +286,7 @@ pub(super) struct JobRow {
     updated_at: i64,
     expires_at: i64,
     cancelled_by: Option<String>,
+    seq: i64,
 }
 
 impl JobRow {
@@ -306,10 +308,18 @@ impl JobRow {
             updated_at: row.get(13)?,
             expires_at: row.get(14)?,
             cancelled_by: row.get(15)?,
+            seq: row.get(16)?,
         })
     }
 
-    pub(super) fn into_job(self, attempts: Vec<Attempt>) -> Result<Job, StoreError> {
+    /// The job with its attempts, read on the same connection; and its row number.
+    pub(super) fn with_attempts(self, conn: &Connection) -> Result<(i64, Job), StoreError> {
+        let seq = self.seq;
+        let attempts = load_attempts(conn, seq)?;
+        Ok((seq, self.into_job(attempts)?))
+    }
+
+    fn into_job(self, attempts: Vec<Attempt>) -> Result<Job, StoreError> {
         Ok(Job {
             id: parse_job_id(&self.id)?,
             owner: Owner::parse(&self.owner).map_err(|e| corrupt("owner", e))?,
