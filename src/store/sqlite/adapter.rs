@@ -60,10 +60,12 @@ impl JobStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
         let (owner, id) = (owner.clone(), id.clone());
-        self.read(move |conn| Ok(load_job(conn, &id, now)?
+        self.read(move |conn| {
+            Ok(load_job(conn, &id, now)?
                 .map(|(_, job)| job)
-                .filter(|job| job.owner == owner)))
-            .await
+                .filter(|job| job.owner == owner))
+        })
+        .await
     }
 
     async fn list_jobs(

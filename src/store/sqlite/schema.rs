@@ -225,3 +225,21 @@ pub(super) fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection keeps its temporary structures in memory: the writer's savepoints (one per write of a group
+    /// commit) otherwise keep their undo log in a file that is made, written and deleted every few dozen writes.
+    #[test]
+    fn a_savepoints_undo_log_is_kept_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("t.db")).unwrap();
+        configure(&conn).unwrap();
+        let temp_store: i64 = conn
+            .query_row("PRAGMA temp_store", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(temp_store, 2, "2 is MEMORY");
+    }
+}
