@@ -10,10 +10,10 @@ use onejob::queue::local::LocalQueue;
 use onejob::store::sqlite::SqliteStore;
 use tokio::sync::Semaphore;
 
-use super::{checkpoint, instant_config, intent, percentiles, preload, scratch};
+use super::{Scratch, checkpoint, instant_config, intent, percentiles, preload};
 
 pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize) {
-    let dir = scratch("lifecycle");
+    let dir = Scratch::new("lifecycle");
     let db = dir.join("bench.db");
     let store = Arc::new(SqliteStore::open(&db).unwrap());
     preload(store.as_ref(), preload_n).await;

@@ -151,12 +151,27 @@ fn intent(owner: &Owner, key: &str, text: &str) -> NewJob {
     }
 }
 
-/// A fresh, empty folder under the system's temporary folder, for one run.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("onejob-bench-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty folder under the system's temporary folder for one run, removed with what it holds when the run
+/// drops it (a 100,000-job preload leaves tens of megabytes).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("onejob-bench-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn join(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// How long the bench's jobs are kept.

@@ -18,7 +18,7 @@ use onejob::store::sqlite::SqliteStore;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use super::{checkpoint, instant_config, percentiles, preload, scratch};
+use super::{Scratch, checkpoint, instant_config, percentiles, preload};
 
 /// What one storm run measured.
 struct StormRun {
@@ -34,7 +34,7 @@ pub(super) async fn storm(intents: usize, dups: usize, conns: usize, preload_n: 
     let mut runs = Vec::new();
     for target in [Target::Onejob, Target::Floor, Target::FloorBatched] {
         let floor = target != Target::Onejob;
-        let dir = scratch(target.name());
+        let dir = Scratch::new(target.name());
         let db = dir.join("bench.db");
         if floor {
             preload_floor(&db, preload_n);
