@@ -4,8 +4,9 @@
 //! (`writer`); a few reader connections serve reads beside it. The database itself keeps the invariants that
 //! matter most: `UNIQUE(owner, idempotency_key)` decides creates (an `INSERT … ON CONFLICT DO NOTHING`, never a
 //! read first), a partial unique index allows one live attempt per job, and every update is guarded by the state
-//! it expects — a completion is `UPDATE jobs … WHERE id = ? AND version = ? AND completed_by IS NULL` (the id
-//! found through `jobs_by_id`, `rows::id_is`) and must change exactly one row.
+//! it expects — a completion is `UPDATE jobs … WHERE seq = ? AND version = ? AND completed_by IS NULL` (the row
+//! read with the job in the same transaction, found by its id through `jobs_by_id`, `rows::id_is`) and must change
+//! exactly one row.
 //!
 //! - `schema`: the tables, indexes and migrations, and how each connection is configured.
 //! - `rows`: jobs and attempts as rows: reading, inserting and writing back a transition's changes.
