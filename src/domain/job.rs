@@ -80,7 +80,8 @@ pub struct Job {
     /// The attempt whose result won the result slot.
     pub completed_by: Option<u32>,
     pub result: Option<Value>,
-    /// Why the job failed, once no attempt is live and none will follow.
+    /// Why the job failed, once no attempt is live and none will follow; a cancel keeps it (the job had failed
+    /// before its owner cancelled it).
     pub error: Option<ErrorInfo>,
     /// Set when the owner cancelled the job; any later result is discarded.
     pub cancelled_at: Option<Timestamp>,

@@ -121,7 +121,7 @@ const ATTEMPTS_PER_JOB: MetricSpec = histogram(
     "onejob_attempts_per_job",
     Unit::Count,
     &["contract", "outcome"],
-    "Attempts a job took, counted when it ended (succeeded, failed, cancelled).",
+    "Attempts a job took, counted when it ended (succeeded; failed; cancelled while open).",
 );
 
 /// Every metric onejob records.
@@ -297,13 +297,20 @@ impl Metrics {
             .record(took.as_secs_f64());
     }
 
-    /// A write left `job` as it stands: if that ended it, how many attempts it took.
+    /// A write that changed `job` left it as it stands: if that ended it, how many attempts it took. A job ends
+    /// when it succeeds (once: the slot is taken once), each time its last live attempt ends with no failover
+    /// left (`failed`; a manual retry reopens it), and when its owner cancels it while it is open. Cancelling a
+    /// failed job ends nothing: it ended when it failed, and was counted then (it keeps its error through the
+    /// cancel, which is how this tells). A failed job that a cancelled attempt's answer wins within its lease
+    /// ends twice, failed and then succeeded, and is counted under both.
     pub fn ended(&self, job: &Job) {
         let status = job.status();
-        if matches!(
-            status,
-            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
-        ) {
+        let ended = match status {
+            JobStatus::Succeeded | JobStatus::Failed => true,
+            JobStatus::Cancelled => job.error.is_none(),
+            JobStatus::Queued | JobStatus::Running | JobStatus::Unknown => false,
+        };
+        if ended {
             let attempts = job.attempts.len() as f64;
             self.histogram(&ATTEMPTS_PER_JOB, &[job.contract.name(), status.as_str()])
                 .record(attempts);

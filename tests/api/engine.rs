@@ -283,6 +283,62 @@ async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
     assert_problem(cancel_missing, 404, "attempt_not_found").await;
 }
 
+/// `onejob_attempts_per_job` counts a job's ends: its failure, not the cancel of the failed job; a job reopened by
+/// a manual retry again when that ends; a cancel of an open job once, however often it is asked for.
+#[tokio::test]
+async fn a_job_is_counted_once_per_end_and_cancelling_a_failed_job_ends_nothing() {
+    let gate = Gate::new();
+    let boom = Reply::Status(500, "boom");
+    let primary = StandIn::spawn(
+        vec![boom.clone(), boom.clone(), Reply::Held(gate.clone())],
+        boom,
+    )
+    .await;
+    let fallback = StandIn::answering(json!({"summary": "B"})).await;
+    // The fallback was never qualified: no failover.
+    let app = app_with(openai(primary.base_url()), openai(fallback.base_url())).await;
+    let count = |text: &str, outcome: &str| {
+        metric(
+            text,
+            "onejob_attempts_per_job_count",
+            &[("contract", "summarize"), ("outcome", outcome)],
+        )
+    };
+    let failed = created_id(&app, "failed", &chain_job("a")).await;
+    app.wait_until(ALICE, &failed, |j| j["status"] == "failed")
+        .await;
+    app.metrics_when(|m| count(m, "failed") == 1.0).await;
+    let cancelled = json_with_status(app.cancel_job(ALICE, &failed).await, 200).await;
+    assert_eq!(cancelled["status"], "cancelled");
+
+    let retried = created_id(&app, "retried", &chain_job("b")).await;
+    app.wait_until(ALICE, &retried, |j| j["status"] == "failed")
+        .await;
+    let attempts = format!("/v1/jobs/{retried}/attempts");
+    let added = app
+        .post_json(ALICE, &attempts, &json!({"provider": "fallback"}))
+        .await;
+    json_with_status(added, 201).await;
+    app.wait_until(ALICE, &retried, |j| j["status"] == "succeeded")
+        .await;
+
+    // Held in its provider call, then cancelled twice.
+    let open = created_id(&app, "open", &chain_job("c")).await;
+    primary.received(3).await;
+    for _ in 0..2 {
+        let cancelled = json_with_status(app.cancel_job(ALICE, &open).await, 200).await;
+        assert_eq!(cancelled["status"], "cancelled");
+    }
+    gate.open(json!({"summary": "too late"}));
+    app.wait_until(ALICE, &open, |j| j["attempts"][0]["state"] == "discarded")
+        .await;
+    let metrics = app
+        .metrics_when(|m| count(m, "succeeded") == 1.0 && count(m, "failed") == 2.0)
+        .await;
+    assert_eq!(count(&metrics, "cancelled"), 1.0, "{metrics}");
+    assert_eq!(primary.call_count(), 3);
+}
+
 #[tokio::test]
 async fn a_long_poll_answers_at_once_for_a_settled_job_and_refuses_long_waits() {
     let app = TestApp::spawn().await;
