@@ -83,6 +83,20 @@ pub struct Config {
     /// A claim's lease is the longest provider timeout + late window, plus this.
     #[serde(default = "default_lease_margin_ms")]
     pub lease_margin_ms: u64,
+    /// Whether owners may register endpoints for completion events on loopback, private or link-local addresses
+    /// (a local setup's own receiver). Off by default: the server would otherwise send requests wherever an
+    /// owner points it, its own network included. `ONEJOB_ALLOW_PRIVATE_ENDPOINTS=1` turns it on.
+    #[serde(default)]
+    pub allow_private_endpoints: bool,
+    /// How long one delivery of a completion event may take.
+    #[serde(default = "default_event_timeout_ms")]
+    pub event_timeout_ms: u64,
+    /// After a delivery that did not get a 2xx, the next is tried after this, doubling each time, at most
+    /// `event_backoff_cap_ms`; until the endpoint takes it or the job expires.
+    #[serde(default = "default_event_backoff_base_ms")]
+    pub event_backoff_base_ms: u64,
+    #[serde(default = "default_event_backoff_cap_ms")]
+    pub event_backoff_cap_ms: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +183,18 @@ fn default_lease_margin_ms() -> u64 {
     30_000
 }
 
+fn default_event_timeout_ms() -> u64 {
+    5_000
+}
+
+fn default_event_backoff_base_ms() -> u64 {
+    1_000
+}
+
+fn default_event_backoff_cap_ms() -> u64 {
+    3_600_000
+}
+
 /// The built-in providers: all demo, each showing one behaviour of the engine (see the README). None is qualified
 /// until `onejob qualify` says so.
 fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
@@ -219,6 +245,10 @@ impl Default for Config {
             sweep_interval_ms: default_sweep_interval_ms(),
             redispatch_after_ms: default_redispatch_after_ms(),
             lease_margin_ms: default_lease_margin_ms(),
+            allow_private_endpoints: false,
+            event_timeout_ms: default_event_timeout_ms(),
+            event_backoff_base_ms: default_event_backoff_base_ms(),
+            event_backoff_cap_ms: default_event_backoff_cap_ms(),
         }
     }
 }
@@ -250,6 +280,12 @@ impl Config {
                 max_retries: self.provider_retries,
                 within: chrono::Duration::milliseconds(self.provider_retry_within_ms as i64),
                 ..crate::engine::EngineSettings::default().retry
+            },
+            events: crate::engine::EventSettings {
+                timeout: std::time::Duration::from_millis(self.event_timeout_ms),
+                backoff_base: chrono::Duration::milliseconds(self.event_backoff_base_ms as i64),
+                backoff_cap: chrono::Duration::milliseconds(self.event_backoff_cap_ms as i64),
+                allow_private: self.allow_private_endpoints,
             },
             ..Default::default()
         }

@@ -1,5 +1,6 @@
 //! The local server: config, contracts, providers, store and tokens wired into the engine and the router; the
-//! in-process queue with its worker loop; the sweeper; all served until shutdown.
+//! in-process queue with its worker loop; the sweeper and the deliverer of completion events; all served until
+//! shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -93,7 +94,16 @@ pub fn start(
         config.worker_concurrency,
     ));
     let interval = chrono::Duration::milliseconds(config.sweep_interval_ms as i64);
-    let sweeper = tokio::spawn(worker::sweeper::run_local(engine.clone(), interval));
+    // The sweeper and, between its sweeps, the deliverer of completion events: stopped together.
+    let sweeper = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            tokio::join!(
+                worker::sweeper::run_local(engine.clone(), interval),
+                worker::sweeper::deliver_local(engine),
+            );
+        }
+    });
     Ok(Running {
         engine,
         addr,

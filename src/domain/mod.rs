@@ -7,9 +7,11 @@
 //! - [`report`]: the bounded error and call report kept on an attempt.
 //! - [`ids`], [`fingerprint`], [`qualification`]: names, the intent's fingerprint, providers' standing.
 //! - [`breaker`]: a provider's breaker, shared by every worker through the store.
+//! - [`event`]: completion events, their endpoint, signature and deliveries.
 
 pub mod attempt;
 pub mod breaker;
+pub mod event;
 pub mod failover;
 pub mod fingerprint;
 pub mod ids;
@@ -23,6 +25,7 @@ pub(crate) mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
 pub use breaker::{Admission, Breaker, BreakerPolicy};
+pub use event::{Deliveries, Endpoint, EventDelivery};
 pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};

@@ -30,7 +30,7 @@ impl Engine {
         };
         let kind = match &outcome {
             CreateOutcome::Created(job) => {
-                self.changed(job);
+                self.changed(job).await;
                 self.dispatch_queued(job).await;
                 CreateKind::Created
             }
@@ -78,7 +78,7 @@ impl Engine {
                 }
             })
             .await?;
-        self.changed(&job);
+        self.changed(&job).await;
         self.dispatch_queued(&job).await;
         Ok((number, job))
     }
@@ -108,7 +108,7 @@ impl Engine {
             tracing::info!(job_id = %job.id, attempt = number, "attempt cancelled");
             self.metrics.attempt(&job, number, AttemptState::Cancelled);
             self.metrics.ended(&job);
-            self.changed(&job);
+            self.changed(&job).await;
             self.dispatch_queued(&job).await;
         }
         Ok(job)
@@ -129,7 +129,7 @@ impl Engine {
             tracing::info!(job_id = %job.id, "job cancelled");
         }
         // Also when it was cancelled before: that may have been this very call, whose first answer was lost.
-        self.changed(&job);
+        self.changed(&job).await;
         Ok(job)
     }
 }

@@ -14,6 +14,7 @@
 
 mod api;
 mod changes;
+mod events;
 mod in_flight;
 mod recent;
 mod worker;
@@ -36,6 +37,7 @@ use crate::providers::Providers;
 use crate::queue::Dispatcher;
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
 pub use changes::JobWatch;
+pub use events::{EndpointRefused, EventSettings, is_private};
 use recent::Recent;
 
 /// Timings and limits of the engine that do not belong to one provider.
@@ -71,6 +73,8 @@ pub struct EngineSettings {
     /// How long a worker keeps trying to write an answer it holds (a result, a failure, a time-out), bounded by
     /// a Lambda's remaining time.
     pub answer_budget: Duration,
+    /// How completion events are delivered.
+    pub events: EventSettings,
 }
 
 impl Default for EngineSettings {
@@ -95,6 +99,7 @@ impl Default for EngineSettings {
             provider_state_cache: std::time::Duration::from_millis(100),
             write_budget: Duration::seconds(3),
             answer_budget: Duration::minutes(5),
+            events: EventSettings::default(),
         }
     }
 }
@@ -123,6 +128,10 @@ pub struct Engine {
     /// Evidence this process read a moment ago, by (contract, provider) fingerprint: an answer it would not
     /// change is not read for.
     evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
+    /// Woken when this process armed deliveries (the local deliverer waits on it).
+    deliveries_due: tokio::sync::Notify,
+    /// The deliverer's HTTP client (`events::client`).
+    event_client: reqwest::Client,
 }
 
 /// What a worker's answer write did when the store kept failing: the answer could not be kept.
@@ -156,6 +165,8 @@ impl Engine {
             creating: in_flight::InFlight::default(),
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
+            deliveries_due: tokio::sync::Notify::new(),
+            event_client: events::client(&settings.events),
             settings,
         }
     }
@@ -171,9 +182,11 @@ impl Engine {
         self.changes.watch(id)
     }
 
-    fn changed(&self, job: &Job) {
+    /// After every write of a job: its watchers hear of it, and if it ended, its owner's endpoint will.
+    async fn changed(&self, job: &Job) {
         self.changes
             .changed(&job.id, || job.is_final().then(|| job.clone()));
+        self.arm_deliveries(job).await;
     }
 
     /// The end of an API write's budget, from now.

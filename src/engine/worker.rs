@@ -23,7 +23,7 @@ impl Engine {
             .await?;
         self.metrics
             .attempt(&job, message.number, AttemptState::Started);
-        self.changed(&job);
+        self.changed(&job).await;
         Ok(job)
     }
 
@@ -46,7 +46,7 @@ impl Engine {
             Ok(job) => {
                 self.metrics
                     .attempt(&job, attempt.number, AttemptState::Unknown);
-                self.changed(&job);
+                self.changed(&job).await;
                 Ok(Some(job))
             }
             Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(None),
@@ -81,7 +81,7 @@ impl Engine {
                 tracing::info!(job_id = %job.id, attempt = number, "result claimed");
                 self.metrics.attempt(&job, number, AttemptState::Succeeded);
                 self.metrics.ended(&job);
-                self.changed(&job);
+                self.changed(&job).await;
                 Ok(Completion::Won)
             }
             Ok((Completion::Lost { winner }, job)) => {
@@ -90,7 +90,7 @@ impl Engine {
                 let winner_text = winner.map_or_else(|| "none".to_owned(), |w| w.to_string());
                 tracing::warn!(job_id = %job.id, loser = number, winner = %winner_text, "race lost: result discarded");
                 self.metrics.race_lost(&job, number);
-                self.changed(&job);
+                self.changed(&job).await;
                 Ok(Completion::Lost { winner })
             }
             Err(e) => {
@@ -140,7 +140,7 @@ impl Engine {
                 if let Some(error) = &after.error {
                     tracing::warn!(job_id = %after.id, code = %error.code, "no failover: {}", error.message);
                 }
-                self.changed(&after);
+                self.changed(&after).await;
                 self.dispatch_queued(&after).await;
                 Ok(after)
             }

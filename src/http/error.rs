@@ -77,6 +77,12 @@ pub enum ApiError {
     /// 409 `job_finished`.
     #[error("the job is already {}", .status.as_str())]
     JobFinished { status: JobStatus },
+    /// 422 `endpoint_refused`: not an http(s) URL, or one on a loopback, private or link-local address.
+    #[error("{0}")]
+    EndpointRefused(String),
+    /// 404 `endpoint_not_found`: the owner has registered no endpoint for completion events.
+    #[error("no endpoint is registered; PUT /v1/endpoint registers one")]
+    EndpointNotFound,
     /// 404 `not_found`: no such endpoint.
     #[error("no such endpoint; GET /openapi.json lists them")]
     NotFound,
@@ -114,6 +120,8 @@ impl ApiError {
             Self::AttemptNotCancellable { .. } => (StatusCode::CONFLICT, "attempt_not_cancellable"),
             Self::AttemptLimitReached { .. } => (StatusCode::CONFLICT, "attempt_limit_reached"),
             Self::AttemptNotFound(_) => (StatusCode::NOT_FOUND, "attempt_not_found"),
+            Self::EndpointRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, "endpoint_refused"),
+            Self::EndpointNotFound => (StatusCode::NOT_FOUND, "endpoint_not_found"),
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

@@ -4,6 +4,7 @@ pub mod attempts;
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod events;
 pub mod jobs;
 pub mod openapi;
 pub mod page;

@@ -15,13 +15,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::Problem;
-use super::{AppState, BreakerView, ContractList, ProviderList, StandingView, attempts, jobs};
+use super::{
+    AppState, BreakerView, ContractList, ProviderList, StandingView, attempts, events, jobs,
+};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
     components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
-                       ProviderList, StandingView, BreakerView, attempts::AddAttemptRequest)),
+                       ProviderList, StandingView, BreakerView, attempts::AddAttemptRequest, events::EndpointRequest,
+                       events::EndpointView, events::EventList, crate::domain::EventDelivery)),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -38,6 +41,12 @@ pub fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::cancel_job))
         .routes(routes!(attempts::add_attempt))
         .routes(routes!(attempts::cancel_attempt))
+        .routes(routes!(
+            events::put_endpoint,
+            events::get_endpoint,
+            events::delete_endpoint
+        ))
+        .routes(routes!(events::list_events))
 }
 
 /// The document once every route is in: each operation may answer 500, every problem answer (4xx, 5xx) has the

@@ -16,9 +16,9 @@ use serde_json::Value;
 use chrono::Duration;
 
 use crate::domain::{
-    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, ErrorInfo, Failover, Fingerprint,
-    Job, JobCancel, JobId, JobStatus, NewJob, Owner, ParseError, ProviderName, Qualification,
-    Refusal, Stamp, Timestamp, WriteToken,
+    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint, ErrorInfo,
+    Failover, Fingerprint, Job, JobCancel, JobId, JobStatus, NewJob, Owner, ParseError,
+    ProviderName, Qualification, Refusal, Stamp, Timestamp, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -135,7 +135,7 @@ impl StoreError {
 /// Every write takes a [`Stamp`]. A write repeated with its stamp's token — by the backend's own client, by the
 /// engine, after an answer was lost — answers as it did the first time and writes nothing again (invariant 11).
 #[async_trait]
-pub trait JobStore: Send + Sync + Debug {
+pub trait JobStore: EventStore + Send + Sync + Debug {
     /// Creates the job (with attempt 1 queued, kept for `retention`) unless (owner, key) names a job that is not
     /// expired; the database's uniqueness decides. A repeat of a create that landed is `Created` again.
     async fn create_job(
@@ -268,4 +268,38 @@ pub trait JobStore: Send + Sync + Debug {
         id: &JobId,
         stamp: &Stamp,
     ) -> Result<(JobCancel, Job), StoreError>;
+}
+
+/// Completion events' side of the store: owners' endpoints and each job's deliveries (`domain::event`). A job's
+/// deliveries exist only if its owner had an endpoint when a write ended it; they go with the job at its expiry.
+#[async_trait]
+pub trait EventStore: Send + Sync + Debug {
+    /// The owner's endpoint, if one is registered.
+    async fn endpoint(&self, owner: &Owner) -> Result<Option<Endpoint>, StoreError>;
+
+    /// Registers the owner's endpoint (`Some`, replacing any other) or removes it (`None`).
+    async fn put_endpoint(
+        &self,
+        owner: &Owner,
+        endpoint: Option<&Endpoint>,
+    ) -> Result<(), StoreError>;
+
+    /// If the job's owner has an endpoint: the job, ended, settles at `settles_at`, and its deliveries are due
+    /// then (made if there were none) — unless they were armed for this very settle before (its event id), so
+    /// that a later write that leaves the settle as it was (a discarded answer, a repeat) changes nothing. Whether
+    /// the owner has one.
+    async fn arm_deliveries(&self, job: &Job, settles_at: Timestamp) -> Result<bool, StoreError>;
+
+    /// A job's deliveries and their revision.
+    async fn deliveries(&self, id: &JobId) -> Result<Option<(Deliveries, u64)>, StoreError>;
+
+    /// Stores `deliveries` if they are still at revision `rev` (compare-and-swap); whether they were written.
+    async fn put_deliveries(&self, deliveries: &Deliveries, rev: u64) -> Result<bool, StoreError>;
+
+    /// Deliveries due at `now` (of jobs not expired), soonest first, at most `limit`.
+    async fn due_deliveries(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(Deliveries, u64)>, StoreError>;
 }

@@ -2,7 +2,7 @@
 //! whose lease expired become `unknown` (never `failed`: the provider may have done the work), `queued` attempts
 //! that nobody claimed are dispatched again (the claim drops any duplicate), and jobs past their retention go. If the
 //! deployment asks for it (`requalify_stale`), one provider whose qualification passed once and no longer stands is
-//! qualified again per sweep.
+//! qualified again per sweep. Completion events that are due go out.
 
 use std::sync::Arc;
 
@@ -22,6 +22,8 @@ pub struct Swept {
     pub purged: usize,
     /// Qualifications run again (at most one per sweep, and only with `requalify_stale`).
     pub requalified: usize,
+    /// Completion events delivered (the local server also delivers between sweeps, [`deliver_local`]).
+    pub delivered: usize,
 }
 
 pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
@@ -37,6 +39,7 @@ pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
         }
     }
     swept.purged = engine.purge_expired().await?;
+    swept.delivered = engine.deliver_due().await?;
     if engine.settings.requalify_stale
         && let Some((provider, contract, why)) =
             engine.needing_requalification().await?.into_iter().next()
@@ -57,6 +60,7 @@ pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
             redispatched = swept.redispatched,
             purged = swept.purged,
             requalified = swept.requalified,
+            delivered = swept.delivered,
             "sweep"
         );
     }
@@ -71,5 +75,19 @@ pub async fn run_local(engine: Arc<Engine>, interval: Duration) {
         }
         engine.metrics.upkeep();
         engine.clock.sleep(interval).await;
+    }
+}
+
+/// The local server's deliverer: delivers what is due whenever this process arms deliveries, and every second of
+/// the engine's clock for what came due meanwhile (a retry's backoff, a job that settles later).
+pub async fn deliver_local(engine: Arc<Engine>) {
+    loop {
+        if let Err(e) = engine.deliver_due().await {
+            tracing::error!(error = %crate::telemetry::error_chain(&e), "delivering events failed");
+        }
+        tokio::select! {
+            () = engine.deliveries_armed() => {}
+            () = engine.clock.sleep(Duration::seconds(1)) => {}
+        }
     }
 }

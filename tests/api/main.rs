@@ -3,6 +3,7 @@
 mod bad_input;
 mod create;
 mod engine;
+mod events;
 mod helpers;
 mod own_faults;
 mod read;

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::Duration;
 use onejob::domain::{
-    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, ErrorInfo, Failover, Fingerprint,
-    Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp,
+    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint, ErrorInfo,
+    Failover, Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification,
+    Stamp, Timestamp,
 };
-use onejob::store::{CreateOutcome, JobPage, JobStore, ListQuery, StoreError};
+use onejob::store::{CreateOutcome, EventStore, JobPage, JobStore, ListQuery, StoreError};
 use serde_json::Value;
 
 /// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
@@ -35,6 +36,12 @@ pub enum Call {
     PutQualification,
     Breaker,
     PutBreaker,
+    Endpoint,
+    PutEndpoint,
+    ArmDeliveries,
+    Deliveries,
+    PutDeliveries,
+    DueDeliveries,
 }
 
 impl Call {
@@ -59,6 +66,8 @@ pub enum Fault {
     Before,
     /// The call reaches the store and commits; its answer is lost.
     After,
+    /// The call goes through untouched: a plan passes over it to strike a later call of the same kind.
+    Pass,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,13 +135,54 @@ impl FaultyStore {
         op: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         match self.take(call) {
-            None => op.await,
+            None | Some(Fault::Pass) => op.await,
             Some(Fault::Before) => Err(StoreError::backend(Injected("before the write"))),
             Some(Fault::After) => {
                 op.await?;
                 Err(StoreError::backend(Injected("the answer was lost")))
             }
         }
+    }
+}
+
+#[async_trait]
+impl EventStore for FaultyStore {
+    async fn endpoint(&self, owner: &Owner) -> Result<Option<Endpoint>, StoreError> {
+        self.through(Call::Endpoint, self.inner.endpoint(owner))
+            .await
+    }
+
+    async fn put_endpoint(
+        &self,
+        owner: &Owner,
+        endpoint: Option<&Endpoint>,
+    ) -> Result<(), StoreError> {
+        let op = self.inner.put_endpoint(owner, endpoint);
+        self.through(Call::PutEndpoint, op).await
+    }
+
+    async fn arm_deliveries(&self, job: &Job, due_at: Timestamp) -> Result<bool, StoreError> {
+        let op = self.inner.arm_deliveries(job, due_at);
+        self.through(Call::ArmDeliveries, op).await
+    }
+
+    async fn deliveries(&self, id: &JobId) -> Result<Option<(Deliveries, u64)>, StoreError> {
+        self.through(Call::Deliveries, self.inner.deliveries(id))
+            .await
+    }
+
+    async fn put_deliveries(&self, deliveries: &Deliveries, rev: u64) -> Result<bool, StoreError> {
+        let op = self.inner.put_deliveries(deliveries, rev);
+        self.through(Call::PutDeliveries, op).await
+    }
+
+    async fn due_deliveries(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(Deliveries, u64)>, StoreError> {
+        let op = self.inner.due_deliveries(now, limit);
+        self.through(Call::DueDeliveries, op).await
     }
 }
 

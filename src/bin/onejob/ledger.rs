@@ -57,12 +57,15 @@ impl Ledger {
         })
     }
 
-    /// The config (with `ONEJOB_TOKENS` and `ONEJOB_METRICS_TOKEN` applied).
+    /// The config (with `ONEJOB_TOKENS`, `ONEJOB_METRICS_TOKEN` and `ONEJOB_ALLOW_PRIVATE_ENDPOINTS` applied).
     pub fn config(&self) -> Result<Config, StartError> {
         let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
         let mut config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
         if let Ok(token) = std::env::var("ONEJOB_METRICS_TOKEN") {
             config.metrics_token = Some(token);
+        }
+        if std::env::var("ONEJOB_ALLOW_PRIVATE_ENDPOINTS").is_ok_and(|v| v == "1" || v == "true") {
+            config.allow_private_endpoints = true;
         }
         Ok(config)
     }

@@ -287,6 +287,7 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
                 Sweep::Started,
                 live.lease_expires_at.unwrap_or(job.updated_at),
             )),
+            Sweep::Events => None,
         });
     let item = JobItem {
         pk: job.id.intent().to_owned(),
@@ -465,7 +466,7 @@ pub(super) fn decode_qualification(item: &Item) -> Result<Qualification, StoreEr
 }
 
 /// Reads an item as `T`, naming the attribute that does not read.
-fn read<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
+pub(super) fn read<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
     let value = serde_dynamo::AttributeValue::M(serde_dynamo::Item::from(item.clone()).into());
     serde_path_to_error::deserialize(serde_dynamo::Deserializer::from_attribute_value(value))
         .map_err(|e| {
@@ -494,7 +495,7 @@ pub(super) fn qualification_key(contract: &Fingerprint, provider: &Fingerprint) 
 }
 
 /// A value kept as JSON text (an `S`), as the input, results, errors and reports are.
-mod json_text {
+pub(super) mod json_text {
     use serde::de::{DeserializeOwned, Error as _};
     use serde::ser::Error as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -6,6 +6,7 @@
 //! - `capacity`: what each write costs in write units, by DynamoDB's sizing rules.
 //! - `table`: the table itself: key schema, both indexes, TTL, point-in-time recovery.
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on all of it.
+//! - `events`: the [`EventStore`](crate::store::EventStore) port: endpoints' and deliveries' items.
 //!
 //! # Retention
 //!
@@ -37,6 +38,7 @@
 
 mod adapter;
 mod capacity;
+mod events;
 mod item;
 mod table;
 mod update;
@@ -284,16 +286,13 @@ impl DynamoStore {
         Ok(keys.iter().filter_map(|k| found.remove(k)).collect())
     }
 
-    /// The live attempts the sweep index lists under `kind` with a time before `before`, oldest first: the index
-    /// holds keys only, so the items are read (consistently) and an entry the index still shows after its item
-    /// moved on is left out.
-    async fn sweep_query(
+    /// The table keys the sweep index lists under `kind` with a time before `before`, at most `limit` per shard.
+    async fn sweep_keys(
         &self,
         kind: Sweep,
         before: Timestamp,
-        now: Timestamp,
         limit: usize,
-    ) -> Result<Vec<AttemptRef>, StoreError> {
+    ) -> Result<Vec<String>, StoreError> {
         let mut keys = Vec::new();
         for shard in 0..SWEEP_SHARDS {
             let out = self
@@ -317,6 +316,20 @@ impl DynamoStore {
                     }),
             );
         }
+        Ok(keys)
+    }
+
+    /// The live attempts the sweep index lists under `kind` with a time before `before`, oldest first: the index
+    /// holds keys only, so the items are read (consistently) and an entry the index still shows after its item
+    /// moved on is left out.
+    async fn sweep_query(
+        &self,
+        kind: Sweep,
+        before: Timestamp,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        let keys = self.sweep_keys(kind, before, limit).await?;
         let mut found = Vec::new();
         for item in self.read_items(&keys).await? {
             let Decoded { job, sweep_at, .. } = decode_item(&item)?;

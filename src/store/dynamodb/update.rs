@@ -15,6 +15,8 @@ pub(super) enum Sweep {
     Queued,
     /// A `started` attempt of a job not cancelled, by the end of its lease.
     Started,
+    /// A job's deliveries of completion events, by when they are due (their item, not the job's).
+    Events,
 }
 
 impl Sweep {
@@ -22,6 +24,7 @@ impl Sweep {
         match self {
             Self::Queued => "QUEUED",
             Self::Started => "STARTED",
+            Self::Events => "EVENTS",
         }
     }
 }

@@ -262,6 +262,9 @@ impl JobStore for SqliteStore {
                 .map(|id| parse_job_id(id))
                 .collect::<Result<Vec<_>, _>>()?;
             delete_jobs(tx, &ids)?;
+            // Their deliveries go with them.
+            tx.prepare_cached("DELETE FROM deliveries WHERE expires_at <= ?1")?
+                .execute([now.timestamp_millis()])?;
             Ok(ids.len())
         })
         .await

@@ -14,6 +14,7 @@
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on them, each write whole or not at all.
 
 mod adapter;
+mod events;
 mod rows;
 mod schema;
 mod writer;

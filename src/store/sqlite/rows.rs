@@ -408,7 +408,7 @@ impl AttemptRow {
     }
 }
 
-fn corrupt(column: &'static str, detail: impl std::fmt::Display) -> StoreError {
+pub(super) fn corrupt(column: &'static str, detail: impl std::fmt::Display) -> StoreError {
     SqliteError::Corrupt(column, detail.to_string()).into()
 }
 
@@ -420,7 +420,7 @@ pub(super) fn token(raw: &str) -> Result<WriteToken, StoreError> {
     WriteToken::parse(raw).map_err(|e| corrupt("token", e))
 }
 
-fn millis(ms: i64) -> Result<Timestamp, StoreError> {
+pub(super) fn millis(ms: i64) -> Result<Timestamp, StoreError> {
     Utc.timestamp_millis_opt(ms)
         .single()
         .ok_or_else(|| corrupt("timestamp", ms))

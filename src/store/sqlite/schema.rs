@@ -67,6 +67,26 @@ CREATE TABLE IF NOT EXISTS breakers (
 ) STRICT;
 ";
 
+/// What version 7 added to version 6 (and every newer file has): owners' endpoints and jobs' deliveries of
+/// completion events (`store::EventStore`).
+const EVENTS: &str = "
+CREATE TABLE IF NOT EXISTS endpoints (
+    owner    TEXT PRIMARY KEY,
+    endpoint TEXT NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS deliveries (
+    job        TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    due_at     INTEGER,
+    expires_at INTEGER NOT NULL,
+    events     TEXT NOT NULL,
+    rev        INTEGER NOT NULL,
+    armed      TEXT NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS deliveries_by_due ON deliveries (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS deliveries_by_expiry ON deliveries (expires_at);
+";
+
 /// The indexes of [`TABLES`] (besides their keys and unique constraints).
 const INDEXES: &str = "
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_id ON jobs (substr(id, 37), id);
@@ -173,7 +193,7 @@ fn schema_5_to_6(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
 }
 
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -184,22 +204,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         0 => {
             tx.execute_batch(TABLES)?;
             tx.execute_batch(INDEXES)?;
+            tx.execute_batch(EVENTS)?;
         }
-        1..=3 => {
-            if version == 1 {
-                tx.execute_batch(SCHEMA_1_TO_2)?;
-            }
-            if version <= 2 {
-                tx.execute_batch(SCHEMA_2_TO_3)?;
-            }
-            // The rebuild makes the tables as they are now.
-            schema_3_to_4(&tx)?;
-        }
-        4 => {
-            tx.execute_batch(SCHEMA_4_TO_5)?;
-            schema_5_to_6(&tx)?;
-        }
-        5 => schema_5_to_6(&tx)?,
+        1..=6 => from_before_events(&tx, version)?,
         SCHEMA_VERSION => {}
         newer => {
             return Err(SqliteError::Corrupt(
@@ -212,6 +219,29 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
+}
+
+/// Brings a file of version 1 to 6 to version 6, then adds [`EVENTS`].
+fn from_before_events(tx: &rusqlite::Transaction<'_>, version: i64) -> rusqlite::Result<()> {
+    match version {
+        1..=3 => {
+            if version == 1 {
+                tx.execute_batch(SCHEMA_1_TO_2)?;
+            }
+            if version <= 2 {
+                tx.execute_batch(SCHEMA_2_TO_3)?;
+            }
+            // The rebuild makes the tables as they are now.
+            schema_3_to_4(tx)?;
+        }
+        4 => {
+            tx.execute_batch(SCHEMA_4_TO_5)?;
+            schema_5_to_6(tx)?;
+        }
+        5 => schema_5_to_6(tx)?,
+        _ => {}
+    }
+    tx.execute_batch(EVENTS)
 }
 
 pub(super) fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {

@@ -1,0 +1,323 @@
+//! Completion events: registering an owner's endpoint, arming a job's deliveries when a write ends it, and the
+//! deliverer, which POSTs each settled job's signed event until its endpoint answers 2xx.
+//!
+//! Everything the deliverer knows is in the store (`EventStore`): a delivery that a crash interrupts is due again
+//! when its claim runs out, and goes out then, from whichever process looks. Two deliverers never POST one event at
+//! once while a claim holds: each takes the deliveries by compare-and-swap before it sends.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use chrono::Duration;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use super::Engine;
+use crate::domain::event::{self, Due};
+use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, Owner, WriteToken};
+use crate::store::StoreError;
+
+/// How events are delivered.
+#[derive(Debug, Clone)]
+pub struct EventSettings {
+    /// How long one POST may take.
+    pub timeout: std::time::Duration,
+    /// The wait after a failed try: this, doubling, at most `backoff_cap`.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    /// Whether endpoints may be on loopback, private or link-local addresses (a local setup's own receiver).
+    pub allow_private: bool,
+}
+
+impl Default for EventSettings {
+    fn default() -> Self {
+        Self {
+            timeout: std::time::Duration::from_secs(5),
+            backoff_base: Duration::seconds(1),
+            backoff_cap: Duration::hours(1),
+            allow_private: false,
+        }
+    }
+}
+
+/// Why an endpoint is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointRefused {
+    #[error("not an http or https URL without credentials: {0}")]
+    Url(String),
+    #[error(
+        "{0} is a loopback, private or link-local address; endpoints must be public (allow_private_endpoints lets a local setup use its own)"
+    )]
+    Private(IpAddr),
+}
+
+/// Whether `ip` is somewhere a server-side request must not go: this host, a private network, link-local (cloud
+/// metadata), shared, unspecified, broadcast or multicast.
+pub fn is_private(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_private(IpAddr::V4(v4)),
+            None => {
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || v6.is_unique_local()
+                    || v6.is_unicast_link_local()
+            }
+        },
+    }
+}
+
+/// The deliverer's resolver: the system's, with every private address refused, so a public name that resolves
+/// to one (or is made to, later) is not reached.
+#[derive(Debug)]
+struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            if let Some(private) = found.iter().find(|a| is_private(a.ip())) {
+                return Err(EndpointRefused::Private(private.ip()).into());
+            }
+            Ok(Box::new(found.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// The deliverer's HTTP client: no redirects (a redirect could lead anywhere), the settings' timeout, and unless
+/// private endpoints are allowed, a resolver that refuses private addresses.
+pub fn client(settings: &EventSettings) -> reqwest::Client {
+    let builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(settings.timeout)
+        .user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")));
+    let builder = if settings.allow_private {
+        builder
+    } else {
+        builder.dns_resolver(Arc::new(PublicOnly))
+    };
+    builder
+        .build()
+        .expect("a client with these settings builds")
+}
+
+/// What a try of one event came to: `None` if delivered, else why not.
+type TryOutcome = Option<String>;
+
+impl Engine {
+    /// Checks `url` as an endpoint: http or https, no credentials in it, and (unless allowed) not a private
+    /// address, as written or as its name resolves now (a name that does not resolve now is checked at each
+    /// delivery).
+    pub async fn check_endpoint(&self, url: &str) -> Result<reqwest::Url, EndpointRefused> {
+        let refuse = || EndpointRefused::Url(url.to_owned());
+        let parsed = reqwest::Url::parse(url).map_err(|_| refuse())?;
+        if !matches!(parsed.scheme(), "http" | "https")
+            || !parsed.username().is_empty()
+            || parsed.password().is_some()
+            || url.len() > 2048
+        {
+            return Err(refuse());
+        }
+        if self.settings.events.allow_private {
+            return Ok(parsed);
+        }
+        let host = parsed.host_str().ok_or_else(refuse)?;
+        let private = match host.trim_start_matches('[').trim_end_matches(']').parse() {
+            Ok(ip) => Some(ip).filter(|ip| is_private(*ip)),
+            Err(_) => tokio::net::lookup_host((host, 0))
+                .await
+                .map(|found| found.map(|a| a.ip()).find(|ip| is_private(*ip)))
+                .unwrap_or(None),
+        };
+        match private {
+            Some(ip) => Err(EndpointRefused::Private(ip)),
+            None => Ok(parsed),
+        }
+    }
+
+    /// Registers `url` as the owner's endpoint. The secret stays what it was if the owner had one (so a repeat of
+    /// this call, or a move to another URL, does not invalidate the receiver's), else it is new.
+    pub async fn put_endpoint(
+        &self,
+        owner: &Owner,
+        url: reqwest::Url,
+    ) -> Result<Endpoint, StoreError> {
+        let now = self.clock.now();
+        let endpoint = match self.store.endpoint(owner).await? {
+            Some(old) => Endpoint {
+                url: url.to_string(),
+                updated_at: now,
+                ..old
+            },
+            None => Endpoint::new(url.to_string(), now),
+        };
+        self.store.put_endpoint(owner, Some(&endpoint)).await?;
+        Ok(endpoint)
+    }
+
+    /// After a write: if it ended the job, its owner's endpoint (if any) is to hear of it once it settles. Tried
+    /// again like a write while the store fails (arming twice is arming once); logged if it never lands.
+    pub(super) async fn arm_deliveries(&self, job: &Job) {
+        let Some(settles_at) = job.settles_at() else {
+            return;
+        };
+        let armed = self
+            .persist(
+                "arm deliveries",
+                &WriteToken::new(),
+                self.write_deadline(),
+                |_| self.store.arm_deliveries(job, settles_at),
+            )
+            .await;
+        match armed {
+            Ok(true) => self.deliveries_due.notify_one(),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(job_id = %job.id, error = %crate::telemetry::error_chain(&e), "the job's completion event could not be scheduled");
+            }
+        }
+    }
+
+    /// Resolves when deliveries were armed in this process since the last call (or at once if they were before).
+    pub async fn deliveries_armed(&self) {
+        self.deliveries_due.notified().await;
+    }
+
+    /// Handles the deliveries due now, at most a sweep's batch; how many events were delivered.
+    pub async fn deliver_due(&self) -> Result<usize, StoreError> {
+        let due = self
+            .store
+            .due_deliveries(self.clock.now(), self.settings.sweep_batch)
+            .await?;
+        let mut delivered = 0;
+        for (deliveries, rev) in due {
+            let id = deliveries.job_id.clone();
+            match self.deliver(deliveries, rev).await {
+                Ok(true) => delivered += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(&e), "a delivery could not be handled; it stays due");
+                }
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Looks at one job's due deliveries: delivers its event if it settled, else puts them off. Whether an event
+    /// was delivered.
+    async fn deliver(&self, mut deliveries: Deliveries, rev: u64) -> Result<bool, StoreError> {
+        let now = self.clock.now();
+        let job = self
+            .store
+            .get_job(&deliveries.owner, &deliveries.job_id, now)
+            .await?;
+        // A job gone with its retention has nothing more to say.
+        let Some(job) = job else {
+            return self.put_off(deliveries, rev, None).await;
+        };
+        let event = match deliveries.due(&job, now) {
+            Due::Deliver(event) => event,
+            Due::Later(at) => return self.put_off(deliveries, rev, at).await,
+            Due::Done => return self.put_off(deliveries, rev, None).await,
+        };
+        let Some(endpoint) = self.store.endpoint(&deliveries.owner).await? else {
+            tracing::info!(job_id = %job.id, event_id = %event.id, "no endpoint any more: the event is dropped");
+            return self.put_off(deliveries, rev, None).await;
+        };
+        // Claimed for this try: nobody else sends it before the try could have ended.
+        let claim = now + Duration::from_std(self.settings.events.timeout).unwrap_or_default() * 2;
+        deliveries.due_at = Some(claim);
+        if !self.store.put_deliveries(&deliveries, rev).await? {
+            return Ok(false);
+        }
+        let outcome = self.post(&endpoint, &job, &event).await;
+        self.record(deliveries, rev + 1, claim, event, outcome)
+            .await
+    }
+
+    /// Nothing to send now: the deliveries are next due at `at` (`None`: when a write ends the job again).
+    async fn put_off(
+        &self,
+        mut deliveries: Deliveries,
+        rev: u64,
+        at: Option<crate::domain::Timestamp>,
+    ) -> Result<bool, StoreError> {
+        deliveries.due_at = at;
+        self.store.put_deliveries(&deliveries, rev).await?;
+        Ok(false)
+    }
+
+    /// One POST of `event` to `endpoint`.
+    async fn post(&self, endpoint: &Endpoint, job: &Job, event: &EventDelivery) -> TryOutcome {
+        let body = serde_json::to_vec(&event::body(job, event)).expect("JSON always serialises");
+        let signature = event::signature(&endpoint.secret, self.clock.now(), &body);
+        let sent = self
+            .event_client
+            .post(&endpoint.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("onejob-event-id", &event.id)
+            .header("onejob-signature", signature)
+            .body(body)
+            .send()
+            .await;
+        let error = match sent {
+            Ok(answer) if answer.status().is_success() => None,
+            Ok(answer) => Some(format!("HTTP {}", answer.status().as_u16())),
+            Err(e) => Some(crate::telemetry::error_chain(&e).to_string()),
+        };
+        match &error {
+            None => {
+                tracing::info!(job_id = %job.id, event_id = %event.id, tries = event.tries + 1, "event delivered")
+            }
+            Some(why) => {
+                tracing::warn!(job_id = %job.id, event_id = %event.id, tries = event.tries + 1, error = %why, "event not delivered; it will be tried again")
+            }
+        }
+        error
+    }
+
+    /// Writes what a try came to. If the deliveries moved since the claim (a write armed them again), the try is
+    /// recorded on what they are now, and the sooner of the two times stays.
+    async fn record(
+        &self,
+        mut deliveries: Deliveries,
+        mut rev: u64,
+        claim: crate::domain::Timestamp,
+        event: EventDelivery,
+        error: TryOutcome,
+    ) -> Result<bool, StoreError> {
+        let delivered = error.is_none();
+        let now = self.clock.now();
+        let retry_after = event::backoff(
+            self.settings.events.backoff_base,
+            self.settings.events.backoff_cap,
+            event.tries + 1,
+        );
+        loop {
+            let armed = deliveries.due_at.filter(|at| *at != claim);
+            deliveries.record(event.clone(), now, error.clone(), retry_after);
+            if let Some(armed) = armed {
+                deliveries.due_at = Some(deliveries.due_at.map_or(armed, |at| at.min(armed)));
+            }
+            if self.store.put_deliveries(&deliveries, rev).await? {
+                return Ok(delivered);
+            }
+            match self.store.deliveries(&deliveries.job_id).await? {
+                Some((now_stored, now_rev)) => (deliveries, rev) = (now_stored, now_rev),
+                None => return Ok(delivered),
+            }
+        }
+    }
+}
