@@ -9,12 +9,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use chrono::Duration;
+use futures_util::{StreamExt, stream};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::Engine;
 use crate::domain::event::{self, Due};
 use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, Owner, WriteToken};
 use crate::store::StoreError;
+
+/// How many deliveries one process makes at once.
+const DELIVERIES_IN_FLIGHT: usize = 16;
 
 /// How events are delivered.
 #[derive(Debug, Clone)]
@@ -201,17 +205,19 @@ impl Engine {
             .store
             .due_deliveries(self.clock.now(), self.settings.sweep_batch)
             .await?;
-        let mut delivered = 0;
-        for (deliveries, rev) in due {
+        let tries = due.into_iter().map(|(deliveries, rev)| async move {
             let id = deliveries.job_id.clone();
-            match self.deliver(deliveries, rev).await {
-                Ok(true) => delivered += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(&e), "a delivery could not be handled; it stays due");
-                }
-            }
-        }
+            self.deliver(deliveries, rev).await.unwrap_or_else(|e| {
+                tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(&e), "a delivery could not be handled; it stays due");
+                false
+            })
+        });
+        // Side by side: a sweep's batch of slow endpoints fits in a scheduled function's minute.
+        let delivered = stream::iter(tries)
+            .buffer_unordered(DELIVERIES_IN_FLIGHT)
+            .filter(|sent| std::future::ready(*sent))
+            .count()
+            .await;
         Ok(delivered)
     }
 
@@ -261,6 +267,12 @@ impl Engine {
 
     /// One POST of `event` to `endpoint`.
     async fn post(&self, endpoint: &Endpoint, job: &Job, event: &EventDelivery) -> TryOutcome {
+        // Checked again as it is now: an address written in the URL never reaches the resolver, which refuses
+        // what a name resolves to at the connection itself.
+        if let Err(refused) = self.check_endpoint(&endpoint.url).await {
+            tracing::warn!(job_id = %job.id, event_id = %event.id, error = %refused, "event not sent: its endpoint is refused");
+            return Some(refused.to_string());
+        }
         let body = serde_json::to_vec(&event::body(job, event)).expect("JSON always serialises");
         let signature = event::signature(&endpoint.secret, self.clock.now(), &body);
         let sent = self
@@ -319,5 +331,62 @@ impl Engine {
                 None => return Ok(delivered),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_public_and_internal_addresses() {
+        for private in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fd12::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_private(private.parse().unwrap()), "{private}");
+        }
+        for public in ["8.8.8.8", "100.128.0.1", "172.32.0.1", "2606:4700::1111"] {
+            assert!(!is_private(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    /// The deliverer's own resolver refuses a name that resolves to a private address: the connection is never
+    /// made, whatever the name resolved to when the endpoint was registered.
+    #[tokio::test]
+    async fn the_deliverers_client_does_not_connect_to_a_name_that_resolves_privately() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let refused = client(&EventSettings::default())
+            .post(format!("http://localhost:{port}/"))
+            .send()
+            .await
+            .unwrap_err();
+        let chain = crate::telemetry::error_chain(&refused).to_string();
+        assert!(chain.contains("private"), "{chain}");
+        let allowed = client(&EventSettings {
+            allow_private: true,
+            ..EventSettings::default()
+        });
+        let accepted = tokio::spawn(async move { listener.accept().await.is_ok() });
+        // Allowed, the same name connects (the listener takes the connection; no answer is needed).
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            allowed.post(format!("http://localhost:{port}/")).send(),
+        )
+        .await;
+        assert!(accepted.await.unwrap());
     }
 }

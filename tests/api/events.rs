@@ -3,6 +3,7 @@
 
 use chrono::Duration;
 use hmac::{Hmac, Mac};
+use onejob::clock::Clock;
 use onejob::config::Config;
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -66,6 +67,16 @@ async fn events_when(app: &TestApp, id: &str, ready: impl Fn(&[Value]) -> bool) 
         .expect("the events never got there")
 }
 
+/// Whether the job's one event was delivered.
+fn delivered(events: &[Value]) -> bool {
+    matches!(events, [one] if !one["delivered_at"].is_null())
+}
+
+/// Whether the job's one event was tried `n` times.
+fn tried(events: &[Value], n: u32) -> bool {
+    matches!(events, [one] if one["tries"] == n)
+}
+
 /// Checks a received call's signature as a receiver would, from the secret alone; its event id.
 fn verified_event_id(call: &Received, secret: &str) -> String {
     let header = call.headers["onejob-signature"].to_str().unwrap();
@@ -96,13 +107,13 @@ async fn a_receiver_that_fails_twice_gets_one_signed_event_three_times_and_no_mo
     let id = settled_job(&app, "k").await;
 
     receiver.received(1).await;
-    events_when(&app, &id, |e| e.len() == 1 && e[0]["tries"] == 1).await;
+    events_when(&app, &id, |e| tried(e, 1)).await;
     // The deliverer is driven here (the server's own also looks each second of its clock, and whichever claims
     // the deliveries first sends).
     app.clock.advance(Duration::seconds(1));
     app.engine().deliver_due().await.unwrap();
     receiver.received(2).await;
-    events_when(&app, &id, |e| e[0]["tries"] == 2).await;
+    events_when(&app, &id, |e| tried(e, 2)).await;
     // The second wait is twice the first.
     app.clock.advance(Duration::milliseconds(1_999));
     app.engine().deliver_due().await.unwrap();
@@ -123,7 +134,7 @@ async fn a_receiver_that_fails_twice_gets_one_signed_event_three_times_and_no_mo
     app.clock.advance(Duration::milliseconds(1));
     app.engine().deliver_due().await.unwrap();
     receiver.received(3).await;
-    let events = events_when(&app, &id, |e| !e[0]["delivered_at"].is_null()).await;
+    let events = events_when(&app, &id, delivered).await;
 
     let calls = receiver.calls();
     let ids: Vec<String> = calls
@@ -165,7 +176,7 @@ async fn a_server_killed_mid_delivery_delivers_the_same_event_after_its_restart(
     let app = app.crash_and_restart(Duration::seconds(11)).await;
 
     receiver.received(2).await;
-    let events = events_when(&app, &id, |e| !e[0]["delivered_at"].is_null()).await;
+    let events = events_when(&app, &id, delivered).await;
     let calls = receiver.calls();
     let ids: Vec<String> = calls
         .iter()
@@ -250,10 +261,7 @@ async fn a_job_ended_without_an_endpoint_has_no_events_and_another_owner_sees_no
     register_receiver(&app, &receiver).await;
     let after = settled_job(&app, "after").await;
     receiver.received(1).await;
-    events_when(&app, &after, |e| {
-        e.len() == 1 && !e[0]["delivered_at"].is_null()
-    })
-    .await;
+    events_when(&app, &after, delivered).await;
     let none = json_with_status(
         app.get(ALICE, &format!("/v1/jobs/{before}/events")).await,
         200,
@@ -279,7 +287,7 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     app.faults.plan(&[(Call::ArmDeliveries, Fault::After)]);
     let armed_twice = settled_job(&app, "armed-twice").await;
     receiver.received(1).await;
-    events_when(&app, &armed_twice, |e| !e[0]["delivered_at"].is_null()).await;
+    events_when(&app, &armed_twice, delivered).await;
     assert!(app.faults.spent());
     assert_eq!(receiver.call_count(), 1);
 
@@ -296,10 +304,7 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     app.clock.advance(Duration::seconds(10));
     app.engine().deliver_due().await.unwrap();
     receiver.received(2).await;
-    events_when(&app, &claim_lost, |e| {
-        e.len() == 1 && !e[0]["delivered_at"].is_null()
-    })
-    .await;
+    events_when(&app, &claim_lost, delivered).await;
 
     // Delivered, but the record of it failed before it was written: it goes again when the claim runs out.
     app.faults.plan(&[
@@ -308,13 +313,11 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     ]);
     let record_lost = settled_job(&app, "record-lost").await;
     receiver.received(3).await;
+    events_when(&app, &record_lost, |_| app.faults.spent()).await;
     app.clock.advance(Duration::seconds(10));
     app.engine().deliver_due().await.unwrap();
     receiver.received(4).await;
-    let events = events_when(&app, &record_lost, |e| {
-        !e.is_empty() && !e[0]["delivered_at"].is_null()
-    })
-    .await;
+    let events = events_when(&app, &record_lost, delivered).await;
     let calls = receiver.calls();
     let ids: Vec<String> = calls
         .iter()
@@ -323,4 +326,35 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     assert_eq!(ids[2], ids[3], "the repeat is the same event");
     assert_eq!(events[0]["id"], ids[2].as_str());
     assert_eq!(receiver.call_count(), 4);
+}
+
+/// An endpoint that is private by the time an event goes (its name now resolves to loopback, or it was stored
+/// before the rule) is not reached: the try fails, and says why.
+#[tokio::test]
+async fn an_endpoint_private_at_delivery_time_is_not_reached() {
+    let receiver = StandIn::answering(json!({})).await;
+    let app = TestApp::spawn().await;
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let port = receiver.addr.port();
+    for (key, url) in [
+        (
+            "by-name",
+            format!("http://localhost:{port}/v1/chat/completions"),
+        ),
+        (
+            "by-address",
+            format!("http://127.0.0.1:{port}/v1/chat/completions"),
+        ),
+    ] {
+        let endpoint = onejob::domain::Endpoint::new(url, app.clock.now());
+        let store = &app.engine().store;
+        store.put_endpoint(&owner, Some(&endpoint)).await.unwrap();
+        let id = settled_job(&app, key).await;
+        app.engine().deliver_due().await.unwrap();
+        let events = events_when(&app, &id, |e| tried(e, 1)).await;
+        let error = events[0]["last_error"].as_str().unwrap();
+        assert!(error.contains("private"), "{error}");
+        assert!(events[0]["delivered_at"].is_null());
+    }
+    assert_eq!(receiver.call_count(), 0);
 }
