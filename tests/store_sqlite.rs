@@ -142,7 +142,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
         &conn,
         "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')",
     );
-    assert_eq!((version, columns.len()), (6, 2));
+    assert_eq!((version, columns.len()), (7, 2));
     let indexes = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name",
@@ -230,7 +230,16 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
+    let events = strings(
+        &conn,
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('endpoints', 'deliveries') ORDER BY name",
+    );
+    assert_eq!(
+        events,
+        ["deliveries", "endpoints"],
+        "added by the migration"
+    );
     let unique = strings(
         &conn,
         "SELECT i.name || ':' || group_concat(c.name) FROM pragma_index_list('jobs') i, \

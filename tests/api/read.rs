@@ -155,11 +155,13 @@ async fn the_openapi_document_describes_the_api() {
             "/healthz",
             "/metrics",
             "/v1/contracts",
+            "/v1/endpoint",
             "/v1/jobs",
             "/v1/jobs/{id}",
             "/v1/jobs/{id}/attempts",
             "/v1/jobs/{id}/attempts/{number}/cancel",
             "/v1/jobs/{id}/cancel",
+            "/v1/jobs/{id}/events",
             "/v1/providers",
         ]
     );
@@ -204,7 +206,7 @@ async fn the_openapi_document_is_one_generators_take_as_it_is() {
         }
     }
     assert_eq!(
-        unauthorized, 9,
+        unauthorized, 13,
         "every operation but /healthz is behind a token"
     );
     let attempts = &paths["/v1/jobs/{id}/attempts"]["post"]["requestBody"];

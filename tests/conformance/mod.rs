@@ -4,6 +4,7 @@
 
 pub mod edges;
 pub mod engine;
+pub mod events;
 pub mod faults;
 pub mod identity;
 pub mod model;
@@ -12,6 +13,7 @@ pub mod transitions;
 
 pub use edges::*;
 pub use engine::*;
+pub use events::*;
 pub use faults::*;
 pub use identity::*;
 pub use model::*;
@@ -99,6 +101,8 @@ macro_rules! conformance_suite {
             a_fallback_that_answers_as_another_model_loses_its_standing,
             a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown,
             a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads,
+            endpoints_are_kept_per_owner_and_removed,
+            deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
