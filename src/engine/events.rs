@@ -277,6 +277,7 @@ impl Engine {
         let signature = event::signature(&endpoint.secret, self.clock.now(), &body);
         let sent = self
             .event_client
+            .get_or_init(|| client(&self.settings.events))
             .post(&endpoint.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header("onejob-event-id", &event.id)

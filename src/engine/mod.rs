@@ -130,8 +130,9 @@ pub struct Engine {
     evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
     /// Woken when this process armed deliveries (the local deliverer waits on it).
     deliveries_due: tokio::sync::Notify,
-    /// The deliverer's HTTP client (`events::client`).
-    event_client: reqwest::Client,
+    /// The deliverer's HTTP client (`events::client`), made when it first delivers: the API and worker functions
+    /// never do, and do not carry its code.
+    event_client: std::sync::OnceLock<reqwest::Client>,
 }
 
 /// What a worker's answer write did when the store kept failing: the answer could not be kept.
@@ -166,7 +167,7 @@ impl Engine {
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
             deliveries_due: tokio::sync::Notify::new(),
-            event_client: events::client(&settings.events),
+            event_client: std::sync::OnceLock::new(),
             settings,
         }
     }

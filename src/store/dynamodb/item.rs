@@ -512,7 +512,7 @@ pub(super) mod json_text {
 }
 
 /// An optional [`json_text`] value (absent when `None`).
-mod json_text_option {
+pub(super) mod json_text_option {
     use serde::de::{DeserializeOwned, Error as _};
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
