@@ -242,8 +242,10 @@ impl Engine {
             tracing::info!(job_id = %job.id, event_id = %event.id, "no endpoint any more: the event is dropped");
             return self.put_off(deliveries, rev, None).await;
         };
-        // Claimed for this try: nobody else sends it before the try could have ended.
-        let claim = now + Duration::from_std(self.settings.events.timeout).unwrap_or_default() * 2;
+        // Claimed for this try: nobody else sends it before the try could have ended (its timeout, and a second).
+        let claim = now
+            + Duration::from_std(self.settings.events.timeout).unwrap_or_default()
+            + Duration::seconds(1);
         deliveries.due_at = Some(claim);
         if !self.store.put_deliveries(&deliveries, rev).await? {
             return Ok(false);

@@ -67,6 +67,15 @@ async fn events_when(app: &TestApp, id: &str, ready: impl Fn(&[Value]) -> bool) 
         .expect("the events never got there")
 }
 
+/// The event id of every call the receiver got, each signature checked.
+fn event_ids(receiver: &StandIn, secret: &str) -> Vec<String> {
+    receiver
+        .calls()
+        .iter()
+        .map(|c| verified_event_id(c, secret))
+        .collect()
+}
+
 /// Whether the job's one event was delivered.
 fn delivered(events: &[Value]) -> bool {
     matches!(events, [one] if !one["delivered_at"].is_null())
@@ -136,14 +145,10 @@ async fn a_receiver_that_fails_twice_gets_one_signed_event_three_times_and_no_mo
     receiver.received(3).await;
     let events = events_when(&app, &id, delivered).await;
 
-    let calls = receiver.calls();
-    let ids: Vec<String> = calls
-        .iter()
-        .map(|c| verified_event_id(c, &secret))
-        .collect();
+    let ids = event_ids(&receiver, &secret);
     assert_eq!(ids, vec![ids[0].clone(); 3], "one event, three tries");
     assert!(ids[0].starts_with("evt_"), "{}", ids[0]);
-    let body = &calls[2].body;
+    let body = &receiver.calls()[2].body;
     assert_eq!(
         (&body["type"], &body["job"]["id"], &body["job"]["status"]),
         (&json!("job.settled"), &json!(id), &json!("cancelled"))
@@ -173,15 +178,11 @@ async fn a_server_killed_mid_delivery_delivers_the_same_event_after_its_restart(
     let id = settled_job(&app, "k").await;
     // The first delivery is in flight when the server dies.
     receiver.received(1).await;
-    let app = app.crash_and_restart(Duration::seconds(11)).await;
+    let app = app.crash_and_restart(Duration::seconds(6)).await;
 
     receiver.received(2).await;
     let events = events_when(&app, &id, delivered).await;
-    let calls = receiver.calls();
-    let ids: Vec<String> = calls
-        .iter()
-        .map(|c| verified_event_id(c, &secret))
-        .collect();
+    let ids = event_ids(&receiver, &secret);
     assert_eq!(ids[0], ids[1], "the same event, from the store");
     assert_eq!(events[0]["id"], ids[0].as_str());
     assert_eq!(receiver.call_count(), 2);
@@ -291,7 +292,7 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     assert!(app.faults.spent());
     assert_eq!(receiver.call_count(), 1);
 
-    // The claim landed, its answer lost: nobody sends until the claim (two timeouts, 10 s) runs out.
+    // The claim landed, its answer lost: nobody sends until the claim (the timeout and a second, 6 s) runs out.
     app.faults.plan(&[(Call::PutDeliveries, Fault::After)]);
     let claim_lost = settled_job(&app, "claim-lost").await;
     let claimed = events_when(&app, &claim_lost, |_| app.faults.spent()).await;
@@ -301,7 +302,7 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     );
     app.engine().deliver_due().await.unwrap();
     assert_eq!(receiver.call_count(), 1);
-    app.clock.advance(Duration::seconds(10));
+    app.clock.advance(Duration::seconds(6));
     app.engine().deliver_due().await.unwrap();
     receiver.received(2).await;
     events_when(&app, &claim_lost, delivered).await;
@@ -314,15 +315,11 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     let record_lost = settled_job(&app, "record-lost").await;
     receiver.received(3).await;
     events_when(&app, &record_lost, |_| app.faults.spent()).await;
-    app.clock.advance(Duration::seconds(10));
+    app.clock.advance(Duration::seconds(6));
     app.engine().deliver_due().await.unwrap();
     receiver.received(4).await;
     let events = events_when(&app, &record_lost, delivered).await;
-    let calls = receiver.calls();
-    let ids: Vec<String> = calls
-        .iter()
-        .map(|c| verified_event_id(c, &secret))
-        .collect();
+    let ids = event_ids(&receiver, &secret);
     assert_eq!(ids[2], ids[3], "the repeat is the same event");
     assert_eq!(events[0]["id"], ids[2].as_str());
     assert_eq!(receiver.call_count(), 4);

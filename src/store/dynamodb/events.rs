@@ -26,9 +26,9 @@ struct EndpointItem {
     endpoint: Option<Endpoint>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+/// A job's deliveries' item as read (it is only ever written by update expressions).
+#[derive(Debug, Deserialize)]
 struct DeliveriesItem {
-    pk: String,
     rev: u64,
     event_owner: Owner,
     event_job: JobId,
@@ -36,13 +36,8 @@ struct DeliveriesItem {
     expires_at: Timestamp,
     #[serde(with = "json_text")]
     events: Vec<EventDelivery>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sweep_pk: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "ts_milliseconds_option"
-    )]
+    /// When they are due (the sweep index's time), absent when nothing is.
+    #[serde(default, with = "ts_milliseconds_option")]
     sweep_at: Option<Timestamp>,
 }
 
