@@ -46,7 +46,7 @@ impl Default for EventSettings {
 /// Why an endpoint is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointRefused {
-    #[error("not an http or https URL without credentials: {0}")]
+    #[error("{0:?}: an endpoint is an http or https URL without a user or password")]
     Url(String),
     #[error(
         "{0} is a loopback, private or link-local address; endpoints must be public (allow_private_endpoints lets a local setup use its own)"
