@@ -5,9 +5,10 @@ mod support;
 
 use std::sync::Arc;
 
-use conformance::{Fixture, RETENTION, by, later, new_job};
+use conformance::{Fixture, RETENTION, at, by, later, new_job};
+use onejob::domain::{Endpoint, Owner};
 use onejob::store::sqlite::SqliteStore;
-use onejob::store::{CreateOutcome, JobStore};
+use onejob::store::{CreateOutcome, EventStore, JobStore};
 use serde_json::json;
 
 async fn sqlite() -> Option<Fixture> {
@@ -29,6 +30,38 @@ fn strings(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+}
+
+/// A write that ends a job arms its deliveries in its own transaction, so no crash comes between a job's end and
+/// its event; one that leaves it open arms nothing.
+#[tokio::test]
+async fn a_write_that_ends_a_job_arms_its_deliveries_in_its_own_transaction() {
+    let Fixture { store, _keep } = sqlite().await.unwrap();
+    let endpoint = Endpoint::new("https://hooks.example.com/".into(), at(0));
+    let alice = Owner::parse("alice").unwrap();
+    store.put_endpoint(&alice, Some(&endpoint)).await.unwrap();
+    let claimed = conformance::claimed_job(store.as_ref()).await;
+    assert_eq!(claimed.owner, alice);
+    assert_eq!(store.deliveries(&claimed.id).await.unwrap(), None);
+
+    let (_, ended) = store
+        .cancel_job(&claimed.owner, &claimed.id, &by(2))
+        .await
+        .unwrap();
+    let settles_at = ended.settles_at().unwrap();
+    let (armed, rev) = store
+        .deliveries(&ended.id)
+        .await
+        .unwrap()
+        .expect("armed by the write that ended the job");
+    assert_eq!(armed.due_at, Some(settles_at));
+    // The engine's arming after the write finds it done, and the write's repeat too: nothing moves.
+    assert!(store.arm_deliveries(&ended, settles_at).await.unwrap());
+    store
+        .cancel_job(&claimed.owner, &claimed.id, &by(2))
+        .await
+        .unwrap();
+    assert_eq!(store.deliveries(&ended.id).await.unwrap().unwrap().1, rev);
 }
 
 #[tokio::test]

@@ -108,9 +108,11 @@ impl Engine {
             tracing::info!(job_id = %job.id, attempt = number, "attempt cancelled");
             self.metrics.attempt(&job, number, AttemptState::Cancelled);
             self.metrics.ended(&job);
-            self.changed(&job).await;
             self.dispatch_queued(&job).await;
         }
+        // Also when it was cancelled before, by this very call perhaps, whose first answer was lost before the
+        // job's watchers and endpoint heard.
+        self.changed(&job).await;
         Ok(job)
     }
 

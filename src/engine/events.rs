@@ -14,7 +14,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::Engine;
 use crate::domain::event::{self, Due};
-use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, Owner, WriteToken};
+use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, WriteToken};
 use crate::store::StoreError;
 
 /// How many deliveries one process makes at once.
@@ -192,6 +192,16 @@ impl Engine {
                 tracing::error!(job_id = %job.id, error = %crate::telemetry::error_chain(&e), "the job's completion event could not be scheduled");
             }
         }
+    }
+
+    /// For a message whose attempt is over: if its job ended, the deliveries are armed again. The step that ended
+    /// it may have stopped between its write and the arming (a Lambda out of time), and left its message to come
+    /// back: this is what is left of that step. Arming twice is arming once.
+    pub async fn rearm_deliveries(&self, id: &JobId) -> Result<(), StoreError> {
+        if let Some(job) = self.store.read_job(id, self.clock.now()).await? {
+            self.arm_deliveries(&job).await;
+        }
+        Ok(())
     }
 
     /// Resolves when deliveries were armed in this process since the last call (or at once if they were before).

@@ -145,13 +145,22 @@ pub trait JobStore: EventStore + Send + Sync + Debug {
         stamp: &Stamp,
     ) -> Result<CreateOutcome, StoreError>;
 
-    /// A consistent read of one job with its attempts, unless it expired before `now`.
+    /// A consistent read of one job with its attempts, whoever owns it, unless it expired before `now`: for the
+    /// engine's own steps (a message names a job, not its owner).
+    async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError>;
+
+    /// [`JobStore::read_job`], if `owner`'s: what an owner may see.
     async fn get_job(
         &self,
         owner: &Owner,
         id: &JobId,
         now: Timestamp,
-    ) -> Result<Option<Job>, StoreError>;
+    ) -> Result<Option<Job>, StoreError> {
+        Ok(self
+            .read_job(id, now)
+            .await?
+            .filter(|job| job.owner == *owner))
+    }
 
     /// The owner's jobs that have not expired by `now`, newest first.
     async fn list_jobs(

@@ -70,6 +70,7 @@ pub async fn process_attempt_until(
         }
         Err(StoreError::Refused(refusal)) => {
             tracing::info!(job_id = %message.job_id, attempt = message.number, %refusal, "message dropped: attempt not queued");
+            engine.rearm_deliveries(&message.job_id).await?;
             return Ok(Processed::Dropped);
         }
         Err(StoreError::NotFound) => {

@@ -5,6 +5,8 @@ use chrono::Duration;
 use hmac::{Hmac, Mac};
 use onejob::clock::Clock;
 use onejob::config::Config;
+use onejob::domain::{AttemptRef, JobId, Owner, Stamp, WriteToken};
+use onejob::store::JobStore;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -323,6 +325,44 @@ async fn store_faults_around_deliveries_lose_no_event_and_repeat_none_that_was_r
     assert_eq!(ids[2], ids[3], "the repeat is the same event");
     assert_eq!(events[0]["id"], ids[2].as_str());
     assert_eq!(receiver.call_count(), 4);
+}
+
+/// A step that ended a job and stopped before its event was armed (a Lambda out of time right after its write)
+/// left its message to come back: the redelivery, whose claim is refused, arms the event, which goes once.
+#[tokio::test]
+async fn a_message_redelivered_after_its_job_ended_arms_the_event_its_step_did_not() {
+    let receiver = StandIn::answering(json!({})).await;
+    let app = app().await;
+    let secret = register_receiver(&app, &receiver).await;
+    let body = json!({"contract": "summarize@1", "input": {"text": "x"}});
+    let job = json_with_status(app.create(ALICE, "k", &body).await, 201).await;
+    let id = JobId::parse(job["id"].as_str().unwrap()).unwrap();
+    // The job ends by a write that reaches the store alone: the process that made it heard nothing after it.
+    let stamp = Stamp::new(WriteToken::new(), app.clock.now());
+    let owner = Owner::parse("alice").unwrap();
+    app.faults.cancel_job(&owner, &id, &stamp).await.unwrap();
+    assert_eq!(receiver.call_count(), 0);
+
+    let message = AttemptRef {
+        job_id: id.clone(),
+        number: 1,
+    };
+    let processed = onejob::worker::process_attempt(app.engine(), &message)
+        .await
+        .unwrap();
+    assert_eq!(processed, onejob::worker::Processed::Dropped);
+    receiver.received(1).await;
+    let events = events_when(&app, id.as_str(), delivered).await;
+    assert_eq!(
+        event_ids(&receiver, &secret),
+        [events[0]["id"].as_str().unwrap()]
+    );
+    // Another copy of the message arms nothing new.
+    onejob::worker::process_attempt(app.engine(), &message)
+        .await
+        .unwrap();
+    app.engine().deliver_due().await.unwrap();
+    assert_eq!(receiver.call_count(), 1);
 }
 
 /// An endpoint that is private by the time an event goes (its name now resolves to loopback, or it was stored

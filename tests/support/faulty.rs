@@ -198,14 +198,8 @@ impl JobStore for FaultyStore {
         self.through(Call::Create, op).await
     }
 
-    async fn get_job(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
-        self.through(Call::Get, self.inner.get_job(owner, id, now))
-            .await
+    async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
+        self.through(Call::Get, self.inner.read_job(id, now)).await
     }
 
     async fn list_jobs(

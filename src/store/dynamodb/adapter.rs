@@ -100,18 +100,13 @@ impl JobStore for DynamoStore {
         }
     }
 
-    async fn get_job(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
+    async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
         let Some(item) = self.read_item(id).await? else {
             return Ok(None);
         };
         let decoded = decode_item(&item)?;
         let job = &decoded.job;
-        if job.id != *id || job.owner != *owner || job.is_expired(now) {
+        if job.id != *id || job.is_expired(now) {
             return Ok(None);
         }
         Ok(Some(self.with_input(decoded).await?.job))

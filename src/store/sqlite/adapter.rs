@@ -53,19 +53,10 @@ impl JobStore for SqliteStore {
         .await
     }
 
-    async fn get_job(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        now: Timestamp,
-    ) -> Result<Option<Job>, StoreError> {
-        let (owner, id) = (owner.clone(), id.clone());
-        self.read(move |conn| {
-            Ok(load_job(conn, &id, now)?
-                .map(|(_, job)| job)
-                .filter(|job| job.owner == owner))
-        })
-        .await
+    async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
+        let id = id.clone();
+        self.read(move |conn| Ok(load_job(conn, &id, now)?.map(|(_, job)| job)))
+            .await
     }
 
     async fn list_jobs(

@@ -2,7 +2,7 @@
 //! owner had an endpoint when a write ended it), due ones found through `deliveries_by_due`.
 
 use async_trait::async_trait;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::SqliteStore;
 use super::rows::{corrupt, from_json, json_text, millis, parse_job_id};
@@ -83,35 +83,28 @@ impl EventStore for SqliteStore {
     }
 
     async fn arm_deliveries(&self, job: &Job, settles_at: Timestamp) -> Result<bool, StoreError> {
-        let (owner, id) = (job.owner.to_string(), job.id.to_string());
-        let event = event_id(job, settles_at);
-        let (due, expires) = (
-            settles_at.timestamp_millis(),
-            job.expires_at.timestamp_millis(),
+        // Every write that ends a job arms its deliveries in its own transaction (`arm_in`): most calls find them
+        // armed, or no endpoint, and a reader says so without a turn of the writer.
+        let (owner, id, event) = (
+            job.owner.to_string(),
+            job.id.to_string(),
+            event_id(job, settles_at),
         );
-        // Most owners have no endpoint: a reader says so without a turn of the writer.
-        let endpoint = self.endpoint(&job.owner).await?;
-        if endpoint.is_none() {
-            return Ok(false);
+        let (has_endpoint, armed): (bool, Option<String>) = self
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM endpoints WHERE owner = ?1),                          (SELECT armed FROM deliveries WHERE job = ?2)",
+                    )?
+                    .query_row([owner, id], |row| Ok((row.get(0)?, row.get(1)?)))?)
+            })
+            .await?;
+        if !has_endpoint || armed.as_deref() == Some(event.as_str()) {
+            return Ok(has_endpoint);
         }
-        self.write(move |tx| {
-            let has_endpoint = tx
-                .prepare_cached("SELECT 1 FROM endpoints WHERE owner = ?1")?
-                .exists([&owner])?;
-            if has_endpoint {
-                // A new settle bumps the revision: a deliverer that read the row before does not write its older
-                // time over this one.
-                tx.prepare_cached(
-                    "INSERT INTO deliveries (owner, job, due_at, expires_at, events, rev, armed) \
-                     VALUES (?1, ?2, ?3, ?4, '[]', 1, ?5) \
-                     ON CONFLICT (job) DO UPDATE SET due_at = ?3, armed = ?5, rev = rev + 1 \
-                     WHERE armed IS NOT ?5",
-                )?
-                .execute(params![owner, id, due, expires, event])?;
-            }
-            Ok(has_endpoint)
-        })
-        .await
+        let job = job.clone();
+        self.write(move |tx| Ok(arm_in(tx, &job, settles_at)?))
+            .await
     }
 
     async fn deliveries(&self, id: &JobId) -> Result<Option<(Deliveries, u64)>, StoreError> {
@@ -167,4 +160,36 @@ impl EventStore for SqliteStore {
         })
         .await
     }
+}
+
+/// In the transaction of the write that ended `job` (to settle at `settles_at`): if its owner has an endpoint,
+/// its deliveries are due then, once per settle (a write that leaves the settle as it was changes nothing). So no
+/// crash comes between a job's end and its event. Whether the owner has an endpoint.
+pub(super) fn arm_in(
+    tx: &Transaction<'_>,
+    job: &Job,
+    settles_at: Timestamp,
+) -> rusqlite::Result<bool> {
+    let owner = job.owner.as_str();
+    let has_endpoint = tx
+        .prepare_cached("SELECT 1 FROM endpoints WHERE owner = ?1")?
+        .exists([owner])?;
+    if has_endpoint {
+        // A new settle bumps the revision: a deliverer that read the row before does not write its older time
+        // over this one.
+        tx.prepare_cached(
+            "INSERT INTO deliveries (owner, job, due_at, expires_at, events, rev, armed) \
+             VALUES (?1, ?2, ?3, ?4, '[]', 1, ?5) \
+             ON CONFLICT (job) DO UPDATE SET due_at = ?3, armed = ?5, rev = rev + 1 \
+             WHERE armed IS NOT ?5",
+        )?
+        .execute(params![
+            owner,
+            job.id.as_str(),
+            settles_at.timestamp_millis(),
+            job.expires_at.timestamp_millis(),
+            event_id(job, settles_at)
+        ])?;
+    }
+    Ok(has_endpoint)
 }

@@ -122,7 +122,7 @@ impl SqliteStore {
     }
 
     /// Loads a job (not expired by `now`), applies one domain transition and writes back exactly what it changed,
-    /// in one transaction. A transition that finds its own write already applied changes nothing, so nothing is
+    /// in one transaction, with the job's deliveries if it ended (`events::arm_in`). A transition that finds its own write already applied changes nothing, so nothing is
     /// written.
     async fn transition<T: Send + 'static>(
         &self,
@@ -139,6 +139,9 @@ impl SqliteStore {
             let mut after = before.clone();
             let out = apply(&mut after)?;
             write_back(tx, seq, &before, &after)?;
+            if let Some(settles_at) = after.settles_at() {
+                events::arm_in(tx, &after, settles_at)?;
+            }
             Ok((out, after))
         })
         .await
