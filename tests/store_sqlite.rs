@@ -8,7 +8,7 @@ use std::sync::Arc;
 use conformance::{Fixture, RETENTION, at, by, later, new_job};
 use onejob::domain::{Endpoint, Owner};
 use onejob::store::sqlite::SqliteStore;
-use onejob::store::{CreateOutcome, EventStore, JobStore};
+use onejob::store::{CreateOutcome, JobStore};
 use serde_json::json;
 
 async fn sqlite() -> Option<Fixture> {
