@@ -15,6 +15,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use super::Engine;
 use crate::domain::event::{self, Due};
 use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, WriteToken};
+use crate::metrics::EventTry;
 use crate::store::StoreError;
 
 /// How many deliveries one process makes at once.
@@ -281,8 +282,14 @@ impl Engine {
     async fn post(&self, endpoint: &Endpoint, job: &Job, event: &EventDelivery) -> TryOutcome {
         // Checked again as it is now: an address written in the URL never reaches the resolver, which refuses
         // what a name resolves to at the connection itself.
+        let since_settle = || {
+            (self.clock.now() - event.settled_at)
+                .to_std()
+                .unwrap_or_default()
+        };
         if let Err(refused) = self.check_endpoint(&endpoint.url).await {
             tracing::warn!(job_id = %job.id, event_id = %event.id, error = %refused, "event not sent: its endpoint is refused");
+            self.metrics.event_try(EventTry::Refused, since_settle());
             return Some(refused.to_string());
         }
         let body = serde_json::to_vec(&event::body(job, event)).expect("JSON always serialises");
@@ -297,11 +304,18 @@ impl Engine {
             .body(body)
             .send()
             .await;
-        let error = match sent {
-            Ok(answer) if answer.status().is_success() => None,
-            Ok(answer) => Some(format!("HTTP {}", answer.status().as_u16())),
-            Err(e) => Some(crate::telemetry::error_chain(&e).to_string()),
+        let (outcome, error) = match sent {
+            Ok(answer) if answer.status().is_success() => (EventTry::Delivered, None),
+            Ok(answer) => (
+                EventTry::Rejected,
+                Some(format!("HTTP {}", answer.status().as_u16())),
+            ),
+            Err(e) => (
+                EventTry::Unreachable,
+                Some(crate::telemetry::error_chain(&e).to_string()),
+            ),
         };
+        self.metrics.event_try(outcome, since_settle());
         match &error {
             None => {
                 tracing::info!(job_id = %job.id, event_id = %event.id, tries = event.tries + 1, "event delivered")

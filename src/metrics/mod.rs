@@ -18,11 +18,14 @@ use metrics_exporter_prometheus::{
 
 use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName};
 
-/// One metric: its name, whether it is a histogram (else a counter), its unit, its labels, what it counts.
+/// One metric: its name, whether it is a histogram (else a counter) and its Prometheus buckets, its unit, its
+/// labels, what it counts.
 #[derive(Debug, Clone, Copy)]
 pub struct MetricSpec {
     pub name: &'static str,
     pub histogram: bool,
+    /// A histogram's bucket bounds (Prometheus; EMF sends the values themselves).
+    pub buckets: &'static [f64],
     pub unit: Unit,
     pub labels: &'static [&'static str],
     /// The label subsets CloudWatch also aggregates over (EMF dimension sets besides all the labels): `[]` is the
@@ -42,6 +45,7 @@ const fn counter(
     MetricSpec {
         name,
         histogram: false,
+        buckets: &[],
         unit: Unit::Count,
         labels,
         rollups: WHOLE,
@@ -51,13 +55,14 @@ const fn counter(
 
 const fn histogram(
     name: &'static str,
-    unit: Unit,
+    (unit, buckets): (Unit, &'static [f64]),
     labels: &'static [&'static str],
     help: &'static str,
 ) -> MetricSpec {
     MetricSpec {
         name,
         histogram: true,
+        buckets,
         unit,
         labels,
         rollups: WHOLE,
@@ -101,31 +106,48 @@ const BREAKER_TRIPS: MetricSpec = counter(
 );
 const CREATE_SECONDS: MetricSpec = histogram(
     "onejob_create_seconds",
-    Unit::Seconds,
+    SECONDS,
     &["contract", "outcome"],
     "How long a create took in the engine, store write included.",
 );
 const QUEUE_WAIT_SECONDS: MetricSpec = histogram(
     "onejob_queue_wait_seconds",
-    Unit::Seconds,
+    SECONDS,
     &["contract", "provider"],
     "From an attempt's queueing (or its retry's earliest start) to its claim.",
 );
 const PROVIDER_CALL_SECONDS: MetricSpec = histogram(
     "onejob_provider_call_seconds",
-    Unit::Seconds,
+    SECONDS,
     &["provider", "model", "outcome"],
     "Provider calls by outcome (answered, failed, lost, no_answer): until the answer, or until listening ended.",
 );
 const ATTEMPTS_PER_JOB: MetricSpec = histogram(
     "onejob_attempts_per_job",
-    Unit::Count,
+    (Unit::Count, &[1.0, 2.0, 3.0, 4.0, 6.0, 10.0]),
     &["contract", "outcome"],
     "Attempts a job took, counted when it ended (succeeded; failed; cancelled while open).",
 );
 
+const EVENT_TRIES: MetricSpec = counter(
+    "onejob_event_tries_total",
+    &["outcome"],
+    "Completion event POSTs by outcome (delivered, rejected, unreachable, refused).",
+);
+const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
+    "onejob_event_delivery_seconds",
+    (
+        Unit::Seconds,
+        &[
+            0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3_600.0, 21_600.0, 86_400.0,
+        ],
+    ),
+    &[],
+    "From a job's settle to its event's delivery, the tries before included.",
+);
+
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 10] = [
+pub const METRICS: [MetricSpec; 12] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
@@ -136,13 +158,18 @@ pub const METRICS: [MetricSpec; 10] = [
     QUEUE_WAIT_SECONDS,
     PROVIDER_CALL_SECONDS,
     ATTEMPTS_PER_JOB,
+    EVENT_TRIES,
+    EVENT_DELIVERY_SECONDS,
 ];
 
-/// Prometheus bucket bounds of the durations, in seconds (a create takes milliseconds, a provider call seconds).
-const SECONDS_BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
-const ATTEMPT_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 6.0, 10.0];
+/// The durations of a request's parts, in seconds, with their bucket bounds: a create takes milliseconds, a
+/// provider call seconds.
+const SECONDS: (Unit, &[f64]) = (
+    Unit::Seconds,
+    &[
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ],
+);
 
 static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
 
@@ -152,6 +179,30 @@ pub enum CreateKind {
     Created,
     Replayed,
     Conflict,
+}
+
+/// What one POST of a completion event came to, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventTry {
+    /// The endpoint answered 2xx.
+    Delivered,
+    /// It answered something else.
+    Rejected,
+    /// No answer: no connection, or none within the timeout.
+    Unreachable,
+    /// Not sent: the endpoint's address is private.
+    Refused,
+}
+
+impl EventTry {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Rejected => "rejected",
+            Self::Unreachable => "unreachable",
+            Self::Refused => "refused",
+        }
+    }
 }
 
 impl CreateKind {
@@ -183,13 +234,8 @@ impl Metrics {
     pub fn prometheus() -> Self {
         let mut builder = PrometheusBuilder::new();
         for spec in METRICS.iter().filter(|s| s.histogram) {
-            let buckets: &[f64] = if spec.unit == Unit::Seconds {
-                &SECONDS_BUCKETS
-            } else {
-                &ATTEMPT_BUCKETS
-            };
             builder = builder
-                .set_buckets_for_metric(Matcher::Full(spec.name.into()), buckets)
+                .set_buckets_for_metric(Matcher::Full(spec.name.into()), spec.buckets)
                 .expect("the bucket lists are not empty");
         }
         let recorder = builder.build_recorder();
@@ -295,6 +341,15 @@ impl Metrics {
     ) {
         self.histogram(&PROVIDER_CALL_SECONDS, &[provider.as_str(), model, outcome])
             .record(took.as_secs_f64());
+    }
+
+    /// A completion event's POST came to `outcome`; delivered, `since_settle` after its job settled.
+    pub fn event_try(&self, outcome: EventTry, since_settle: Duration) {
+        self.counter(&EVENT_TRIES, &[outcome.as_str()]).increment(1);
+        if outcome == EventTry::Delivered {
+            self.histogram(&EVENT_DELIVERY_SECONDS, &[])
+                .record(since_settle.as_secs_f64());
+        }
     }
 
     /// A write that changed `job` left it as it stands: if that ended it, how many attempts it took. A job ends
