@@ -179,6 +179,8 @@ impl App {
                 .providers
                 .insert(ProviderName::parse(name).unwrap(), provider);
         }
+        // The events' receiver stand-in is on loopback.
+        config.allow_private_endpoints = true;
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let running = server::start(
             listener,
@@ -351,6 +353,62 @@ async fn a_create_that_gives_up_names_the_key_to_rerun_with() {
     assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
     assert!(rerun.stderr.contains("replayed"), "{}", rerun.stderr);
     assert_eq!(app.creates("created"), 1.0, "one job for the intent");
+}
+
+/// `onejob endpoint set` registers where completion events go and prints the secret; `onejob jobs events` shows
+/// the job's event delivered; `onejob endpoint remove` removes it, and `show` then says there is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sets_an_endpoint_and_shows_the_event_a_job_made() {
+    let app = App::start().await;
+    let url = app.url();
+    let receiver = StandIn::answering(serde_json::json!({})).await;
+    let hook = format!("{}/chat/completions", receiver.base_url());
+    let set = onejob(&url, &["endpoint", "set", &hook]).await;
+    assert_eq!(set.code, Some(0), "{}", set.stderr);
+    let secret = set
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("secret  "))
+        .unwrap_or_else(|| panic!("no secret in {}", set.stdout))
+        .to_owned();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    let shown = onejob(&url, &["endpoint", "show", "--json"]).await;
+    let shown: Value = serde_json::from_str(&shown.stdout).unwrap();
+    assert_eq!(
+        (&shown["url"], &shown["secret"]),
+        (&Value::from(hook), &Value::from(secret))
+    );
+
+    let done = onejob(&url, &[&CREATE[..], &["--wait", "--json"]].concat()).await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let job: Value = serde_json::from_str(&done.stdout).unwrap();
+    let id = job["id"].as_str().unwrap();
+    receiver.received(1).await;
+    // The deliverer writes what the try came to just after the receiver answered.
+    let started = Instant::now();
+    let events = loop {
+        let events = onejob(&url, &["jobs", "events", id]).await;
+        assert_eq!(events.code, Some(0), "{}", events.stderr);
+        if events.stdout.contains("delivered") || started.elapsed() > Duration::from_secs(20) {
+            break events.stdout;
+        }
+    };
+    let line = events.lines().next().unwrap();
+    assert!(
+        line.starts_with("evt_") && line.contains("succeeded") && line.contains("(1 tries)"),
+        "{events}"
+    );
+    assert_eq!(events.lines().count(), 1, "{events}");
+
+    let removed = onejob(&url, &["endpoint", "remove"]).await;
+    assert_eq!(removed.code, Some(0), "{}", removed.stderr);
+    let none = onejob(&url, &["endpoint", "show"]).await;
+    assert_eq!(none.code, Some(3), "{}", none.stdout);
+    assert!(
+        none.stderr.contains("endpoint_not_found"),
+        "{}",
+        none.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

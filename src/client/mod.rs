@@ -279,6 +279,35 @@ impl Client {
         Ok(self.send(Method::POST, &path, None, &[], true).await?.body)
     }
 
+    /// The job's completion events and where each delivery stands.
+    pub async fn job_events(&self, id: &str) -> Result<Value, ClientError> {
+        let path = format!("/v1/jobs/{id}/events");
+        Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
+    }
+
+    /// Registers `url` as the caller's endpoint (its secret kept if it had one): safe to repeat.
+    pub async fn put_endpoint(&self, url: &str) -> Result<Value, ClientError> {
+        let body = json!({ "url": url });
+        Ok(self
+            .send(Method::PUT, "/v1/endpoint", Some(&body), &[], true)
+            .await?
+            .body)
+    }
+
+    pub async fn endpoint(&self) -> Result<Value, ClientError> {
+        Ok(self
+            .send(Method::GET, "/v1/endpoint", None, &[], true)
+            .await?
+            .body)
+    }
+
+    /// Removes the caller's endpoint: safe to repeat.
+    pub async fn remove_endpoint(&self) -> Result<(), ClientError> {
+        self.send(Method::DELETE, "/v1/endpoint", None, &[], true)
+            .await?;
+        Ok(())
+    }
+
     /// Waits up to `wait_s` seconds for the job to differ from the version `etag` names.
     pub async fn poll(
         &self,

@@ -15,7 +15,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use error::CliError;
 use ledger::{Ledger, dynamodb};
-use remote::{AttemptsCommand, JobsCommand, Remote};
+use remote::{AttemptsCommand, EndpointCommand, JobsCommand, Remote};
 
 /// The local server allocates small and often (requests, rows, JSON): mimalloc spends less on it than the system
 /// allocator (BENCHMARKS.md, section 1). The Lambda functions keep the system's, for their size.
@@ -64,7 +64,7 @@ enum Command {
         #[command(flatten)]
         ledger: Ledger,
     },
-    /// Jobs on a running server: create (with retries under one key), get, list, cancel, watch.
+    /// Jobs on a running server: create (with retries under one key), get, list, cancel, watch, events.
     Jobs {
         #[command(subcommand)]
         command: JobsCommand,
@@ -75,6 +75,13 @@ enum Command {
     Attempts {
         #[command(subcommand)]
         command: AttemptsCommand,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Your completion events' endpoint on a running server: set, show, remove.
+    Endpoint {
+        #[command(subcommand)]
+        command: EndpointCommand,
         #[command(flatten)]
         remote: Remote,
     },
@@ -134,6 +141,9 @@ async fn main() -> ExitCode {
         }
         Command::Attempts { command, remote } => {
             remote::attempts(command, &remote).await.map(ExitCode::from)
+        }
+        Command::Endpoint { command, remote } => {
+            remote::endpoint(command, &remote).await.map(ExitCode::from)
         }
         Command::Table {
             command: TableCommand::Create { table },

@@ -1,4 +1,4 @@
-//! `onejob jobs …` and `onejob attempts …`: thin, scriptable commands over [`Client`].
+//! `onejob jobs …`, `onejob attempts …` and `onejob endpoint …`: thin, scriptable commands over [`Client`].
 //!
 //! Exit status: 0 done (with `--wait` or `watch`: the job succeeded); 1 the job ended failed or cancelled; 2 bad
 //! usage; 3 the server refused the request (its problem `code` and `detail` are printed); 4 no answer after every
@@ -77,6 +77,22 @@ pub enum JobsCommand {
     Cancel { id: String },
     /// Follow a job live until it is settled (nothing can change its outcome any more).
     Watch { id: String },
+    /// Show a job's completion events and where each delivery stands.
+    Events { id: String },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum EndpointCommand {
+    /// Register URL as where your completion events go (a signed POST per settled job); prints the secret
+    /// that signs them, kept when the URL changes.
+    Set {
+        #[arg(value_name = "URL")]
+        address: String,
+    },
+    /// Show your endpoint and its secret.
+    Show,
+    /// Remove your endpoint: events not delivered yet are dropped (idempotent).
+    Remove,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -192,7 +208,40 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
             Ok(0)
         }
         JobsCommand::Watch { id } => Ok(watch(&client, &id, remote.json).await?),
+        JobsCommand::Events { id } => {
+            let list = client.job_events(&id).await?;
+            if remote.json {
+                println!("{list:#}");
+            } else {
+                print!("{}", events(&list));
+            }
+            Ok(0)
+        }
     }
+}
+
+/// Runs an `endpoint` command.
+pub async fn endpoint(command: EndpointCommand, remote: &Remote) -> Result<u8, CliError> {
+    let client = remote.client()?;
+    let endpoint = match command {
+        EndpointCommand::Set { address } => client.put_endpoint(&address).await?,
+        EndpointCommand::Show => client.endpoint().await?,
+        EndpointCommand::Remove => {
+            client.remove_endpoint().await?;
+            eprintln!("endpoint removed");
+            return Ok(0);
+        }
+    };
+    if remote.json {
+        println!("{endpoint:#}");
+    } else {
+        println!(
+            "url     {}\nsecret  {}",
+            endpoint["url"].as_str().unwrap_or("?"),
+            endpoint["secret"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(0)
 }
 
 /// Runs an `attempts` command.
@@ -226,6 +275,37 @@ fn read_input(raw: &str) -> Result<Value, CliError> {
         None => raw.to_owned(),
     };
     serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("--input is not JSON: {e}")))
+}
+
+/// One line per event: its id, the status it reports, and whether it was delivered or when it is tried next.
+fn events(list: &Value) -> String {
+    let events = list["events"].as_array().map_or(&[][..], Vec::as_slice);
+    if events.is_empty() {
+        return "no events: the job has not settled since an endpoint was registered\n".to_owned();
+    }
+    let text = |event: &Value, field: &str| event[field].as_str().unwrap_or("?").to_owned();
+    let mut out = String::new();
+    for event in events {
+        let tries = event["tries"].as_u64().unwrap_or(0);
+        let state = if event["delivered_at"].is_string() {
+            format!("delivered {} ({tries} tries)", text(event, "delivered_at"))
+        } else if tries == 0 {
+            "not tried yet".to_owned()
+        } else {
+            format!(
+                "not delivered after {tries} tries: {}; next try {}",
+                text(event, "last_error"),
+                text(event, "next_try_at")
+            )
+        };
+        out.push_str(&format!(
+            "{}  {:<10} settled {}  {state}\n",
+            text(event, "id"),
+            text(event, "status"),
+            text(event, "settled_at"),
+        ));
+    }
+    out
 }
 
 fn list(page: &Value) -> String {
