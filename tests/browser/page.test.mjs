@@ -3,12 +3,14 @@
 //
 // It signs in, runs the double-click demo (two requests, one job; a changed input under the same key, a 409), opens
 // a job whose primary failed and whose fallback won from the jobs list, and checks the timeline: two lanes, the
-// first failed, the second the winner. Then the operator's actions: the jobs that need attention (filtered), an
-// unknown attempt stopped (failover follows), a failed job retried on a chosen provider, a job cancelled, and the
-// providers with their standing and breakers. Screenshots go to target/browser/.
+// first failed, the second the winner; and the job's completion event, delivered to a receiver the test runs. Then
+// the operator's actions: the jobs that need attention (filtered), an unknown attempt stopped (failover follows), a
+// failed job retried on a chosen provider, a job cancelled, and the providers with their standing and breakers.
+// Screenshots go to target/browser/.
 
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
+import { createServer } from "node:http";
 import { chromium } from "playwright-core";
 
 const base = process.env.ONEJOB_URL;
@@ -64,6 +66,21 @@ try {
   await page.locator(`#jobs tr[data-id="${demoJob}"]`).waitFor();
   await page.screenshot({ path: `${shots}/home.png`, fullPage: true });
 
+  // Alice's completion events go to a receiver here (the server allows loopback endpoints for it).
+  const received = [];
+  const receiver = createServer((request, response) => {
+    request.resume();
+    received.push(request.headers["onejob-event-id"]);
+    response.writeHead(204).end();
+  });
+  await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  const endpoint = await fetch(`${base}/v1/endpoint`, {
+    method: "PUT",
+    headers: { Authorization: "Bearer dev-token-alice", "Content-Type": "application/json" },
+    body: JSON.stringify({ url: `http://127.0.0.1:${receiver.address().port}/onejob` }),
+  });
+  assert.equal(endpoint.status, 200);
+
   // A job whose primary fails over to the (qualified) fallback, opened from the list.
   const failover = await createJob(`browser-failover-${Date.now()}`, {
     contract: "summarize@1",
@@ -85,6 +102,13 @@ try {
   assert.match(await second.locator(".outcome").textContent(), /★ winner/);
   assert.equal(await page.locator("#job-status").textContent(), "succeeded");
   assert.match(await page.locator("#job-outcome").textContent(), /"summary": "Primary fails."/);
+  // Settled: its one event, delivered to the receiver, under the id the receiver got.
+  const event = page.locator('#events-list li[data-delivered="true"]');
+  await event.waitFor();
+  assert.equal(await page.locator("#events-list li").count(), 1);
+  assert.match(await event.textContent(), /^evt_[0-9a-f]{32} · succeeded · delivered .* after 1 try$/);
+  assert.ok(received.includes((await event.textContent()).split(" ")[0]), "the receiver got that event");
+  receiver.close();
   await page.screenshot({ path: `${shots}/job-timeline.png`, fullPage: true });
 
   // The operator's actions. A job whose primary hangs is `unknown` after its 3 s timeout, and two whose only

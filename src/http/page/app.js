@@ -246,6 +246,7 @@ function showJob(id) {
         // Settled: nothing can change the outcome any more (a failed job may still wait for a cancelled attempt).
         if (job.settled) {
           $("job-live").textContent = "";
+          await followEvents(id, () => stopped);
           return;
         }
         $("job-live").textContent = job.settles_at
@@ -263,6 +264,29 @@ function showJob(id) {
     controller.abort();
     clearInterval(clock);
   };
+}
+
+/** The settled job's completion events (if its owner has an endpoint), read again every 2 s while one is not
+ * delivered and the view is open. */
+async function followEvents(id, stopped) {
+  $("job-events").hidden = true;
+  while (!stopped()) {
+    const answer = await api(`/v1/jobs/${id}/events`);
+    const events = answer.status === 200 ? answer.body.events : [];
+    if (stopped()) return;
+    $("job-events").hidden = events.length === 0;
+    $("events-list").replaceChildren(...events.map((event) => {
+      const delivered = event.delivered_at !== null;
+      const state = delivered
+        ? `delivered ${new Date(event.delivered_at).toLocaleTimeString()} after ${event.tries} ${event.tries === 1 ? "try" : "tries"}`
+        : event.tries === 0
+          ? "not tried yet"
+          : `${event.tries} tries, last: ${event.last_error}; next ${new Date(event.next_try_at).toLocaleTimeString()}`;
+      return el("li", { dataset: { delivered: String(delivered) } }, `${event.id} · ${event.status} · ${state}`);
+    }));
+    if (events.every((event) => event.delivered_at !== null)) return;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
 }
 
 function render(job, limits = providerTimeouts ?? new Map()) {
