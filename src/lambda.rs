@@ -15,8 +15,9 @@
 
 use std::sync::Arc;
 
-use aws_config::SdkConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};
 use axum::Router;
 use futures_util::future::join_all;
 
@@ -69,14 +70,42 @@ impl Settings {
     }
 }
 
-/// What every function does when its container starts: JSON logs, the settings from the environment, the AWS
-/// SDK's config, the engine.
+/// What every function does when its container starts: JSON logs, the settings and the AWS SDK's config from the
+/// environment, the engine.
 pub async fn start() -> Result<(Settings, Arc<Engine>), StartError> {
     crate::telemetry::init_json();
     let settings = Settings::from_env()?;
-    let aws = startup::aws_config().await;
+    let aws = aws_config(|name| std::env::var(name).ok())?;
     let engine = engine(&settings, &aws).await?;
     Ok((settings, engine))
+}
+
+/// The AWS SDK's config of a function, from what Lambda puts in its environment (`env` reads a variable): the
+/// execution role's credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), `AWS_REGION`,
+/// and `AWS_ENDPOINT_URL` if set; onejob's HTTPS client. Not aws-config's default chain: its profile files, SSO,
+/// STS and instance-metadata providers serve other hosts, and would weigh on every package (BENCHMARKS.md,
+/// section 5). Retries, timeouts and the sleep and time sources are each client's defaults.
+pub fn aws_config(env: impl Fn(&str) -> Option<String>) -> Result<SdkConfig, StartError> {
+    let var = |name: &str| {
+        env(name).ok_or_else(|| StartError::Config(ConfigError::Missing(name.to_owned())))
+    };
+    let credentials = Credentials::new(
+        var("AWS_ACCESS_KEY_ID")?,
+        var("AWS_SECRET_ACCESS_KEY")?,
+        env("AWS_SESSION_TOKEN"),
+        None,
+        "lambda-environment",
+    );
+    let builder = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(var("AWS_REGION")?))
+        .credentials_provider(SharedCredentialsProvider::new(credentials))
+        .http_client(startup::https_client());
+    Ok(match env("AWS_ENDPOINT_URL") {
+        Some(url) => builder.endpoint_url(url),
+        None => builder,
+    }
+    .build())
 }
 
 /// The engine of one Lambda container: DynamoDB, SQS, the compiled-in contracts on the config's chains, the

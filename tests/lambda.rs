@@ -71,7 +71,13 @@ async fn functions_with(
         config,
         secret_arn,
     };
-    let engine = lambda::engine(&settings, &aws).await.unwrap();
+    // The functions' own SDK config, made as on Lambda from the environment (moto's endpoint as AWS_ENDPOINT_URL).
+    let functions_aws = lambda::aws_config(|name| match name {
+        "AWS_ENDPOINT_URL" => std::env::var("ONEJOB_TEST_AWS_ENDPOINT").ok(),
+        _ => std::env::var(name).ok(),
+    })
+    .unwrap();
+    let engine = lambda::engine(&settings, &functions_aws).await.unwrap();
     Some(Functions {
         engine,
         sqs,
@@ -243,6 +249,30 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
 
 /// The payloads are the ones the handlers are documented with: the get event names a job of the intent the create
 /// event sends (an id's intent part is derived from owner and key), and the SQS batch names it twice.
+/// A function's SDK config is what Lambda's environment says, and a missing variable is named.
+#[test]
+fn a_functions_sdk_config_comes_from_lambdas_environment() {
+    let lambda = |name: &str| {
+        [
+            ("AWS_ACCESS_KEY_ID", "ASIAEXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_SESSION_TOKEN", "session"),
+            ("AWS_REGION", "eu-west-1"),
+        ]
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.to_owned())
+    };
+    let config = lambda::aws_config(lambda).unwrap();
+    assert_eq!(config.region().map(|r| r.as_ref()), Some("eu-west-1"));
+    assert_eq!(config.endpoint_url(), None);
+    assert!(config.credentials_provider().is_some());
+    let missing = lambda::aws_config(|name| lambda(name).filter(|_| name != "AWS_REGION"))
+        .unwrap_err()
+        .to_string();
+    assert!(missing.contains("AWS_REGION"), "{missing}");
+}
+
 #[tokio::test]
 async fn the_event_files_describe_one_job() {
     let created_at = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").unwrap();
