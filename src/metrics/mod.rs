@@ -128,7 +128,6 @@ const ATTEMPTS_PER_JOB: MetricSpec = histogram(
     &["contract", "outcome"],
     "Attempts a job took, counted when it ended (succeeded; failed; cancelled while open).",
 );
-
 const EVENT_TRIES: MetricSpec = counter(
     "onejob_event_tries_total",
     &["outcome"],
