@@ -30,7 +30,7 @@ impl Engine {
         };
         let kind = match &outcome {
             CreateOutcome::Created(job) => {
-                self.changed(job).await;
+                self.changed(job).await?;
                 self.dispatch_queued(job).await;
                 CreateKind::Created
             }
@@ -78,7 +78,7 @@ impl Engine {
                 }
             })
             .await?;
-        self.changed(&job).await;
+        self.changed(&job).await?;
         self.dispatch_queued(&job).await;
         Ok((number, job))
     }
@@ -111,8 +111,9 @@ impl Engine {
             self.dispatch_queued(&job).await;
         }
         // Also when it was cancelled before, by this very call perhaps, whose first answer was lost before the
-        // job's watchers and endpoint heard.
-        self.changed(&job).await;
+        // job's watchers and endpoint heard. If the event could not be armed, the call fails: the cancel stands,
+        // and the client's repeat arms it.
+        self.changed(&job).await?;
         Ok(job)
     }
 
@@ -131,7 +132,7 @@ impl Engine {
             tracing::info!(job_id = %job.id, "job cancelled");
         }
         // Also when it was cancelled before: that may have been this very call, whose first answer was lost.
-        self.changed(&job).await;
+        self.changed(&job).await?;
         Ok(job)
     }
 }

@@ -173,10 +173,11 @@ impl Engine {
     }
 
     /// After a write: if it ended the job, its owner's endpoint (if any) is to hear of it once it settles. Tried
-    /// again like a write while the store fails (arming twice is arming once); logged if it never lands.
-    pub(super) async fn arm_deliveries(&self, job: &Job) {
+    /// again like a write while the store fails (arming twice is arming once); logged, and an `Err`, if it never
+    /// lands.
+    pub(super) async fn arm_deliveries(&self, job: &Job) -> Result<(), StoreError> {
         let Some(settles_at) = job.settles_at() else {
-            return;
+            return Ok(());
         };
         let armed = self
             .persist(
@@ -189,20 +190,21 @@ impl Engine {
         match armed {
             Ok(true) => self.deliveries_due.notify_one(),
             Ok(false) => {}
-            Err(e) => {
-                tracing::error!(job_id = %job.id, error = %crate::telemetry::error_chain(&e), "the job's completion event could not be scheduled");
+            Err(ref e) => {
+                tracing::error!(job_id = %job.id, error = %crate::telemetry::error_chain(e), "the job's completion event could not be scheduled; failing the step so that it comes back");
             }
         }
+        armed.map(|_| ())
     }
 
     /// For a message whose attempt is over: if its job ended, the deliveries are armed again. The step that ended
     /// it may have stopped between its write and the arming (a Lambda out of time), and left its message to come
     /// back: this is what is left of that step. Arming twice is arming once.
     pub async fn rearm_deliveries(&self, id: &JobId) -> Result<(), StoreError> {
-        if let Some(job) = self.store.read_job(id, self.clock.now()).await? {
-            self.arm_deliveries(&job).await;
+        match self.store.read_job(id, self.clock.now()).await? {
+            Some(job) => self.arm_deliveries(&job).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Resolves when deliveries were armed in this process since the last call (or at once if they were before).

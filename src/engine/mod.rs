@@ -183,11 +183,13 @@ impl Engine {
         self.changes.watch(id)
     }
 
-    /// After every write of a job: its watchers hear of it, and if it ended, its owner's endpoint will.
-    async fn changed(&self, job: &Job) {
+    /// After every write of a job: its watchers hear of it, and if it ended, its owner's endpoint will. An `Err`
+    /// (the store would not arm the event through a write's budget) is for the caller to pass on as a failure: its
+    /// client's retry, or its message's redelivery, arms it again.
+    async fn changed(&self, job: &Job) -> Result<(), StoreError> {
         self.changes
             .changed(&job.id, || job.is_final().then(|| job.clone()));
-        self.arm_deliveries(job).await;
+        self.arm_deliveries(job).await
     }
 
     /// The end of an API write's budget, from now.

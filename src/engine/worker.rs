@@ -23,7 +23,7 @@ impl Engine {
             .await?;
         self.metrics
             .attempt(&job, message.number, AttemptState::Started);
-        self.changed(&job).await;
+        self.changed(&job).await?;
         Ok(job)
     }
 
@@ -46,7 +46,7 @@ impl Engine {
             Ok(job) => {
                 self.metrics
                     .attempt(&job, attempt.number, AttemptState::Unknown);
-                self.changed(&job).await;
+                self.changed(&job).await?;
                 Ok(Some(job))
             }
             Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(None),
@@ -81,7 +81,7 @@ impl Engine {
                 tracing::info!(job_id = %job.id, attempt = number, "result claimed");
                 self.metrics.attempt(&job, number, AttemptState::Succeeded);
                 self.metrics.ended(&job);
-                self.changed(&job).await;
+                self.followed(&job, number).await?;
                 Ok(Completion::Won)
             }
             Ok((Completion::Lost { winner }, job)) => {
@@ -90,7 +90,7 @@ impl Engine {
                 let winner_text = winner.map_or_else(|| "none".to_owned(), |w| w.to_string());
                 tracing::warn!(job_id = %job.id, loser = number, winner = %winner_text, "race lost: result discarded");
                 self.metrics.race_lost(&job, number);
-                self.changed(&job).await;
+                self.followed(&job, number).await?;
                 Ok(Completion::Lost { winner })
             }
             Err(e) => {
@@ -105,6 +105,16 @@ impl Engine {
                 Err(lost)
             }
         }
+    }
+
+    /// [`Engine::changed`] after an answer's write: if the event could not be armed, the answer is written but the
+    /// step fails, so that its message comes back and the redelivery arms it.
+    async fn followed(&self, job: &Job, number: u32) -> Result<(), AnswerLost> {
+        self.changed(job).await.map_err(|source| AnswerLost {
+            job_id: job.id.clone(),
+            number,
+            source,
+        })
     }
 
     /// A definite failure of attempt `number` of `job` (the claimed copy), with failover in the same write,
@@ -140,8 +150,8 @@ impl Engine {
                 if let Some(error) = &after.error {
                     tracing::warn!(job_id = %after.id, code = %error.code, "no failover: {}", error.message);
                 }
-                self.changed(&after).await;
                 self.dispatch_queued(&after).await;
+                self.followed(&after, number).await?;
                 Ok(after)
             }
             Err(e) => {

@@ -380,6 +380,44 @@ async fn a_message_redelivered_after_its_job_ended_arms_the_event_its_step_did_n
     assert_eq!(receiver.call_count(), 1);
 }
 
+/// A cancel whose event the store would not arm through its budget fails (the cancel itself stands), and the
+/// client's repeat arms it: one event.
+#[tokio::test]
+async fn a_cancel_whose_event_was_not_armed_fails_and_its_repeat_arms_it() {
+    let receiver = StandIn::answering(json!({})).await;
+    let app = app().await;
+    register_receiver(&app, &receiver).await;
+    let body = json!({"contract": "summarize@1", "input": {"text": "x"}});
+    let job = json_with_status(app.create(ALICE, "k", &body).await, 201).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    app.faults
+        .plan(&[(Call::ArmDeliveries, Fault::Before); 10_000]);
+    let cancel = app.cancel_job(ALICE, &id);
+    let mut cancel = std::pin::pin!(cancel);
+    // The arming's backoff waits on the server's clock: moved on whenever something sleeps on it.
+    let failed = loop {
+        tokio::select! {
+            answer = &mut cancel => break answer,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(5)) => {
+                if app.clock.sleepers() > 0 {
+                    app.clock.advance(Duration::seconds(2));
+                }
+            }
+        }
+    };
+    assert_eq!(failed.status(), 500);
+    let stored = json_with_status(app.get_job(ALICE, &id).await, 200).await;
+    assert_eq!(stored["status"], "cancelled", "the cancel stands");
+    // (On SQLite the cancel's own transaction armed the event: it may be out already.)
+
+    app.faults.clear();
+    json_with_status(app.cancel_job(ALICE, &id).await, 200).await;
+    receiver.received(1).await;
+    events_when(&app, &id, delivered).await;
+    app.engine().deliver_due().await.unwrap();
+    assert_eq!(receiver.call_count(), 1);
+}
+
 /// An endpoint that is private by the time an event goes (its name now resolves to loopback, or it was stored
 /// before the rule) is not reached: the try fails, and says why.
 #[tokio::test]

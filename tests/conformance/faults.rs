@@ -7,8 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use onejob::clock::Clock;
-use onejob::domain::{AttemptState, Fingerprint, Job, JobStatus, ProviderName};
-use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
+use onejob::domain::{AttemptState, Endpoint, Fingerprint, Job, JobStatus, ProviderName};
+use onejob::store::{CreateOutcome, EventStore, JobStore, ListQuery, StoreError};
 use onejob::worker::sweeper::sweep;
 use onejob::worker::{Processed, process_attempt};
 use serde_json::{Value, json};
@@ -43,17 +43,22 @@ async fn rig(
     (faulty, rig)
 }
 
-/// Moves the clock past each backoff the step waits out between tries of its completion — once per try, and never
+/// Moves the clock past each backoff the step waits out between tries of its `call` — once per try, and never
 /// while the provider call, bounded by its own timeout on the same clock, is in flight — until the step is done.
 /// An advance can land just before the step registers its sleep; a step that then stays asleep for a while of real
 /// time (it would hang otherwise) gets one more. The real-time bound only turns a hang into a failure that says
 /// where the step stood.
-async fn drive_backoff<T>(rig: &Rig, faulty: &FaultyStore, step: &tokio::task::JoinHandle<T>) {
+async fn drive_backoff<T>(
+    rig: &Rig,
+    faulty: &FaultyStore,
+    call: Call,
+    step: &tokio::task::JoinHandle<T>,
+) {
     let mut woken_after = 0;
     let started = std::time::Instant::now();
     let mut last_advance = started;
     while !step.is_finished() {
-        let tries = faulty.calls(Call::Complete);
+        let tries = faulty.calls(call);
         let asleep = rig.clock.sleepers() > 0;
         let stalled = last_advance.elapsed() > std::time::Duration::from_millis(250);
         if tries > 0 && asleep && (tries > woken_after || stalled) {
@@ -63,7 +68,7 @@ async fn drive_backoff<T>(rig: &Rig, faulty: &FaultyStore, step: &tokio::task::J
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(30),
-            "the step hangs: {tries} completions tried, {} sleeps on the clock, {} claims, now {}",
+            "the step hangs: {tries} {call:?} tried, {} sleeps on the clock, {} claims, now {}",
             rig.clock.sleepers(),
             faulty.calls(Call::Claim),
             rig.clock.now()
@@ -485,7 +490,7 @@ pub async fn an_answer_is_written_through_a_store_outage(store: Arc<dyn JobStore
     let engine = rig.engine.clone();
     let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
     // Each backoff waits on the clock: move it whenever the step sleeps, until the step is done.
-    drive_backoff(&rig, &faulty, &step).await;
+    drive_backoff(&rig, &faulty, Call::Complete, &step).await;
     assert_eq!(step.await.unwrap().unwrap(), Processed::Succeeded);
     assert!(faulty.spent());
     assert_eq!(faulty.calls(Call::Complete), 7);
@@ -511,7 +516,7 @@ pub async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
     let engine = rig.engine.clone();
     let redelivered = message.clone();
     let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
-    drive_backoff(&rig, &faulty, &step).await;
+    drive_backoff(&rig, &faulty, Call::Complete, &step).await;
     let outcome = step.await.unwrap();
     assert!(
         matches!(outcome, Err(StoreError::Backend(_))),
@@ -525,4 +530,41 @@ pub async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
     rig.advance(rig.engine.lease().num_milliseconds() as u64);
     assert_eq!(sweep(&rig.engine).await.unwrap().expired, 1);
     assert_eq!(state(&rig.job(&job).await, 1), AttemptState::Unknown);
+}
+
+/// The answer is written, and the store will not arm its job's completion event through a write's budget: the step
+/// fails (the answer stays written), its message comes back, and the redelivery, whose claim is refused, arms the
+/// event. One provider call.
+pub async fn an_event_the_store_would_not_arm_is_armed_by_the_redelivery(store: Arc<dyn JobStore>) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
+    let (job, message) = rig.create("unarmed").await;
+    let endpoint = Endpoint::new("https://hooks.example.com/".into(), rig.clock.now());
+    faulty
+        .put_endpoint(&job.owner, Some(&endpoint))
+        .await
+        .unwrap();
+    faulty.plan(&[(Call::ArmDeliveries, Fault::Before); 10_000]);
+    let engine = rig.engine.clone();
+    let redelivered = message.clone();
+    let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
+    drive_backoff(&rig, &faulty, Call::ArmDeliveries, &step).await;
+    let outcome = step.await.unwrap();
+    assert!(
+        matches!(outcome, Err(StoreError::Backend(_))),
+        "{outcome:?}"
+    );
+    let done = rig.job(&job).await;
+    assert_eq!(done.result, Some(summary("A")), "the answer stays written");
+
+    faulty.clear();
+    assert_eq!(rig.process(&redelivered).await, Processed::Dropped);
+    let (armed, _) = faulty
+        .deliveries(&job.id)
+        .await
+        .unwrap()
+        .expect("armed by the redelivery");
+    assert_eq!(armed.due_at, done.settles_at());
+    assert_eq!(primary.call_count(), 1, "no second paid call");
 }

@@ -87,6 +87,7 @@ macro_rules! conformance_suite {
             a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_once,
             an_answer_is_written_through_a_store_outage,
             an_answer_the_store_never_takes_is_given_up_after_the_budget,
+            an_event_the_store_would_not_arm_is_armed_by_the_redelivery,
             the_store_follows_the_model_step_by_step,
             a_status_change_within_one_millisecond_is_listed_under_the_new_status,
             a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job,

@@ -117,6 +117,11 @@ impl FaultyStore {
         self.plan.lock().unwrap().extend(faults.iter().copied());
     }
 
+    /// Drops the faults not spent yet: the store is back.
+    pub fn clear(&self) {
+        self.plan.lock().unwrap().clear();
+    }
+
     fn take(&self, call: Call) -> Option<Fault> {
         let mut plan = self.plan.lock().unwrap();
         let fault = plan
