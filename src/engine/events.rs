@@ -282,13 +282,13 @@ impl Engine {
 
     /// One POST of `event` to `endpoint`.
     async fn post(&self, endpoint: &Endpoint, job: &Job, event: &EventDelivery) -> TryOutcome {
-        // Checked again as it is now: an address written in the URL never reaches the resolver, which refuses
-        // what a name resolves to at the connection itself.
         let since_settle = || {
             (self.clock.now() - event.settled_at)
                 .to_std()
                 .unwrap_or_default()
         };
+        // Checked again as it is now: an address written in the URL never reaches the resolver, which refuses
+        // what a name resolves to at the connection itself.
         if let Err(refused) = self.check_endpoint(&endpoint.url).await {
             tracing::warn!(job_id = %job.id, event_id = %event.id, error = %refused, "event not sent: its endpoint is refused");
             self.metrics.event_try(EventTry::Refused, since_settle());

@@ -135,9 +135,13 @@ pub struct Engine {
     event_client: std::sync::OnceLock<reqwest::Client>,
 }
 
-/// What a worker's answer write did when the store kept failing: the answer could not be kept.
+/// What a worker's answer write did when the store kept failing: the answer could not be kept — or it was, and
+/// the completion event of the job it ended could not be armed after it (the step fails all the same, so that its
+/// message comes back and the redelivery arms it).
 #[derive(Debug, thiserror::Error)]
-#[error("the answer of attempt {number} of job {job_id} could not be written")]
+#[error(
+    "the answer of attempt {number} of job {job_id}, or the event after it, could not be written"
+)]
 pub struct AnswerLost {
     pub job_id: JobId,
     pub number: u32,
