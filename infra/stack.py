@@ -89,8 +89,11 @@ def check(template):
         props = function["Properties"]
         expect(props.get("TracingConfig", {}).get("Mode") == "Active", f"{name} is traced")
         env = props["Environment"]["Variables"]
-        for var in ["ONEJOB_TABLE", "ONEJOB_QUEUE_URL", "ONEJOB_CONFIG_TOML", "ONEJOB_SECRET_ARN"]:
+        for var in ["ONEJOB_TABLE", "ONEJOB_QUEUE_URL", "ONEJOB_CONFIG_TOML", "ONEJOB_SECRET_ARN",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT"]:
             expect(var in env, f"{name} gets {var}")
+        layers = props.get("Layers", {}).get("Fn::If", [None, []])[1]
+        expect(layers == [{"Ref": "AdotLayerArn"}], f"{name} runs the ADOT collector layer when given: {layers}")
     mappings = list(of_type(template, "AWS::Lambda::EventSourceMapping").values())
     expect(len(mappings) == 1 and mappings[0]["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency"),
            "the worker's SQS event source caps its concurrency")

@@ -3,7 +3,7 @@
 //!
 //! - **api**: the same axum [`router`] under `lambda_http`; the owner is the `sub` claim of API
 //!   Gateway's JWT authorizer.
-//! - **worker**: an SQS batch, one [`process_attempt_until`] per record, reporting only the records that should be
+//! - **worker**: an SQS batch, one [`process_delivery`] per record (under the `traceparent` the message carries), reporting only the records that should be
 //!   retried (`batchItemFailures`).
 //! - **sweeper**: one [`sweep`] per scheduled event.
 //!
@@ -11,7 +11,9 @@
 //! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
 //! qualify` read: providers, chains, limits) and `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider
 //! keys, read once at start). Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
-//! carries the counts of attempts by outcome, replays, conflicts and races lost.
+//! carries the counts of attempts by outcome, replays, conflicts and races lost, and, when a collector is
+//! configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g. the ADOT layer's), the invocation's spans are exported before
+//! it answers.
 
 use std::sync::Arc;
 
@@ -28,11 +30,13 @@ use crate::engine::Engine;
 use crate::http::auth::Auth;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
+use crate::queue::Delivery;
 use crate::queue::sqs::SqsQueue;
 use crate::startup::{self, SECRET_ARN_VAR, StartError};
 use crate::store::StoreError;
 use crate::store::dynamodb::DynamoStore;
-use crate::worker::process_attempt_until;
+use crate::telemetry::{self, trace};
+use crate::worker::process_delivery;
 use crate::worker::sweeper::{Swept, sweep};
 
 /// Where a function's engine keeps jobs and sends attempts, and where its provider keys are.
@@ -135,8 +139,11 @@ pub fn api(engine: Arc<Engine>, body_limit: usize) -> Router {
     })
     .layer(axum::middleware::map_response(
         move |response: axum::response::Response| {
-            flush_metrics(&metrics);
-            std::future::ready(response)
+            let metrics = metrics.clone();
+            async move {
+                end_invocation(&metrics).await;
+                response
+            }
         },
     ))
 }
@@ -162,16 +169,22 @@ pub async fn worker(
         let id = record.message_id.clone().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or_default();
         let attempt = match SqsQueue::parse(body) {
-            Ok(attempt) => attempt,
+            Ok(attempt) => Delivery {
+                attempt,
+                traceparent: record
+                    .message_attributes
+                    .get(trace::TRACEPARENT)
+                    .and_then(|a| a.string_value.clone()),
+            },
             Err(e) => {
                 tracing::error!(message_id = %id, error = %e, "not an attempt message: acknowledged and dropped");
                 return None;
             }
         };
-        match process_attempt_until(engine, &attempt, deadline).await {
+        match process_delivery(engine, &attempt, deadline).await {
             Ok(_) => None,
             Err(e) => {
-                tracing::error!(message_id = %id, job_id = %attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
+                tracing::error!(message_id = %id, job_id = %attempt.attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
                 Some(id)
             }
         }
@@ -195,8 +208,13 @@ pub async fn sweeper(engine: &Engine) -> Result<Swept, StoreError> {
     sweep(engine).await
 }
 
-/// Prints the metrics lines of the invocation that just ended (one per label set).
-pub fn flush_metrics(engine: &Engine) {
+/// Prints the metrics lines of the invocation that just ended (one per label set), and exports its spans.
+pub async fn end_invocation(engine: &Engine) {
+    flush_metrics(engine);
+    telemetry::flush().await;
+}
+
+fn flush_metrics(engine: &Engine) {
     for line in engine
         .metrics
         .drain_emf(engine.clock.now().timestamp_millis())

@@ -4,8 +4,12 @@ mod support;
 
 use std::ffi::OsStr;
 
+use onejob::domain::JobId;
+use onejob::telemetry::trace;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
-use support::process::serve;
+use support::collector::Collector;
+use support::process::{serve, serve_with};
 use support::stand_in::StandIn;
 
 async fn get(url: &str) -> Value {
@@ -93,4 +97,58 @@ model = "gpt-4o-mini"
         json!({"summary": "From the team's own provider."})
     );
     assert_eq!(provider.call_count(), 1);
+}
+
+/// With a collector named by `OTEL_EXPORTER_OTLP_ENDPOINT`, the server exports each job's steps as one trace: the
+/// create (the root, with the ids the job's id gives), its dispatch, and the worker's step under the dispatch that
+/// the local queue's message carried, down to the completion.
+#[tokio::test]
+async fn a_server_given_a_collector_exports_each_job_as_one_trace() {
+    let collector = Collector::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.base_url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "10"),
+    ];
+    let (_server, url) = serve_with(dir.path(), &[], &env).await.unwrap();
+    let created: Value = reqwest::Client::new()
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth("dev-token-alice")
+        .header("Idempotency-Key", "traced")
+        .json(&json!({"contract": "summarize@1", "input": {"text": "A long text."}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = JobId::parse(created["id"].as_str().unwrap()).unwrap();
+    let (trace, root) = trace::ids(&id);
+    let trace = trace.to_bytes().to_vec();
+    let ended = |spans: &[Span]| {
+        spans
+            .iter()
+            .any(|s| s.name == "complete" && s.trace_id == trace)
+    };
+    let spans = collector
+        .until(|spans| ended(spans) && spans.iter().any(|s| s.name == "create"))
+        .await;
+    let in_trace: Vec<&Span> = spans.iter().filter(|s| s.trace_id == trace).collect();
+    let one = |name: &str| -> &Span {
+        let found: Vec<_> = in_trace.iter().filter(|s| s.name == name).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "one {name} in the job's trace: {in_trace:#?}"
+        );
+        found[0]
+    };
+    let create = one("create");
+    assert_eq!(create.span_id, root.to_bytes().to_vec());
+    assert!(create.parent_span_id.is_empty());
+    let dispatch = one("dispatch");
+    assert_eq!(dispatch.parent_span_id, create.span_id);
+    assert_eq!(one("message").parent_span_id, dispatch.span_id);
+    one("provider_call");
+    one("complete");
 }

@@ -11,7 +11,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let engine = engine.clone();
         async move {
             let swept = lambda::sweeper(&engine).await?;
-            lambda::flush_metrics(&engine);
+            lambda::end_invocation(&engine).await;
             Ok::<_, lambda_runtime::Error>(
                 json!({"expired": swept.expired, "redispatched": swept.redispatched, "purged": swept.purged}),
             )

@@ -12,7 +12,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         async move {
             let deadline = lambda::deadline(&event.context);
             let response = lambda::worker(&engine, event.payload, deadline).await;
-            lambda::flush_metrics(&engine);
+            lambda::end_invocation(&engine).await;
             Ok::<_, lambda_runtime::Error>(response)
         }
     }))

@@ -9,13 +9,20 @@ use crate::domain::{
 };
 use crate::metrics::CreateKind;
 use crate::store::{CreateOutcome, StoreError};
+use crate::telemetry::trace;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 impl Engine {
     /// Creates the job, or finds the one its key names; a new job's attempt 1 is dispatched. A create whose answer
     /// was lost and that is repeated finds its own job: still `Created`. A create of an intent that this process
     /// is writing already answers from that write's job once it is committed (a replay or a conflict).
+    ///
+    /// The create is a span of the job's trace, made before the write (its start is the create's) and placed once
+    /// the job is known: the root of a job it made, a child of the root of the job it found.
     pub async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
         let began = std::time::Instant::now();
+        let span = tracing::info_span!("create", contract = %new.contract, outcome = Empty, job_id = Empty, trace_id = Empty);
         let token = WriteToken::new();
         let outcome = match self.creating.join(&new.owner, &new.idempotency_key) {
             Turn::Follow(leader) => match followed(leader).await {
@@ -28,15 +35,27 @@ impl Engine {
                 outcome
             }
         };
+        let job = outcome.job();
+        span.record("job_id", tracing::field::display(&job.id));
         let kind = match &outcome {
             CreateOutcome::Created(job) => {
-                self.changed(job).await?;
-                self.dispatch_queued(job).await;
+                trace::join_as_root(&span, &job.id);
+                async {
+                    self.changed(job).await?;
+                    self.dispatch_queued(job).await;
+                    Ok::<_, StoreError>(())
+                }
+                .instrument(span.clone())
+                .await?;
                 CreateKind::Created
             }
             CreateOutcome::Replayed(_) => CreateKind::Replayed,
             CreateOutcome::Conflict(_) => CreateKind::Conflict,
         };
+        if kind != CreateKind::Created {
+            trace::join(&span, &job.id, None);
+        }
+        span.record("outcome", kind.as_str());
         self.metrics.create(&new.contract, kind, began.elapsed());
         Ok(outcome)
     }

@@ -36,9 +36,11 @@ use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::queue::Dispatcher;
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
+use crate::telemetry::trace;
 pub use changes::JobWatch;
 pub use events::{EndpointRefused, EventSettings, is_private};
 use recent::Recent;
+use tracing::Instrument;
 
 /// Timings and limits of the engine that do not belong to one provider.
 #[derive(Debug, Clone)]
@@ -458,7 +460,14 @@ impl Engine {
     /// sends it again later.
     pub(crate) async fn dispatch_at(&self, message: &AttemptRef, not_before: Option<Timestamp>) {
         let delay = not_before.map_or_else(Duration::zero, |t| t - self.clock.now());
-        if let Err(e) = self.dispatcher.dispatch(message, delay).await {
+        let span = tracing::info_span!("dispatch", job_id = %message.job_id, attempt = message.number, trace_id = tracing::field::Empty);
+        trace::join(&span, &message.job_id, None);
+        let sent = self
+            .dispatcher
+            .dispatch(message, delay)
+            .instrument(span)
+            .await;
+        if let Err(e) = sent {
             let (job_id, attempt) = (&message.job_id, message.number);
             tracing::warn!(%job_id, attempt, error = %e, "dispatch failed; the sweeper will retry");
         }

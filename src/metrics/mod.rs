@@ -205,7 +205,7 @@ impl EventTry {
 }
 
 impl CreateKind {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Created => "created",
             Self::Replayed => "replayed",

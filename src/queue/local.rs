@@ -7,19 +7,20 @@ use async_trait::async_trait;
 use chrono::Duration;
 use tokio::sync::mpsc;
 
-use super::{DispatchError, Dispatcher};
+use super::{Delivery, DispatchError, Dispatcher};
 use crate::clock::Clock;
 use crate::domain::AttemptRef;
+use crate::telemetry::trace;
 
 #[derive(Debug, Clone)]
 pub struct LocalQueue {
-    sender: mpsc::UnboundedSender<AttemptRef>,
+    sender: mpsc::UnboundedSender<Delivery>,
     clock: Arc<dyn Clock>,
 }
 
 impl LocalQueue {
     /// The queue, delaying on `clock`, and the receiving end the worker loop reads.
-    pub fn new(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<AttemptRef>) {
+    pub fn new(clock: Arc<dyn Clock>) -> (Self, mpsc::UnboundedReceiver<Delivery>) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (Self { sender, clock }, receiver)
     }
@@ -28,22 +29,22 @@ impl LocalQueue {
 #[async_trait]
 impl Dispatcher for LocalQueue {
     async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError> {
+        let delivery = Delivery {
+            attempt: attempt.clone(),
+            traceparent: trace::current_traceparent(),
+        };
         if delay <= Duration::zero() {
             return self
                 .sender
-                .send(attempt.clone())
+                .send(delivery)
                 .map_err(|e| DispatchError(Box::new(e)));
         }
         // Held in memory, as a broker holds a delayed message: lost with the process, and then found again by the
         // sweeper (a `queued` attempt nobody claimed since its time).
-        let (sender, attempt, wait) = (
-            self.sender.clone(),
-            attempt.clone(),
-            self.clock.sleep(delay),
-        );
+        let (sender, wait) = (self.sender.clone(), self.clock.sleep(delay));
         tokio::spawn(async move {
             wait.await;
-            let _ = sender.send(attempt);
+            let _ = sender.send(delivery);
         });
         Ok(())
     }

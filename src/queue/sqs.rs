@@ -1,5 +1,5 @@
 //! The SQS adapter: one message per attempt, its body the JSON of an [`AttemptRef`]
-//! (`{"job_id": "job_…", "attempt": 1}`). The queue's visibility timeout must exceed the worker's longest listen;
+//! (`{"job_id": "job_…", "attempt": 1}`), the sender's trace context in its `traceparent` attribute. The queue's visibility timeout must exceed the worker's longest listen;
 //! a message delivered twice is dropped by the claim.
 
 use async_trait::async_trait;
@@ -7,6 +7,7 @@ use chrono::Duration;
 
 use super::{DispatchError, Dispatcher};
 use crate::domain::AttemptRef;
+use crate::telemetry::trace;
 
 /// The longest delay SQS gives one message.
 const MAX_DELAY_SECONDS: i64 = 900;
@@ -39,10 +40,20 @@ impl Dispatcher for SqsQueue {
         // earlier than its attempt may run is sent again by the worker with the time that is left.
         let millis = delay.num_milliseconds().max(0);
         let seconds = ((millis + 999) / 1000).min(MAX_DELAY_SECONDS);
+        let traceparent = trace::current_traceparent().map(|value| {
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .expect("data type set")
+        });
         self.client
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(body)
+            .set_message_attributes(
+                traceparent.map(|v| [(trace::TRACEPARENT.to_owned(), v)].into()),
+            )
             .delay_seconds(i32::try_from(seconds).expect("at most 900"))
             .send()
             .await

@@ -9,6 +9,7 @@ use std::time::Instant;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::contracts::Contract;
 use crate::domain::{
@@ -17,7 +18,9 @@ use crate::domain::{
 use crate::engine::{AnswerLost, Engine};
 use crate::providers::checks::{self, Prepared};
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
+use crate::queue::Delivery;
 use crate::store::StoreError;
+use crate::telemetry::trace;
 
 /// What one step did with one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +55,21 @@ pub async fn process_attempt(
     process_attempt_until(engine, message, None).await
 }
 
+/// [`process_attempt_until`] for a message as it arrived: the step is a span of the job's trace, under the dispatch
+/// that sent the message.
+pub async fn process_delivery(
+    engine: &Engine,
+    delivery: &Delivery,
+    deadline: Option<Timestamp>,
+) -> Result<Processed, StoreError> {
+    let message = &delivery.attempt;
+    let span = tracing::info_span!("message", job_id = %message.job_id, attempt = message.number, trace_id = Empty);
+    trace::join(&span, &message.job_id, delivery.traceparent.as_deref());
+    process_attempt_until(engine, message, deadline)
+        .instrument(span)
+        .await
+}
+
 /// [`process_attempt`], listening for a late answer and writing answers no later than `deadline` (a Lambda's
 /// remaining time).
 pub async fn process_attempt_until(
@@ -60,7 +78,11 @@ pub async fn process_attempt_until(
     deadline: Option<Timestamp>,
 ) -> Result<Processed, StoreError> {
     let token = WriteToken::new();
-    let job = match engine.claim(message, &token).await {
+    let job = match engine
+        .claim(message, &token)
+        .instrument(tracing::info_span!("claim"))
+        .await
+    {
         Ok(job) => job,
         Err(StoreError::Refused(Refusal::NotYet { not_before, .. })) => {
             // Here before its time (a queue's longest delay is shorter than the wait): sent again for the rest.
@@ -82,7 +104,7 @@ pub async fn process_attempt_until(
     let attempt = job
         .attempt(message.number)
         .expect("the claimed attempt exists");
-    let span = tracing::info_span!("attempt", job_id = %job.id, attempt = attempt.number, provider = %attempt.provider);
+    let span = tracing::info_span!("attempt", job_id = %job.id, attempt = attempt.number, provider = %attempt.provider, trace_id = %trace::trace_id(&job.id));
     Step {
         engine,
         job: &job,
@@ -170,10 +192,11 @@ impl Step<'_> {
     ) -> Result<Option<Reply>, StoreError> {
         let clock = &self.engine.clock;
         let began = Instant::now();
-        let mut call = provider.client.call(request);
+        let span = tracing::info_span!("provider_call", outcome = Empty);
+        let mut call = provider.client.call(request).instrument(span.clone());
         tokio::select! {
             outcome = &mut call => {
-                self.timed(provider, Some(&outcome), began);
+                span.record("outcome", self.timed(provider, Some(&outcome), began));
                 return Ok(Some(outcome));
             }
             () = clock.sleep(provider.config.timeout()) => {}
@@ -199,19 +222,24 @@ impl Step<'_> {
             .await;
         tokio::select! {
             outcome = &mut call => {
-                self.timed(provider, Some(&outcome), began);
+                span.record("outcome", self.timed(provider, Some(&outcome), began));
                 Ok(Some(outcome))
             }
             () = late_window => {
                 tracing::warn!(late_result_ms = provider.config.late_result_ms(), "no late answer either: attempt stays unknown");
-                self.timed(provider, None, began);
+                span.record("outcome", self.timed(provider, None, began));
                 marked.map(|_| None)
             }
         }
     }
 
-    /// Records a call begun at `began`: its reply, or `None` when listening ended without one.
-    fn timed(&self, provider: &ConfiguredProvider, reply: Option<&Reply>, began: Instant) {
+    /// Records a call begun at `began`: its reply, or `None` when listening ended without one; the outcome's name.
+    fn timed(
+        &self,
+        provider: &ConfiguredProvider,
+        reply: Option<&Reply>,
+        began: Instant,
+    ) -> &'static str {
         let outcome = match reply.map(|r| &r.outcome) {
             Some(ProviderOutcome::Answered(_)) => "answered",
             Some(ProviderOutcome::Failed(_)) => "failed",
@@ -233,6 +261,7 @@ impl Step<'_> {
         self.engine
             .metrics
             .provider_call(&attempt.provider, model, outcome, began.elapsed());
+        outcome
     }
 
     async fn settle(
@@ -287,6 +316,7 @@ impl Step<'_> {
         }
     }
 
+    #[tracing::instrument(name = "complete", skip_all)]
     async fn complete(
         &self,
         output: serde_json::Value,
@@ -312,6 +342,7 @@ impl Step<'_> {
         }
     }
 
+    #[tracing::instrument(name = "fail", skip_all)]
     async fn fail(&self, error: ErrorInfo, report: CallReport) -> Result<Processed, StoreError> {
         tracing::warn!(code = %error.code, message = %error.message, "attempt failed");
         let until = self.engine.answer_deadline(self.deadline);
@@ -345,7 +376,7 @@ impl Step<'_> {
 /// Aborting this task aborts the attempts it runs, as a crash would.
 pub async fn run_local(
     engine: Arc<Engine>,
-    mut queue: mpsc::UnboundedReceiver<AttemptRef>,
+    mut queue: mpsc::UnboundedReceiver<Delivery>,
     concurrency: usize,
 ) {
     let slots = Arc::new(Semaphore::new(concurrency));
@@ -355,7 +386,8 @@ pub async fn run_local(
         let slot = slots.clone().acquire_owned().await.expect("never closed");
         let engine = engine.clone();
         running.spawn(async move {
-            if let Err(e) = process_attempt(&engine, &message).await {
+            if let Err(e) = process_delivery(&engine, &message, None).await {
+                let message = &message.attempt;
                 tracing::error!(job_id = %message.job_id, attempt = message.number, error = %crate::telemetry::error_chain(&e), "attempt step failed");
             }
             drop(slot);

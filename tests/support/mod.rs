@@ -3,6 +3,7 @@
 #![allow(dead_code)] // Each test binary uses its own part of this module.
 
 pub mod aws;
+pub mod collector;
 pub mod faulty;
 pub mod process;
 pub mod rig;

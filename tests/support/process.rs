@@ -10,6 +10,15 @@ use tokio::process::{Child, Command};
 /// Starts `onejob serve --addr 127.0.0.1:0 ARGS…` in `dir` (without tokens: the dev tokens, on loopback) and waits
 /// until it listens: the process and its base URL; or, if it exits first, what it wrote to standard error.
 pub async fn serve(dir: &Path, args: &[&OsStr]) -> Result<(Child, String), String> {
+    serve_with(dir, args, &[]).await
+}
+
+/// [`serve`], with these environment variables too.
+pub async fn serve_with(
+    dir: &Path,
+    args: &[&OsStr],
+    env: &[(&str, &str)],
+) -> Result<(Child, String), String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_onejob"))
         .args(["serve", "--addr", "127.0.0.1:0"])
         .args(args)
@@ -18,6 +27,7 @@ pub async fn serve(dir: &Path, args: &[&OsStr]) -> Result<(Child, String), Strin
         .env_remove("ONEJOB_TOKENS")
         .env_remove("ONEJOB_CONFIG")
         .env_remove("ONEJOB_DB")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

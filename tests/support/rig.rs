@@ -14,6 +14,7 @@ use onejob::engine::Engine;
 use onejob::metrics::Metrics;
 use onejob::providers::ProviderConfig;
 use onejob::providers::keys::ProviderKeys;
+use onejob::queue::Delivery;
 use onejob::queue::local::LocalQueue;
 use onejob::startup;
 use onejob::store::JobStore;
@@ -26,7 +27,7 @@ use tokio::task::JoinHandle;
 pub struct Rig {
     pub engine: Arc<Engine>,
     pub clock: Arc<ManualClock>,
-    queue: UnboundedReceiver<AttemptRef>,
+    queue: UnboundedReceiver<Delivery>,
     owner: Owner,
 }
 
@@ -101,7 +102,7 @@ impl Rig {
 
     /// The next message the engine dispatched; there must be one.
     pub fn next_message(&mut self) -> AttemptRef {
-        self.queue.try_recv().expect("a dispatched message")
+        self.queue.try_recv().expect("a dispatched message").attempt
     }
 
     /// The next message the engine dispatches, waiting for it (a delayed one comes once the clock passes its time).
@@ -110,6 +111,7 @@ impl Rig {
             .await
             .expect("a message in time")
             .expect("the queue is open")
+            .attempt
     }
 
     pub fn no_message(&mut self) -> bool {

@@ -163,6 +163,8 @@ async fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| CliError::Usage(format!("cannot write to {}: {e}", dir.display()))),
     };
+    // The spans of the last moments, if traces are exported.
+    onejob::telemetry::flush().await;
     outcome.unwrap_or_else(|e| {
         eprintln!("onejob: {}", e.message());
         ExitCode::from(e.exit_code())
