@@ -12,16 +12,23 @@ use support::collector::Collector;
 use support::process::{serve, serve_with};
 use support::stand_in::StandIn;
 
+/// alice's request: the answer's JSON body.
+async fn as_alice(request: reqwest::RequestBuilder) -> Value {
+    let answer = request.bearer_auth("dev-token-alice").send().await.unwrap();
+    answer.json().await.unwrap()
+}
+
 async fn get(url: &str) -> Value {
-    reqwest::Client::new()
-        .get(url)
-        .bearer_auth("dev-token-alice")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    as_alice(reqwest::Client::new().get(url)).await
+}
+
+/// alice's summarize job under `key`.
+async fn create(url: &str, key: &str) -> Value {
+    let request = reqwest::Client::new()
+        .post(format!("{url}/v1/jobs"))
+        .header("Idempotency-Key", key)
+        .json(&json!({"contract": "summarize@1", "input": {"text": "A long text."}}));
+    as_alice(request).await
 }
 
 /// The contracts are in the binary: a server started in an empty folder, with no config, serves them.
@@ -72,17 +79,7 @@ model = "gpt-4o-mini"
     let chains = "[chains]\n\"summarize@1\" = [\"main\"]\n\"classify@1\" = [\"main\"]\n";
     std::fs::write(&config, format!("{chains}{providers}")).unwrap();
     let (_server, url) = serve(dir.path(), &args).await.unwrap();
-    let created: Value = reqwest::Client::new()
-        .post(format!("{url}/v1/jobs"))
-        .bearer_auth("dev-token-alice")
-        .header("Idempotency-Key", "k")
-        .json(&json!({"contract": "summarize@1", "input": {"text": "A long text."}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = create(&url, "k").await;
     assert_eq!(created["providers"], json!(["main"]));
     let id = created["id"].as_str().unwrap();
     let done = loop {
@@ -111,17 +108,7 @@ async fn a_server_given_a_collector_exports_each_job_as_one_trace() {
         ("OTEL_BSP_SCHEDULE_DELAY", "10"),
     ];
     let (_server, url) = serve_with(dir.path(), &[], &env).await.unwrap();
-    let created: Value = reqwest::Client::new()
-        .post(format!("{url}/v1/jobs"))
-        .bearer_auth("dev-token-alice")
-        .header("Idempotency-Key", "traced")
-        .json(&json!({"contract": "summarize@1", "input": {"text": "A long text."}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = create(&url, "traced").await;
     let id = JobId::parse(created["id"].as_str().unwrap()).unwrap();
     let (trace, root) = trace::ids(&id);
     let trace = trace.to_bytes().to_vec();
