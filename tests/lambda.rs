@@ -173,6 +173,12 @@ async fn a_job_goes_from_the_api_event_through_the_queue_and_the_worker_to_succe
 
     let batch = f.received_with_duplicates().await;
     assert_eq!(batch.records.len(), 2, "one message, delivered twice");
+    // No traces exported here: the message carries the job's root, for a worker that exports to join.
+    let (trace, root) = trace::ids(&JobId::parse(&id).unwrap());
+    assert_eq!(
+        batch.records[0].message_attributes[trace::TRACEPARENT].string_value,
+        Some(format!("00-{trace}-{root}-01"))
+    );
     let response = lambda::worker(&f.engine, batch, None).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(

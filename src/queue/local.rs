@@ -31,7 +31,7 @@ impl Dispatcher for LocalQueue {
     async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError> {
         let delivery = Delivery {
             attempt: attempt.clone(),
-            traceparent: trace::current_traceparent(),
+            traceparent: Some(trace::traceparent(&attempt.job_id)),
         };
         if delay <= Duration::zero() {
             return self

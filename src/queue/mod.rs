@@ -18,8 +18,8 @@ use crate::domain::AttemptRef;
 #[error("the attempt could not be dispatched")]
 pub struct DispatchError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
-/// A message as a worker receives it: the attempt, and the W3C `traceparent` of the step that sent it (absent when
-/// traces are not exported, or from a sender that did not carry one).
+/// A message as a worker receives it: the attempt, and the W3C `traceparent` of the step that sent it, or of the
+/// job's root where the sender exports no traces (absent from a sender that carried none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     pub attempt: AttemptRef,
@@ -28,7 +28,7 @@ pub struct Delivery {
 
 #[async_trait]
 pub trait Dispatcher: Send + Sync + Debug {
-    /// Hands the attempt to a worker, once `delay` has passed (a retry's wait; zero for everything else), with the
-    /// current span's trace context.
+    /// Hands the attempt to a worker, once `delay` has passed (a retry's wait; zero for everything else), with its
+    /// job's trace context ([`crate::telemetry::trace::traceparent`]).
     async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError>;
 }

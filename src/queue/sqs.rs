@@ -40,20 +40,16 @@ impl Dispatcher for SqsQueue {
         // earlier than its attempt may run is sent again by the worker with the time that is left.
         let millis = delay.num_milliseconds().max(0);
         let seconds = ((millis + 999) / 1000).min(MAX_DELAY_SECONDS);
-        let traceparent = trace::current_traceparent().map(|value| {
-            aws_sdk_sqs::types::MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(value)
-                .build()
-                .expect("data type set")
-        });
+        let traceparent = aws_sdk_sqs::types::MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(trace::traceparent(&attempt.job_id))
+            .build()
+            .expect("data type set");
         self.client
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(body)
-            .set_message_attributes(
-                traceparent.map(|v| [(trace::TRACEPARENT.to_owned(), v)].into()),
-            )
+            .message_attributes(trace::TRACEPARENT, traceparent)
             .delay_seconds(i32::try_from(seconds).expect("at most 900"))
             .send()
             .await

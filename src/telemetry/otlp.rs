@@ -18,6 +18,10 @@ use super::trace::JobIds;
 /// How long one export may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the end of an invocation waits for its spans' export: a collector that hangs delays an answer by this
+/// much at most (the export goes on behind it).
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// The variables that name a collector: either turns traces on.
 const ENDPOINT_VARIABLES: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -90,12 +94,13 @@ impl Traces {
         tracing_opentelemetry::layer().with_tracer(self.provider.tracer("onejob"))
     }
 
-    /// Exports every span ended so far, and waits for the collector's answer (a Lambda invocation's end: the
-    /// process may be frozen next). Failures are the exporter's to log.
+    /// Exports every span ended so far, and waits for the collector's answer, [`FLUSH_WAIT`] at most (a Lambda
+    /// invocation's end: the process may be frozen next). Failures are the exporter's to log.
     pub async fn flush(&self) {
         let provider = self.provider.clone();
         // The batch thread exports on this runtime: wait for it off the runtime's threads.
-        let _ = tokio::task::spawn_blocking(move || provider.force_flush()).await;
+        let flushed = tokio::task::spawn_blocking(move || provider.force_flush());
+        let _ = tokio::time::timeout(FLUSH_WAIT, flushed).await;
     }
 }
 

@@ -79,11 +79,21 @@ pub fn join_as_root(span: &Span, job: &JobId) {
     PINNED.with(|pin| pin.set(None));
 }
 
-/// The `traceparent` of the current span, to carry in a message; `None` when traces are not exported.
-pub fn current_traceparent() -> Option<String> {
+/// The `traceparent` a message about `job` carries: the current span's if it is of the job's trace, else the job's
+/// root (traces not exported here, or a step outside the job's spans) — so a worker that exports joins the trace.
+pub fn traceparent(job: &JobId) -> String {
+    let (trace, _) = ids(job);
+    let current = Span::current().context();
+    let context = if current.span().span_context().trace_id() == trace {
+        current
+    } else {
+        root(job)
+    };
     let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&Span::current().context(), &mut carrier);
-    carrier.remove(TRACEPARENT)
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    carrier
+        .remove(TRACEPARENT)
+        .expect("a valid span context is always written")
 }
 
 fn extract(traceparent: &str) -> Context {
@@ -129,8 +139,8 @@ mod tests {
     use crate::queue::local::LocalQueue;
 
     /// A job's create is its trace's root, with the derived ids; a dispatch under it puts its own span, in that
-    /// trace, on the local queue's message; a step under that message is the dispatch's child. With no layer, no
-    /// message carries a context.
+    /// trace, on the local queue's message; a step under that message is the dispatch's child. With no layer, a
+    /// message carries the job's root.
     #[tokio::test]
     async fn the_local_queue_carries_the_dispatching_span_of_the_jobs_trace() {
         let job = JobId::parse("job_c93ad8e3d05dd0142f00a17c6f511a74_mx3xkao0").unwrap();
@@ -144,7 +154,11 @@ mod tests {
             .dispatch(&attempt, chrono::Duration::zero())
             .await
             .unwrap();
-        assert_eq!(messages.recv().await.unwrap().traceparent, None);
+        assert_eq!(
+            messages.recv().await.unwrap().traceparent,
+            Some(format!("00-{trace}-{root}-01")),
+            "without traces exported here, the job's root"
+        );
 
         let provider = SdkTracerProvider::builder()
             .with_id_generator(JobIds::default())
