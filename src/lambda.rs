@@ -3,8 +3,8 @@
 //!
 //! - **api**: the same axum [`router`] under `lambda_http`; the owner is the `sub` claim of API
 //!   Gateway's JWT authorizer.
-//! - **worker**: an SQS batch, one [`process_delivery`] per record (under the `traceparent` the message carries), reporting only the records that should be
-//!   retried (`batchItemFailures`).
+//! - **worker**: an SQS batch, one [`process_delivery`] per record (under the `traceparent` the message carries),
+//!   reporting only the records that should be retried (`batchItemFailures`).
 //! - **sweeper**: one [`sweep`] per scheduled event.
 //!
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
@@ -168,7 +168,7 @@ pub async fn worker(
     let steps = event.records.into_iter().map(|record| async move {
         let id = record.message_id.clone().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or_default();
-        let attempt = match SqsQueue::parse(body) {
+        let delivery = match SqsQueue::parse(body) {
             Ok(attempt) => Delivery {
                 attempt,
                 traceparent: record
@@ -181,10 +181,10 @@ pub async fn worker(
                 return None;
             }
         };
-        match process_delivery(engine, &attempt, deadline).await {
+        match process_delivery(engine, &delivery, deadline).await {
             Ok(_) => None,
             Err(e) => {
-                tracing::error!(message_id = %id, job_id = %attempt.attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
+                tracing::error!(message_id = %id, job_id = %delivery.attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
                 Some(id)
             }
         }
