@@ -29,6 +29,7 @@ PARAMETERS = {
     "JwtAudience": "onejob",
     "ProviderKeysSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:onejob-keys-AbCdEf",
     "AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:onejob-alarms",
+    "EventBusName": "onejob-settled",
 }
 
 
@@ -90,7 +91,7 @@ def check(template):
         expect(props.get("TracingConfig", {}).get("Mode") == "Active", f"{name} is traced")
         env = props["Environment"]["Variables"]
         for var in ["ONEJOB_TABLE", "ONEJOB_QUEUE_URL", "ONEJOB_CONFIG_TOML", "ONEJOB_SECRET_ARN",
-                    "OTEL_EXPORTER_OTLP_ENDPOINT"]:
+                    "OTEL_EXPORTER_OTLP_ENDPOINT", "ONEJOB_EVENT_BUS"]:
             expect(var in env, f"{name} gets {var}")
         layers = props.get("Layers", {}).get("Fn::If", [None, []])[1]
         expect(layers == [{"Ref": "AdotLayerArn"}], f"{name} runs the ADOT collector layer when given: {layers}")
@@ -101,11 +102,12 @@ def check(template):
            "the worker reports partial batch failures")
 
     roles = of_type(template, "AWS::IAM::Role")
-    # A policy under `Fn::If` is the first branch: the parameters above give the secret, so HasProviderKeys holds.
-    policies = {
-        name: [p["Fn::If"][1] if "Fn::If" in p else p for p in role["Properties"].get("Policies", [])]
-        for name, role in roles.items()
-    }
+    # A role's own policies, and the policies of their own that name it (made under a condition: the parameters
+    # above give the secret and the bus, so they all are).
+    policies = {name: list(role["Properties"].get("Policies", [])) for name, role in roles.items()}
+    for policy in of_type(template, "AWS::IAM::Policy").values():
+        for role in policy["Properties"]["Roles"]:
+            policies[role["Ref"]].append(policy["Properties"])
     statements = {name: [s for p in found for s in p["PolicyDocument"]["Statement"]] for name, found in policies.items()}
     for name, found in statements.items():
         actions = {a for s in found for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
@@ -119,6 +121,14 @@ def check(template):
     expect(sum(1 for found in statements.values()
                if any("secretsmanager" in json.dumps(s["Action"]) for s in found)) == len(functions),
            "every function may read the provider keys' secret")
+    putters = {name: [s for s in found if "events:PutEvents" in json.dumps(s["Action"])]
+               for name, found in statements.items()}
+    putters = {name: found for name, found in putters.items() if found}
+    expect(list(putters) == [functions["SweeperFunction"]["Properties"]["Role"]["Fn::GetAtt"][0]],
+           f"the sweeper alone may put events: {sorted(putters)}")
+    for found in putters.values():
+        expect(all("event-bus/${EventBusName}" in json.dumps(s["Resource"]) for s in found),
+               f"on the named bus only: {[s['Resource'] for s in found]}")
 
     queues = of_type(template, "AWS::SQS::Queue")
     timeout = functions["WorkerFunction"]["Properties"]["Timeout"]

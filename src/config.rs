@@ -97,6 +97,10 @@ pub struct Config {
     pub event_backoff_base_ms: u64,
     #[serde(default = "default_event_backoff_cap_ms")]
     pub event_backoff_cap_ms: u64,
+    /// An EventBridge bus (name or ARN) that hears of every settled job, its owner's endpoint or not: one entry per
+    /// settle, source `onejob`, type `job.settled`, the endpoint's body as its detail. `ONEJOB_EVENT_BUS` sets it.
+    #[serde(default)]
+    pub event_bus: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -249,11 +253,19 @@ impl Default for Config {
             event_timeout_ms: default_event_timeout_ms(),
             event_backoff_base_ms: default_event_backoff_base_ms(),
             event_backoff_cap_ms: default_event_backoff_cap_ms(),
+            event_bus: None,
         }
     }
 }
 
 impl Config {
+    /// `event_bus` as `ONEJOB_EVENT_BUS` sets it, if it is set (empty: no bus, as the template's default says).
+    pub fn apply_event_bus_env(&mut self) {
+        if let Ok(bus) = std::env::var("ONEJOB_EVENT_BUS") {
+            self.event_bus = Some(bus).filter(|b| !b.is_empty());
+        }
+    }
+
     /// The built-in contracts and the config's contract files, each on its chain; every provider of every chain
     /// must be configured.
     pub fn contracts(&self) -> Result<Contracts, ContractError> {
@@ -286,6 +298,7 @@ impl Config {
                 backoff_base: chrono::Duration::milliseconds(self.event_backoff_base_ms as i64),
                 backoff_cap: chrono::Duration::milliseconds(self.event_backoff_cap_ms as i64),
                 allow_private: self.allow_private_endpoints,
+                bus: self.event_bus.clone(),
             },
             ..Default::default()
         }

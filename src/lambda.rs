@@ -5,12 +5,13 @@
 //!   Gateway's JWT authorizer.
 //! - **worker**: an SQS batch, one [`process_delivery`] per record (under the `traceparent` the message carries),
 //!   reporting only the records that should be retried (`batchItemFailures`).
-//! - **sweeper**: one [`sweep`] per scheduled event.
+//! - **sweeper**: one [`sweep`] per scheduled event; it alone delivers completion events, so it alone carries the
+//!   EventBridge client.
 //!
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
 //! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
-//! qualify` read: providers, chains, limits) and `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider
-//! keys, read once at start). Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
+//! qualify` read: providers, chains, limits), `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider
+//! keys, read once at start) and `ONEJOB_EVENT_BUS` (the EventBridge bus every settled job's event goes to). Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
 //! carries the counts of attempts by outcome, replays, conflicts and races lost, and, when a collector is
 //! configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g. the ADOT layer's), the invocation's spans are exported before
 //! it answers.
@@ -50,16 +51,18 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// From `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL` and the optional `ONEJOB_CONFIG_TOML` and `ONEJOB_SECRET_ARN`.
+    /// From `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL` and the optional `ONEJOB_CONFIG_TOML`, `ONEJOB_SECRET_ARN` and
+    /// `ONEJOB_EVENT_BUS`.
     pub fn from_env() -> Result<Self, StartError> {
         let var = |name: &str| {
             std::env::var(name)
                 .map_err(|_| StartError::Config(ConfigError::Missing(name.to_owned())))
         };
-        let config = match std::env::var("ONEJOB_CONFIG_TOML") {
+        let mut config = match std::env::var("ONEJOB_CONFIG_TOML") {
             Ok(text) => Config::parse(&text, "ONEJOB_CONFIG_TOML")?,
             Err(_) => Config::default(),
         };
+        config.apply_event_bus_env();
         if !config.contract_files.is_empty() {
             return Err(StartError::Config(ConfigError::Invalid(
                 "contract_files: a Lambda package holds only its binary; compile contracts in (contracts/)".into(),
@@ -74,14 +77,25 @@ impl Settings {
     }
 }
 
-/// What every function does when its container starts: JSON logs, the settings and the AWS SDK's config from the
-/// environment, the engine.
+/// What the api and worker functions do when their container starts: JSON logs, the settings and the AWS SDK's
+/// config from the environment, the engine.
 pub async fn start() -> Result<(Settings, Arc<Engine>), StartError> {
+    let (settings, aws) = start_settings()?;
+    let engine = engine(&settings, &aws).await?;
+    Ok((settings, engine))
+}
+
+/// What the sweeper function does when its container starts: [`start`]'s, with [`sweeper_engine`].
+pub async fn start_sweeper() -> Result<Arc<Engine>, StartError> {
+    let (settings, aws) = start_settings()?;
+    sweeper_engine(&settings, &aws).await
+}
+
+fn start_settings() -> Result<(Settings, SdkConfig), StartError> {
     crate::telemetry::init_json();
     let settings = Settings::from_env()?;
     let aws = aws_config(|name| std::env::var(name).ok())?;
-    let engine = engine(&settings, &aws).await?;
-    Ok((settings, engine))
+    Ok((settings, aws))
 }
 
 /// The AWS SDK's config of a function, from what Lambda puts in its environment (`env` reads a variable): the
@@ -112,20 +126,41 @@ pub fn aws_config(env: impl Fn(&str) -> Option<String>) -> Result<SdkConfig, Sta
     .build())
 }
 
-/// The engine of one Lambda container: DynamoDB, SQS, the compiled-in contracts on the config's chains, the
-/// configured providers with the keys of the secret.
+/// The engine of one Lambda container: DynamoDB (arming every ended job's deliveries if the config names a bus),
+/// SQS, the compiled-in contracts on the config's chains, the configured providers with the keys of the secret.
 pub async fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
+    Ok(Arc::new(function_engine(settings, aws).await?))
+}
+
+/// The sweeper's engine: [`engine`]'s, and if the config names a bus, the EventBridge client that puts each
+/// settled job's event on it. The other functions never deliver, and do not carry that client's code.
+pub async fn sweeper_engine(
+    settings: &Settings,
+    aws: &SdkConfig,
+) -> Result<Arc<Engine>, StartError> {
+    let engine = function_engine(settings, aws).await?;
+    Ok(Arc::new(match settings.config.event_bus {
+        Some(_) => engine.with_bus(aws_sdk_eventbridge::Client::new(aws)),
+        None => engine,
+    }))
+}
+
+async fn function_engine(settings: &Settings, aws: &SdkConfig) -> Result<Engine, StartError> {
     let keys = startup::provider_keys(aws, settings.secret_arn.as_deref()).await?;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table);
+    let store = match settings.config.event_bus {
+        Some(_) => store.arming_every_job(),
+        None => store,
+    };
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);
-    Ok(Arc::new(startup::engine(
+    startup::engine(
         &settings.config,
         &keys,
         Arc::new(store),
         Arc::new(SystemClock),
         Arc::new(queue),
         Metrics::emf(),
-    )?))
+    )
 }
 
 /// The API function's router: owners come from the JWT authorizer's claims; each answer is followed by the

@@ -53,7 +53,8 @@ pub struct Running {
     sweeper: JoinHandle<()>,
 }
 
-/// Starts everything on `listener`. Attempts run on the in-process queue; the sweeper runs on `clock`.
+/// Starts everything on `listener`. Attempts run on the in-process queue; the sweeper runs on `clock`, and delivers
+/// events to owners' endpoints and, with `bus` (the EventBridge client), to the bus the config names.
 pub fn start(
     listener: TcpListener,
     config: &Config,
@@ -61,20 +62,25 @@ pub fn start(
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
+    bus: Option<aws_sdk_eventbridge::Client>,
 ) -> Result<Running, StartError> {
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })?;
     let (queue, messages) = LocalQueue::new(clock.clone());
-    let engine = Arc::new(startup::engine(
+    let engine = startup::engine(
         config,
         keys,
         store,
         clock,
         Arc::new(queue),
         Metrics::prometheus(),
-    )?);
+    )?;
+    let engine = Arc::new(match bus {
+        Some(client) => engine.with_bus(client),
+        None => engine,
+    });
     let state = AppState {
         engine: engine.clone(),
         auth: Arc::new(Auth::Tokens(tokens)),

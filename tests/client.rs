@@ -189,6 +189,7 @@ impl App {
             store,
             Arc::new(SystemClock),
             Tokens::dev(),
+            None,
         )
         .unwrap();
         Self { running, _dir: dir }

@@ -10,7 +10,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_http::request::LambdaRequest;
 use lambda_http::{Adapter, Context, LambdaEvent, Service};
 use onejob::config::Config;
-use onejob::domain::{JobId, ProviderName};
+use onejob::domain::{JobId, ProviderName, Sink};
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
 use onejob::providers::ProviderConfig;
@@ -45,6 +45,9 @@ struct Functions {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
     provider: StandIn,
+    /// What the engine was made of, for the sweeper's own.
+    settings: Settings,
+    functions_aws: aws_config::SdkConfig,
 }
 
 /// The functions' engine on a fresh table and queue, the contracts' default provider answering from a stand-in.
@@ -89,6 +92,8 @@ async fn functions_with(
         sqs,
         queue_url,
         provider,
+        settings,
+        functions_aws,
     })
 }
 
@@ -606,4 +611,200 @@ async fn the_api_and_worker_functions_of_one_job_are_one_trace() {
         .find(|l| l["fields"]["message"] == "message dropped: attempt not queued")
         .expect("the duplicate's drop is logged");
     assert_eq!(dropped["span"]["trace_id"], trace.to_string());
+}
+
+/// The messages on `queue_url`, their bodies as JSON, taken off the queue.
+async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<Value> {
+    let mut bodies = Vec::new();
+    loop {
+        let received = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        if received.messages().is_empty() {
+            return bodies;
+        }
+        for message in received.messages() {
+            bodies.push(serde_json::from_str(message.body().unwrap()).unwrap());
+            sqs.delete_message()
+                .queue_url(queue_url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// With a bus configured, every settled job's event goes to it (its owner's endpoint or not), once: a bus that is
+/// not there yet is tried again, and an endpoint that fails is tried again on its own, never putting the event on
+/// the bus a second time. The api and worker functions only arm; the sweeper puts.
+#[tokio::test]
+async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does() {
+    let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
+    let bus = unique_name("onejob-settled");
+    let Some(f) = functions_with(
+        provider,
+        |config| {
+            config.event_bus = Some(bus.clone());
+            // The endpoint stand-in is on loopback; a failed try is due again at once (the functions' clock is
+            // the real one).
+            config.allow_private_endpoints = true;
+            config.event_backoff_base_ms = 0;
+        },
+        None,
+    )
+    .await
+    else {
+        return;
+    };
+    let receiver = StandIn::spawn(vec![Reply::Status(500, "down")], Reply::Answer(json!({}))).await;
+    let alice = onejob::domain::Owner::parse("alice").unwrap();
+    let url = format!("{}/chat/completions", receiver.base_url());
+    let url = f.engine.check_endpoint(&url).await.unwrap();
+    f.engine.put_endpoint(&alice, url).await.unwrap();
+
+    // Alice's job (her endpoint hears of it too) and Bob's (no endpoint: only the bus).
+    let (status, created) = f.api("api-create.json").await;
+    assert_eq!(status, 201, "{created}");
+    let mut bobs = event("api-create.json");
+    bobs["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = json!("bob");
+    let (status, bob_created) = f.api_event(bobs).await;
+    assert_eq!(status, 201, "{bob_created}");
+    let ids = [created["id"].clone(), bob_created["id"].clone()];
+    let batch = f.received_with_duplicates().await;
+    assert!(
+        lambda::worker(&f.engine, batch, None)
+            .await
+            .batch_item_failures
+            .is_empty()
+    );
+    // The worker armed both; it delivers nothing.
+    for id in &ids {
+        let id = JobId::parse(id.as_str().unwrap()).unwrap();
+        let (armed, _) = f
+            .engine
+            .store
+            .deliveries(&id)
+            .await
+            .unwrap()
+            .expect("armed");
+        assert!(armed.events.is_empty());
+    }
+
+    // The bus is not there yet: its tries fail and stay due; the endpoint's first try gets a 500.
+    let sweeper = lambda::sweeper_engine(&f.settings, &f.functions_aws)
+        .await
+        .unwrap();
+    lambda::sweeper(&sweeper).await.unwrap();
+    assert_eq!(receiver.call_count(), 1);
+    let alices = JobId::parse(ids[0].as_str().unwrap()).unwrap();
+    let (tried, _) = f.engine.store.deliveries(&alices).await.unwrap().unwrap();
+    let by_sink = |sink: Sink| {
+        tried
+            .events
+            .iter()
+            .find(|e| e.sink == sink)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by_sink(Sink::Endpoint).last_error.as_deref(),
+        Some("HTTP 500")
+    );
+    let bus_error = by_sink(Sink::Bus).last_error.unwrap();
+    assert!(bus_error.contains("ResourceNotFound"), "{bus_error}");
+
+    // Now the bus is there, routing onejob's events to a queue.
+    let aws = sdk_config().await.unwrap();
+    let events = aws_sdk_eventbridge::Client::new(&aws);
+    events.create_event_bus().name(&bus).send().await.unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&aws);
+    let heard = queue_for_test(&sqs, "settled").await;
+    let heard_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&heard)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    events
+        .put_rule()
+        .event_bus_name(&bus)
+        .name("settled")
+        .event_pattern(r#"{"source": ["onejob"], "detail-type": ["job.settled"]}"#)
+        .send()
+        .await
+        .unwrap();
+    events
+        .put_targets()
+        .event_bus_name(&bus)
+        .rule("settled")
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(heard_arn)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    // Each sink is tried again, and takes it: one entry per job on the bus, the endpoint's second try.
+    lambda::sweeper(&sweeper).await.unwrap();
+    assert_eq!(receiver.call_count(), 2);
+    let mut put = drain(&sqs, &heard).await;
+    put.sort_by_key(|e| e["detail"]["job"]["id"].as_str().unwrap().to_owned());
+    let mut expected = ids.to_vec();
+    expected.sort_by_key(|id| id.as_str().unwrap().to_owned());
+    assert_eq!(
+        put.iter()
+            .map(|e| e["detail"]["job"]["id"].clone())
+            .collect::<Vec<_>>(),
+        expected
+    );
+    for entry in &put {
+        assert_eq!(
+            (&entry["source"], &entry["detail-type"]),
+            (&json!("onejob"), &json!("job.settled"))
+        );
+        assert_eq!(entry["detail"]["job"]["status"], "succeeded");
+        assert_eq!(
+            entry["detail"]["job"]["result"]["summary"],
+            "The projector broke."
+        );
+    }
+    // The bus's event and the endpoint's are one event: one id.
+    let alices_on_bus = put
+        .iter()
+        .find(|e| e["detail"]["job"]["id"] == ids[0])
+        .unwrap();
+    let posted = &receiver.calls()[1];
+    assert_eq!(alices_on_bus["detail"]["id"], posted.body["id"]);
+    assert_eq!(
+        posted.headers["onejob-event-id"],
+        posted.body["id"].as_str().unwrap()
+    );
+
+    // Both took it: nothing more, however often the sweeper looks.
+    lambda::sweeper(&sweeper).await.unwrap();
+    lambda::sweeper(&sweeper).await.unwrap();
+    assert_eq!(receiver.call_count(), 2);
+    assert!(drain(&sqs, &heard).await.is_empty());
+    let (delivered, _) = f.engine.store.deliveries(&alices).await.unwrap().unwrap();
+    let tries: Vec<_> = delivered
+        .events
+        .iter()
+        .map(|e| (e.sink, e.tries, e.delivered_at.is_some()))
+        .collect();
+    assert_eq!(tries, [(Sink::Endpoint, 2, true), (Sink::Bus, 2, true)]);
+    let metrics = sweeper.metrics.drain_emf(0).join("\n");
+    assert!(metrics.contains("\"sink\":\"bus\""), "{metrics}");
 }

@@ -85,6 +85,17 @@ async fn dynamodb() -> Option<Fixture> {
 
 conformance_suite!(dynamodb());
 
+#[tokio::test]
+async fn a_store_arming_every_job_arms_without_an_endpoint() {
+    let Some((store, _)) = dynamodb_counted().await else {
+        return;
+    };
+    conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
+        store.arming_every_job(),
+    ))
+    .await;
+}
+
 /// The request budget: create 1, replay 1, conflict 1, claim 1, time-out 1, completion 1 (winner and loser), cancel 1.
 #[tokio::test]
 async fn each_operation_costs_the_requests_the_spec_budgets() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use conformance::{Fixture, RETENTION, at, by, later, new_job};
 use onejob::domain::{Endpoint, Owner};
 use onejob::store::sqlite::SqliteStore;
-use onejob::store::{CreateOutcome, JobStore};
+use onejob::store::{CreateOutcome, EventStore, JobStore};
 use serde_json::json;
 
 async fn sqlite() -> Option<Fixture> {
@@ -62,6 +62,37 @@ async fn a_write_that_ends_a_job_arms_its_deliveries_in_its_own_transaction() {
         .await
         .unwrap();
     assert_eq!(store.deliveries(&ended.id).await.unwrap().unwrap().1, rev);
+}
+
+/// A store that arms every job (a deployment with a bus) arms, in the write that ends it, a job whose owner has no
+/// endpoint; one that does not, does not.
+#[tokio::test]
+async fn a_store_arming_every_job_arms_in_the_write_that_ends_it() {
+    for every_job in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("onejob.db")).unwrap();
+        let store = if every_job {
+            store.arming_every_job()
+        } else {
+            store
+        };
+        let claimed = conformance::claimed_job(&store).await;
+        let (_, ended) = store
+            .cancel_job(&claimed.owner, &claimed.id, &by(2))
+            .await
+            .unwrap();
+        let armed = store.deliveries(&ended.id).await.unwrap();
+        assert_eq!(
+            armed.map(|(d, _)| d.due_at),
+            every_job.then(|| ended.settles_at())
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("onejob.db")).unwrap();
+    conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
+        store.arming_every_job(),
+    ))
+    .await;
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let (_, engine) = lambda::start().await?;
+    let engine = lambda::start_sweeper().await?;
     lambda_runtime::run(service_fn(|_: LambdaEvent<Value>| {
         let engine = engine.clone();
         async move {

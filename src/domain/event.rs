@@ -1,9 +1,12 @@
 //! Completion events: an owner's endpoint, the event a settled job makes, and where each event's delivery stands.
 //!
 //! When a job settles (invariant 12), its owner's endpoint, if one is registered, hears of it once per settle: a
-//! signed POST, tried again with backoff until the endpoint answers 2xx. The event's id is derived from the job and
-//! the settle, so every try of one event carries the same id, and the receiver drops the repeats. A failed job that
-//! is retried by hand and ends again settles again: a second event, with an id of its own.
+//! signed POST, tried again with backoff until the endpoint answers 2xx. If the deployment names an EventBridge bus
+//! (`event_bus`), every settled job's event also goes there, tried on its own until the bus takes it: each sink's
+//! delivery is its own record, so a failing endpoint never puts the event on the bus twice. The event's id is derived
+//! from the job and the settle, so every try of one event, to either sink, carries the same id, and the receiver
+//! drops the repeats. A failed job that is retried by hand and ends again settles again: a second event, with an id
+//! of its own.
 
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
@@ -52,21 +55,46 @@ pub struct Deliveries {
     pub events: Vec<EventDelivery>,
 }
 
-/// One event and its tries.
+/// Where an event goes.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Sink {
+    /// The owner's endpoint: a signed POST.
+    #[default]
+    Endpoint,
+    /// The deployment's EventBridge bus: one `PutEvents` entry.
+    Bus,
+}
+
+impl Sink {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Endpoint => "endpoint",
+            Self::Bus => "bus",
+        }
+    }
+}
+
+/// One event's delivery to one sink, and its tries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventDelivery {
-    /// `evt_` and 32 hex digits; the same on every try.
+    /// `evt_` and 32 hex digits; the same on every try, to every sink.
     pub id: String,
+    /// Where this delivery goes (records from before the bus have none: the endpoint).
+    #[serde(default)]
+    pub sink: Sink,
     /// The job's status when it settled.
     pub status: JobStatus,
     #[schema(value_type = String, format = DateTime)]
     pub settled_at: Timestamp,
-    /// POSTs made so far.
+    /// Tries made so far.
     pub tries: u32,
-    /// When the endpoint answered 2xx; then no more tries.
+    /// When the sink took it (the endpoint answered 2xx, the bus accepted the entry); then no more tries.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub delivered_at: Option<Timestamp>,
-    /// Why the last try did not deliver: `HTTP 500`, a refused connection, a refused address.
+    /// Why the last try did not deliver: `HTTP 500`, a refused connection, a refused address, the bus's error.
     pub last_error: Option<String>,
     /// When the next try is due, while the event is not delivered.
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -96,9 +124,9 @@ pub fn backoff(base: Duration, cap: Duration, tries: u32) -> Duration {
 pub enum Due {
     /// The job is open, or settles later: look again at `at` (`None`: when a write ends it).
     Later(Option<Timestamp>),
-    /// Deliver (or try again) this event.
-    Deliver(EventDelivery),
-    /// Its event for this settle was delivered: nothing to do.
+    /// Deliver (or try again) this event, to each of these sinks.
+    Deliver(Vec<EventDelivery>),
+    /// Its event for this settle was delivered to every sink: nothing to do.
     Done,
 }
 
@@ -114,8 +142,9 @@ impl Deliveries {
         }
     }
 
-    /// What is due for `job` as it stands at `now`.
-    pub fn due(&self, job: &Job, now: Timestamp) -> Due {
+    /// What is due for `job` as it stands at `now`, its event going to `sinks`: each sink that has not taken it and
+    /// is not waiting out a backoff.
+    pub fn due(&self, job: &Job, now: Timestamp, sinks: &[Sink]) -> Due {
         let Some(settled_at) = job.settles_at() else {
             return Due::Later(None);
         };
@@ -123,52 +152,70 @@ impl Deliveries {
             return Due::Later(Some(settled_at));
         }
         let id = event_id(job, settled_at);
-        match self.events.iter().find(|e| e.id == id) {
-            Some(e) if e.delivered_at.is_some() => Due::Done,
-            Some(e) => Due::Deliver(e.clone()),
-            None => Due::Deliver(EventDelivery {
-                id,
-                status: job.status(),
-                settled_at,
-                tries: 0,
-                delivered_at: None,
-                last_error: None,
-                next_try_at: None,
-            }),
+        let mut deliver = Vec::new();
+        let mut later = None;
+        for &sink in sinks {
+            match self.events.iter().find(|e| e.id == id && e.sink == sink) {
+                Some(e) if e.delivered_at.is_some() => {}
+                Some(EventDelivery {
+                    next_try_at: Some(at),
+                    ..
+                }) if *at > now => later = Some(later.map_or(*at, |l: Timestamp| l.min(*at))),
+                Some(e) => deliver.push(e.clone()),
+                None => deliver.push(EventDelivery {
+                    id: id.clone(),
+                    sink,
+                    status: job.status(),
+                    settled_at,
+                    tries: 0,
+                    delivered_at: None,
+                    last_error: None,
+                    next_try_at: None,
+                }),
+            }
+        }
+        match (deliver.is_empty(), later) {
+            (false, _) => Due::Deliver(deliver),
+            (true, Some(at)) => Due::Later(Some(at)),
+            (true, None) => Due::Done,
         }
     }
 
-    /// Records a try of `event` at `now`: delivered, or not (`error`), and then due again after the backoff.
+    /// Records the tries made at `now`, each event delivered, or not (its error) and then due again after
+    /// `retry_after(tries so far)`. The deliveries are next due when the first of the event's sinks still
+    /// waiting for it is (`None` once every one took it).
     pub fn record(
         &mut self,
-        mut event: EventDelivery,
+        tried: &[(EventDelivery, Option<String>)],
         now: Timestamp,
-        error: Option<String>,
-        retry_after: Duration,
+        retry_after: impl Fn(u32) -> Duration,
     ) {
-        event.tries += 1;
-        match error {
-            None => {
-                event.delivered_at = Some(now);
-                event.last_error = None;
-                event.next_try_at = None;
-                self.due_at = None;
-            }
-            Some(error) => {
-                let next = now + retry_after;
-                event.last_error = Some(error);
-                event.next_try_at = Some(next);
-                self.due_at = Some(next);
+        for (event, error) in tried {
+            let mut event = event.clone();
+            event.tries += 1;
+            event.delivered_at = error.is_none().then_some(now);
+            event.next_try_at = error.is_some().then(|| now + retry_after(event.tries));
+            event.last_error = error.clone();
+            match self
+                .events
+                .iter_mut()
+                .find(|e| e.id == event.id && e.sink == event.sink)
+            {
+                Some(kept) => *kept = event,
+                None => self.events.push(event),
             }
         }
-        match self.events.iter_mut().find(|e| e.id == event.id) {
-            Some(kept) => *kept = event,
-            None => self.events.push(event),
-        }
+        self.due_at = self
+            .events
+            .iter()
+            .filter(|e| e.delivered_at.is_none() && tried.iter().any(|(t, _)| t.id == e.id))
+            .filter_map(|e| e.next_try_at)
+            .min();
     }
 }
 
-/// The body of `event`'s POST: what settled, and how; the job itself is one authorised `GET` away.
+/// The body of `event`'s POST (and the bus entry's detail): what settled, and how; the job itself is one
+/// authorised `GET` away.
 pub fn body(job: &Job, event: &EventDelivery) -> serde_json::Value {
     serde_json::json!({
         "id": event.id,
@@ -200,6 +247,76 @@ pub fn signature(secret: &str, at: Timestamp, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::tests::{at, by, job};
+
+    /// A failing sink backs off alone: the one that took the event is not tried again, and the deliveries are due
+    /// when the failing one's next try is.
+    #[test]
+    fn each_sink_takes_the_event_once_and_backs_off_on_its_own() {
+        let mut cancelled = job();
+        cancelled.cancel(&by(1)).unwrap();
+        let settled = cancelled.settles_at().unwrap();
+        let mut deliveries = Deliveries::new(&cancelled, settled);
+        let both = [Sink::Endpoint, Sink::Bus];
+        assert_eq!(
+            deliveries.due(&cancelled, settled - Duration::milliseconds(1), &both),
+            Due::Later(Some(settled))
+        );
+        let Due::Deliver(first) = deliveries.due(&cancelled, at(5), &both) else {
+            panic!("due at once");
+        };
+        assert_eq!(
+            first.iter().map(|e| e.sink).collect::<Vec<_>>(),
+            both,
+            "both sinks, one event"
+        );
+        assert!(first.iter().all(|e| e.id == first[0].id));
+        let wait = |tries: u32| Duration::seconds(10 * i64::from(tries));
+        deliveries.record(
+            &[
+                (first[0].clone(), Some("HTTP 500".into())),
+                (first[1].clone(), None),
+            ],
+            at(5),
+            wait,
+        );
+        assert_eq!(deliveries.due_at, Some(at(10_005)));
+        assert_eq!(
+            deliveries.due(&cancelled, at(6), &both),
+            Due::Later(Some(at(10_005))),
+            "the endpoint waits out its backoff; the bus is done"
+        );
+        let Due::Deliver(second) = deliveries.due(&cancelled, at(10_005), &both) else {
+            panic!("the endpoint's next try is due");
+        };
+        assert_eq!(second.len(), 1);
+        assert_eq!((second[0].sink, second[0].tries), (Sink::Endpoint, 1));
+        deliveries.record(
+            &[(second[0].clone(), Some("HTTP 503".into()))],
+            at(10_005),
+            wait,
+        );
+        assert_eq!(deliveries.due_at, Some(at(30_005)), "doubled: 2 tries");
+        let Due::Deliver(third) = deliveries.due(&cancelled, at(30_005), &both) else {
+            panic!("due again");
+        };
+        deliveries.record(&[(third[0].clone(), None)], at(30_005), wait);
+        assert_eq!(deliveries.due_at, None);
+        assert_eq!(deliveries.due(&cancelled, at(40_000), &both), Due::Done);
+        let tries: Vec<_> = deliveries
+            .events
+            .iter()
+            .map(|e| (e.sink, e.tries))
+            .collect();
+        assert_eq!(tries, [(Sink::Endpoint, 3), (Sink::Bus, 1)]);
+        // A record from before sinks were kept is the endpoint's.
+        let old: EventDelivery = serde_json::from_value(serde_json::json!({
+            "id": "evt_0", "status": "cancelled", "settled_at": "2027-01-15T08:00:00Z", "tries": 1,
+            "delivered_at": null, "last_error": null, "next_try_at": null,
+        }))
+        .unwrap();
+        assert_eq!(old.sink, Sink::Endpoint);
+    }
 
     #[test]
     fn backoff_doubles_from_its_base_up_to_its_cap() {

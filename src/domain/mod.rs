@@ -25,7 +25,7 @@ pub(crate) mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
 pub use breaker::{Admission, Breaker, BreakerPolicy};
-pub use event::{Deliveries, Endpoint, EventDelivery};
+pub use event::{Deliveries, Endpoint, EventDelivery, Sink};
 pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};

@@ -1,5 +1,6 @@
 //! Completion events: registering an owner's endpoint, arming a job's deliveries when a write ends it, and the
-//! deliverer, which POSTs each settled job's signed event until its endpoint answers 2xx.
+//! deliverer, which POSTs each settled job's signed event until its endpoint answers 2xx, and puts it on the
+//! deployment's EventBridge bus (if it names one) until the bus takes it.
 //!
 //! Everything the deliverer knows is in the store (`EventStore`): a delivery that a crash interrupts is due again
 //! when its claim runs out, and goes out then, from whichever process looks. Two deliverers never POST one event at
@@ -9,17 +10,22 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use chrono::Duration;
+use futures_util::future::join_all;
 use futures_util::{StreamExt, stream};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::Engine;
 use crate::domain::event::{self, Due};
-use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, WriteToken};
+use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, Sink, WriteToken};
 use crate::metrics::EventTry;
 use crate::store::StoreError;
 
 /// How many deliveries one process makes at once.
 const DELIVERIES_IN_FLIGHT: usize = 16;
+
+/// What a bus entry's detail may weigh: EventBridge takes entries up to 256 KiB, its source, type and time
+/// included. A detail that would weigh more goes without the job's result (`result_omitted`).
+const BUS_DETAIL_MAX: usize = 250 * 1024;
 
 /// How events are delivered.
 #[derive(Debug, Clone)]
@@ -31,6 +37,8 @@ pub struct EventSettings {
     pub backoff_cap: Duration,
     /// Whether endpoints may be on loopback, private or link-local addresses (a local setup's own receiver).
     pub allow_private: bool,
+    /// The EventBridge bus (name or ARN) every settled job's event also goes to.
+    pub bus: Option<String>,
 }
 
 impl Default for EventSettings {
@@ -40,6 +48,7 @@ impl Default for EventSettings {
             backoff_base: Duration::seconds(1),
             backoff_cap: Duration::hours(1),
             allow_private: false,
+            bus: None,
         }
     }
 }
@@ -234,8 +243,8 @@ impl Engine {
         Ok(delivered)
     }
 
-    /// Looks at one job's due deliveries: delivers its event if it settled, else puts them off. Whether an event
-    /// was delivered.
+    /// Looks at one job's due deliveries: delivers its event to each sink that has not taken it if it settled,
+    /// else puts them off. Whether an event was delivered.
     async fn deliver(&self, mut deliveries: Deliveries, rev: u64) -> Result<bool, StoreError> {
         let now = self.clock.now();
         let job = self
@@ -246,16 +255,26 @@ impl Engine {
         let Some(job) = job else {
             return self.put_off(deliveries, rev, None).await;
         };
-        let event = match deliveries.due(&job, now) {
-            Due::Deliver(event) => event,
+        let endpoint = self.store.endpoint(&deliveries.owner).await?;
+        let sinks: Vec<Sink> = [
+            endpoint.as_ref().map(|_| Sink::Endpoint),
+            self.settings.events.bus.as_ref().map(|_| Sink::Bus),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let events = match deliveries.due(&job, now, &sinks) {
+            Due::Deliver(events) => events,
             Due::Later(at) => return self.put_off(deliveries, rev, at).await,
-            Due::Done => return self.put_off(deliveries, rev, None).await,
+            Due::Done => {
+                if sinks.is_empty() {
+                    tracing::info!(job_id = %job.id, "no endpoint any more: the event is dropped");
+                }
+                return self.put_off(deliveries, rev, None).await;
+            }
         };
-        let Some(endpoint) = self.store.endpoint(&deliveries.owner).await? else {
-            tracing::info!(job_id = %job.id, event_id = %event.id, "no endpoint any more: the event is dropped");
-            return self.put_off(deliveries, rev, None).await;
-        };
-        // Claimed for this try: nobody else sends it before the try could have ended (its timeout, and a second).
+        // Claimed for these tries: nobody else sends them before they could have ended (the timeout, and a
+        // second).
         let claim = now
             + Duration::from_std(self.settings.events.timeout).unwrap_or_default()
             + Duration::seconds(1);
@@ -263,9 +282,16 @@ impl Engine {
         if !self.store.put_deliveries(&deliveries, rev).await? {
             return Ok(false);
         }
-        let outcome = self.post(&endpoint, &job, &event).await;
-        self.record(deliveries, rev + 1, claim, event, outcome)
-            .await
+        let tried = join_all(events.into_iter().map(|event| async {
+            let outcome = match (event.sink, &endpoint) {
+                (Sink::Endpoint, Some(endpoint)) => self.post(endpoint, &job, &event).await,
+                (Sink::Endpoint, None) => Some("no endpoint".to_owned()),
+                (Sink::Bus, _) => self.put_on_bus(&job, &event).await,
+            };
+            (event, outcome)
+        }))
+        .await;
+        self.record(deliveries, rev + 1, claim, tried).await
     }
 
     /// Nothing to send now: the deliveries are next due at `at` (`None`: when a write ends the job again).
@@ -280,19 +306,31 @@ impl Engine {
         Ok(false)
     }
 
+    /// Counts a try of `event` and logs what it came to.
+    fn tried(&self, job: &Job, event: &EventDelivery, outcome: EventTry, error: Option<&str>) {
+        let since_settle = (self.clock.now() - event.settled_at)
+            .to_std()
+            .unwrap_or_default();
+        self.metrics.event_try(event.sink, outcome, since_settle);
+        let (sink, tries) = (event.sink.as_str(), event.tries + 1);
+        match error {
+            None => {
+                tracing::info!(job_id = %job.id, event_id = %event.id, sink, tries, "event delivered")
+            }
+            Some(why) => {
+                tracing::warn!(job_id = %job.id, event_id = %event.id, sink, tries, error = %why, "event not delivered; it will be tried again")
+            }
+        }
+    }
+
     /// One POST of `event` to `endpoint`.
     async fn post(&self, endpoint: &Endpoint, job: &Job, event: &EventDelivery) -> TryOutcome {
-        let since_settle = || {
-            (self.clock.now() - event.settled_at)
-                .to_std()
-                .unwrap_or_default()
-        };
         // Checked again as it is now: an address written in the URL never reaches the resolver, which refuses
         // what a name resolves to at the connection itself.
         if let Err(refused) = self.check_endpoint(&endpoint.url).await {
-            tracing::warn!(job_id = %job.id, event_id = %event.id, error = %refused, "event not sent: its endpoint is refused");
-            self.metrics.event_try(EventTry::Refused, since_settle());
-            return Some(refused.to_string());
+            let refused = refused.to_string();
+            self.tried(job, event, EventTry::Refused, Some(&refused));
+            return Some(refused);
         }
         let body = serde_json::to_vec(&event::body(job, event)).expect("JSON always serialises");
         let signature = event::signature(&endpoint.secret, self.clock.now(), &body);
@@ -317,38 +355,81 @@ impl Engine {
                 Some(crate::telemetry::error_chain(&e).to_string()),
             ),
         };
-        self.metrics.event_try(outcome, since_settle());
-        match &error {
-            None => {
-                tracing::info!(job_id = %job.id, event_id = %event.id, tries = event.tries + 1, "event delivered")
-            }
-            Some(why) => {
-                tracing::warn!(job_id = %job.id, event_id = %event.id, tries = event.tries + 1, error = %why, "event not delivered; it will be tried again")
-            }
-        }
+        self.tried(job, event, outcome, error.as_deref());
         error
     }
 
-    /// Writes what a try came to. If the deliveries moved since the claim (a write armed them again), the try is
-    /// recorded on what they are now, and the sooner of the two times stays.
+    /// One `PutEvents` of `event` on the settings' bus: source `onejob`, type `job.settled`, the POST's body as the
+    /// detail (without the result if it would not fit), the settle as its time. A lost answer makes a second entry
+    /// with the same event id: the receiver drops it, as it drops an endpoint's repeats.
+    async fn put_on_bus(&self, job: &Job, event: &EventDelivery) -> TryOutcome {
+        use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+        let (Some(bus), Some(client)) = (&self.settings.events.bus, &self.bus) else {
+            let why = "this process has no EventBridge client (the sweeper puts events on the bus)";
+            self.tried(job, event, EventTry::Unreachable, Some(why));
+            return Some(why.to_owned());
+        };
+        let mut detail = event::body(job, event);
+        if serde_json::to_vec(&detail).map_or(0, |d| d.len()) > BUS_DETAIL_MAX {
+            detail["job"]["result"] = serde_json::Value::Null;
+            detail["job"]["result_omitted"] = true.into();
+        }
+        let entry = PutEventsRequestEntry::builder()
+            .event_bus_name(bus)
+            .source("onejob")
+            .detail_type("job.settled")
+            .detail(detail.to_string())
+            .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(
+                event.settled_at.timestamp_millis(),
+            ))
+            .build();
+        let put = tokio::time::timeout(
+            self.settings.events.timeout,
+            client.put_events().entries(entry).send(),
+        )
+        .await;
+        let (outcome, error) = match put {
+            Err(_) => (EventTry::Unreachable, Some("no answer in time".to_owned())),
+            Ok(Err(e)) => (
+                EventTry::Unreachable,
+                Some(crate::telemetry::error_chain(&e).to_string()),
+            ),
+            Ok(Ok(answer)) => match answer.entries().first() {
+                Some(entry) if entry.error_code().is_some() => (
+                    EventTry::Rejected,
+                    Some(format!(
+                        "{}: {}",
+                        entry.error_code().unwrap_or_default(),
+                        entry.error_message().unwrap_or_default()
+                    )),
+                ),
+                _ if answer.failed_entry_count() > 0 => (
+                    EventTry::Rejected,
+                    Some("the bus refused the entry".to_owned()),
+                ),
+                _ => (EventTry::Delivered, None),
+            },
+        };
+        self.tried(job, event, outcome, error.as_deref());
+        error
+    }
+
+    /// Writes what the tries came to. If the deliveries moved since the claim (a write armed them again), the
+    /// tries are recorded on what they are now, and the sooner of the two times stays. Whether one delivered.
     async fn record(
         &self,
         mut deliveries: Deliveries,
         mut rev: u64,
         claim: crate::domain::Timestamp,
-        event: EventDelivery,
-        error: TryOutcome,
+        tried: Vec<(EventDelivery, TryOutcome)>,
     ) -> Result<bool, StoreError> {
-        let delivered = error.is_none();
+        let delivered = tried.iter().any(|(_, error)| error.is_none());
         let now = self.clock.now();
-        let retry_after = event::backoff(
-            self.settings.events.backoff_base,
-            self.settings.events.backoff_cap,
-            event.tries + 1,
-        );
+        let events = &self.settings.events;
+        let retry_after = |tries| event::backoff(events.backoff_base, events.backoff_cap, tries);
         loop {
             let armed = deliveries.due_at.filter(|at| *at != claim);
-            deliveries.record(event.clone(), now, error.clone(), retry_after);
+            deliveries.record(&tried, now, retry_after);
             if let Some(armed) = armed {
                 deliveries.due_at = Some(deliveries.due_at.map_or(armed, |at| at.min(armed)));
             }

@@ -135,6 +135,9 @@ pub struct Engine {
     /// The deliverer's HTTP client (`events::client`), made when it first delivers: the API and worker functions
     /// never do, and do not carry its code.
     event_client: std::sync::OnceLock<reqwest::Client>,
+    /// The EventBridge client that puts events on the settings' bus ([`Engine::with_bus`]): only a process that
+    /// delivers has one.
+    bus: Option<aws_sdk_eventbridge::Client>,
 }
 
 /// What a worker's answer write did when the store kept failing: the answer could not be kept — or it was, and
@@ -174,7 +177,16 @@ impl Engine {
             evidence: Recent::new(settings.provider_state_cache),
             deliveries_due: tokio::sync::Notify::new(),
             event_client: std::sync::OnceLock::new(),
+            bus: None,
             settings,
+        }
+    }
+
+    /// This engine, putting events on the bus its settings name (`events.bus`) with `client`.
+    pub fn with_bus(self, client: aws_sdk_eventbridge::Client) -> Self {
+        Self {
+            bus: Some(client),
+            ..self
         }
     }
 

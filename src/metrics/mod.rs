@@ -16,7 +16,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName};
+use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName, Sink};
 
 /// One metric: its name, whether it is a histogram (else a counter) and its Prometheus buckets, its unit, its
 /// labels, what it counts.
@@ -130,8 +130,8 @@ const ATTEMPTS_PER_JOB: MetricSpec = histogram(
 );
 const EVENT_TRIES: MetricSpec = counter(
     "onejob_event_tries_total",
-    &["outcome"],
-    "Completion event POSTs by outcome (delivered, rejected, unreachable, refused).",
+    &["sink", "outcome"],
+    "Completion event tries by sink (endpoint, bus) and outcome (delivered, rejected, unreachable, refused).",
 );
 const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
     "onejob_event_delivery_seconds",
@@ -141,8 +141,8 @@ const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
             0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3_600.0, 21_600.0, 86_400.0,
         ],
     ),
-    &[],
-    "From a job's settle to its event's delivery, the tries before included.",
+    &["sink"],
+    "From a job's settle to its event's delivery, by sink, the tries before included.",
 );
 
 /// Every metric onejob records.
@@ -180,12 +180,12 @@ pub enum CreateKind {
     Conflict,
 }
 
-/// What one POST of a completion event came to, for counting.
+/// What one try of a completion event came to, for counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventTry {
-    /// The endpoint answered 2xx.
+    /// The endpoint answered 2xx; the bus took the entry.
     Delivered,
-    /// It answered something else.
+    /// It answered something else; the bus refused the entry.
     Rejected,
     /// No answer: no connection, or none within the timeout.
     Unreachable,
@@ -343,10 +343,11 @@ impl Metrics {
     }
 
     /// A completion event's POST came to `outcome`; delivered, `since_settle` after its job settled.
-    pub fn event_try(&self, outcome: EventTry, since_settle: Duration) {
-        self.counter(&EVENT_TRIES, &[outcome.as_str()]).increment(1);
+    pub fn event_try(&self, sink: Sink, outcome: EventTry, since_settle: Duration) {
+        self.counter(&EVENT_TRIES, &[sink.as_str(), outcome.as_str()])
+            .increment(1);
         if outcome == EventTry::Delivered {
-            self.histogram(&EVENT_DELIVERY_SECONDS, &[])
+            self.histogram(&EVENT_DELIVERY_SECONDS, &[sink.as_str()])
                 .record(since_settle.as_secs_f64());
         }
     }

@@ -20,13 +20,14 @@ fn prometheus_text_has_each_histograms_buckets_under_its_labels() {
     metrics.provider_call(&openai(), "gpt-x", "answered", Duration::from_millis(1_200));
     metrics.breaker_trip(&openai());
     metrics.store_retry();
-    metrics.event_try(EventTry::Rejected, Duration::ZERO);
-    metrics.event_try(EventTry::Delivered, Duration::from_secs(90));
+    metrics.event_try(Sink::Endpoint, EventTry::Rejected, Duration::ZERO);
+    metrics.event_try(Sink::Bus, EventTry::Delivered, Duration::from_secs(90));
     let text = metrics.render().unwrap();
     for line in [
-        "onejob_event_tries_total{outcome=\"rejected\"} 1",
-        "onejob_event_delivery_seconds_bucket{le=\"60\"} 0",
-        "onejob_event_delivery_seconds_bucket{le=\"300\"} 1",
+        "onejob_event_tries_total{sink=\"endpoint\",outcome=\"rejected\"} 1",
+        "onejob_event_tries_total{sink=\"bus\",outcome=\"delivered\"} 1",
+        "onejob_event_delivery_seconds_bucket{sink=\"bus\",le=\"60\"} 0",
+        "onejob_event_delivery_seconds_bucket{sink=\"bus\",le=\"300\"} 1",
         "# TYPE onejob_create_seconds histogram",
         "onejob_create_seconds_bucket{contract=\"summarize\",outcome=\"created\",le=\"0.0025\"} 0",
         "onejob_create_seconds_bucket{contract=\"summarize\",outcome=\"created\",le=\"0.005\"} 1",

@@ -280,7 +280,8 @@ pub trait JobStore: EventStore + Send + Sync + Debug {
 }
 
 /// Completion events' side of the store: owners' endpoints and each job's deliveries (`domain::event`). A job's
-/// deliveries exist only if its owner had an endpoint when a write ended it; they go with the job at its expiry.
+/// deliveries exist only if its owner had an endpoint when a write ended it, or the store arms every job (a
+/// deployment with a bus); they go with the job at its expiry.
 #[async_trait]
 pub trait EventStore: Send + Sync + Debug {
     /// The owner's endpoint, if one is registered.
@@ -293,10 +294,10 @@ pub trait EventStore: Send + Sync + Debug {
         endpoint: Option<&Endpoint>,
     ) -> Result<(), StoreError>;
 
-    /// If the job's owner has an endpoint: the job, ended, settles at `settles_at`, and its deliveries are due
-    /// then (made if there were none) — unless they were armed for this very settle before (its event id), so
-    /// that a later write that leaves the settle as it was (a discarded answer, a repeat) changes nothing. Whether
-    /// the owner has one.
+    /// If the job's owner has an endpoint (or the store arms every job): the job, ended, settles at `settles_at`,
+    /// and its deliveries are due then (made if there were none) — unless they were armed for this very settle
+    /// before (its event id), so that a later write that leaves the settle as it was (a discarded answer, a
+    /// repeat) changes nothing. Whether its event goes anywhere.
     async fn arm_deliveries(&self, job: &Job, settles_at: Timestamp) -> Result<bool, StoreError>;
 
     /// A job's deliveries and their revision.

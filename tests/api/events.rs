@@ -173,11 +173,11 @@ async fn a_receiver_that_fails_twice_gets_one_signed_event_three_times_and_no_mo
     // The operator sees each try by outcome, and the delivery 3 s after the settle.
     let metrics = app.metrics().await;
     for line in [
-        "onejob_event_tries_total{outcome=\"rejected\"} 2",
-        "onejob_event_tries_total{outcome=\"delivered\"} 1",
-        "onejob_event_delivery_seconds_bucket{le=\"1\"} 0",
-        "onejob_event_delivery_seconds_bucket{le=\"5\"} 1",
-        "onejob_event_delivery_seconds_sum 3",
+        "onejob_event_tries_total{sink=\"endpoint\",outcome=\"rejected\"} 2",
+        "onejob_event_tries_total{sink=\"endpoint\",outcome=\"delivered\"} 1",
+        "onejob_event_delivery_seconds_bucket{sink=\"endpoint\",le=\"1\"} 0",
+        "onejob_event_delivery_seconds_bucket{sink=\"endpoint\",le=\"5\"} 1",
+        "onejob_event_delivery_seconds_sum{sink=\"endpoint\"} 3",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),

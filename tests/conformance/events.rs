@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use onejob::domain::{Deliveries, Endpoint, EventDelivery, JobStatus};
+use onejob::domain::{Deliveries, Endpoint, EventDelivery, JobStatus, Sink};
 use onejob::store::JobStore;
 
 use super::*;
@@ -71,20 +71,19 @@ pub async fn deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap(
 
     // Taken by one writer: a second one with the same revision is refused.
     let mut tried = armed.clone();
-    tried.record(
-        EventDelivery {
-            id: "evt_0".into(),
-            status: JobStatus::Cancelled,
-            settled_at: settles_at,
-            tries: 0,
-            delivered_at: None,
-            last_error: None,
-            next_try_at: None,
-        },
-        at(2),
-        Some("HTTP 500".into()),
-        Duration::seconds(1),
-    );
+    let event = EventDelivery {
+        id: "evt_0".into(),
+        sink: Sink::Bus,
+        status: JobStatus::Cancelled,
+        settled_at: settles_at,
+        tries: 0,
+        delivered_at: None,
+        last_error: None,
+        next_try_at: None,
+    };
+    tried.record(&[(event, Some("HTTP 500".into()))], at(2), |_| {
+        Duration::seconds(1)
+    });
     assert!(store.put_deliveries(&tried, rev).await.unwrap());
     assert!(!store.put_deliveries(&armed, rev).await.unwrap());
     let (stored, rev) = store.deliveries(&job.id).await.unwrap().unwrap();
@@ -120,5 +119,23 @@ pub async fn deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap(
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// A store that arms every job (a deployment with a bus) arms the deliveries of a job whose owner has no endpoint,
+/// once per settle.
+pub async fn a_store_arming_every_job_arms_without_an_endpoint(store: Arc<dyn JobStore>) {
+    let job = fresh_job(store.as_ref()).await;
+    assert_eq!(store.endpoint(&job.owner).await.unwrap(), None);
+    let (_, job) = store.cancel_job(&job.owner, &job.id, &by(1)).await.unwrap();
+    let settles_at = job.settles_at().unwrap();
+    assert!(store.arm_deliveries(&job, settles_at).await.unwrap());
+    let (armed, rev) = store.deliveries(&job.id).await.unwrap().unwrap();
+    assert_eq!(armed.due_at, Some(settles_at));
+    assert!(store.arm_deliveries(&job, settles_at).await.unwrap());
+    assert_eq!(store.deliveries(&job.id).await.unwrap().unwrap().1, rev);
+    assert_eq!(
+        store.due_deliveries(settles_at, 10).await.unwrap(),
+        vec![(armed, rev)]
     );
 }

@@ -44,20 +44,34 @@ pub async fn dynamodb(table: String) -> DynamoStore {
 }
 
 impl Ledger {
-    pub async fn open(&self) -> Result<(Arc<dyn JobStore>, String), StoreError> {
+    /// The store, arming every ended job's deliveries if `config` names a bus; and where it is.
+    pub async fn open(&self, config: &Config) -> Result<(Arc<dyn JobStore>, String), StoreError> {
+        let every_job = config.event_bus.is_some();
         Ok(match (self.store, &self.table) {
             (StoreKind::Dynamodb, Some(table)) => {
                 let place = format!("DynamoDB table {table}");
-                (Arc::new(dynamodb(table.clone()).await), place)
+                let store = dynamodb(table.clone()).await;
+                let store = if every_job {
+                    store.arming_every_job()
+                } else {
+                    store
+                };
+                (Arc::new(store), place)
             }
-            _ => (
-                Arc::new(SqliteStore::open(&self.db)?),
-                format!("SQLite {}", self.db.display()),
-            ),
+            _ => {
+                let store = SqliteStore::open(&self.db)?;
+                let store = if every_job {
+                    store.arming_every_job()
+                } else {
+                    store
+                };
+                (Arc::new(store), format!("SQLite {}", self.db.display()))
+            }
         })
     }
 
-    /// The config (with `ONEJOB_TOKENS`, `ONEJOB_METRICS_TOKEN` and `ONEJOB_ALLOW_PRIVATE_ENDPOINTS` applied).
+    /// The config (with `ONEJOB_TOKENS`, `ONEJOB_METRICS_TOKEN`, `ONEJOB_ALLOW_PRIVATE_ENDPOINTS` and
+    /// `ONEJOB_EVENT_BUS` applied).
     pub fn config(&self) -> Result<Config, StartError> {
         let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
         let mut config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
@@ -67,6 +81,7 @@ impl Ledger {
         if std::env::var("ONEJOB_ALLOW_PRIVATE_ENDPOINTS").is_ok_and(|v| v == "1" || v == "true") {
             config.allow_private_endpoints = true;
         }
+        config.apply_event_bus_env();
         Ok(config)
     }
 
@@ -75,7 +90,7 @@ impl Ledger {
     pub async fn engine(&self) -> Result<(Engine, String), StartError> {
         let config = self.config()?;
         let keys = provider_keys().await?;
-        let (store, place) = self.open().await?;
+        let (store, place) = self.open(&config).await?;
         let (queue, _) = LocalQueue::new(Arc::new(SystemClock));
         let engine = startup::engine(
             &config,

@@ -7,12 +7,19 @@ use crate::ledger::{Ledger, provider_keys};
 use onejob::clock::SystemClock;
 use onejob::http::auth::Tokens;
 use onejob::server;
-use onejob::startup::StartError;
+use onejob::startup::{self, StartError};
 
 pub async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> {
     let config = ledger.config()?;
     let keys = provider_keys().await?;
-    let (store, place) = ledger.open().await?;
+    let (store, place) = ledger.open(&config).await?;
+    // The bus's client, if there is a bus: the AWS SDK's usual settings (credentials, region, AWS_ENDPOINT_URL).
+    let bus = match config.event_bus {
+        Some(_) => Some(aws_sdk_eventbridge::Client::new(
+            &startup::aws_config().await,
+        )),
+        None => None,
+    };
     let tokens = server::tokens(&config, addr)?;
     let listener = server::bind(addr).await?;
     let running = server::start(
@@ -22,6 +29,7 @@ pub async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> 
         store,
         Arc::new(SystemClock),
         tokens,
+        bus,
     )?;
     let addr = running.addr;
     tracing::info!(%addr, store = %place, "onejob is listening");

@@ -1,5 +1,5 @@
-//! The [`EventStore`] port on DynamoDB: an owner's endpoint is the item `endpoint#<owner>`, a job's deliveries the
-//! item `events#<job id>` (guarded by `rev`, kept until the job's `expires_at` by the table's TTL), listed while due
+//! The [`EventStore`] port on DynamoDB: an owner's endpoint is the item `endpoint#<owner>`, a job's deliveries (armed
+//! when its owner has an endpoint, or for every job if the store arms every job) the item `events#<job id>` (guarded by `rev`, kept until the job's `expires_at` by the table's TTL), listed while due
 //! in the sweep index under `EVENTS#s` by when they are due.
 
 use async_trait::async_trait;
@@ -101,7 +101,7 @@ impl EventStore for DynamoStore {
     }
 
     async fn arm_deliveries(&self, job: &Job, settles_at: Timestamp) -> Result<bool, StoreError> {
-        if self.get(&endpoint_key(&job.owner)).await?.is_none() {
+        if !self.every_job && self.get(&endpoint_key(&job.owner)).await?.is_none() {
             return Ok(false);
         }
         // A new settle bumps the revision: a deliverer that read the item before does not write its older time over

@@ -77,6 +77,8 @@ const RETRIES: usize = 8;
 pub struct DynamoStore {
     client: Client,
     table: String,
+    /// Whether every job that ends has its deliveries armed, its owner's endpoint or not ([`Self::arming_every_job`]).
+    every_job: bool,
 }
 
 /// What went wrong inside the adapter; it leaves only as [`StoreError::Backend`].
@@ -107,6 +109,16 @@ impl DynamoStore {
         Self {
             client,
             table: table.into(),
+            every_job: false,
+        }
+    }
+
+    /// The store of a deployment whose events also go to a bus: every job that ends has its deliveries armed,
+    /// whether or not its owner has an endpoint.
+    pub fn arming_every_job(self) -> Self {
+        Self {
+            every_job: true,
+            ..self
         }
     }
 

@@ -1,5 +1,6 @@
 //! The [`EventStore`] port on SQLite: `endpoints` (one row per owner) and `deliveries` (one row per job whose
-//! owner had an endpoint when a write ended it), due ones found through `deliveries_by_due`.
+//! owner had an endpoint when a write ended it, or per ended job if the store arms every job), due ones found through
+//! `deliveries_by_due`.
 
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
@@ -84,7 +85,7 @@ impl EventStore for SqliteStore {
 
     async fn arm_deliveries(&self, job: &Job, settles_at: Timestamp) -> Result<bool, StoreError> {
         // Every write that ends a job arms its deliveries in its own transaction (`arm_in`): most calls find them
-        // armed, or no endpoint, and a reader says so without a turn of the writer.
+        // armed, or nowhere to go, and a reader says so without a turn of the writer.
         let (owner, id, event) = (
             job.owner.to_string(),
             job.id.to_string(),
@@ -99,11 +100,12 @@ impl EventStore for SqliteStore {
                     .query_row([owner, id], |row| Ok((row.get(0)?, row.get(1)?)))?)
             })
             .await?;
-        if !has_endpoint || armed.as_deref() == Some(event.as_str()) {
-            return Ok(has_endpoint);
+        let goes = has_endpoint || self.every_job;
+        if !goes || armed.as_deref() == Some(event.as_str()) {
+            return Ok(goes);
         }
-        let job = job.clone();
-        self.write(move |tx| Ok(arm_in(tx, &job, settles_at)?))
+        let (job, every_job) = (job.clone(), self.every_job);
+        self.write(move |tx| Ok(arm_in(tx, &job, settles_at, every_job)?))
             .await
     }
 
@@ -162,19 +164,21 @@ impl EventStore for SqliteStore {
     }
 }
 
-/// In the transaction of the write that ended `job` (to settle at `settles_at`): if its owner has an endpoint,
-/// its deliveries are due then, once per settle (a write that leaves the settle as it was changes nothing). So no
-/// crash comes between a job's end and its event. Whether the owner has an endpoint.
+/// In the transaction of the write that ended `job` (to settle at `settles_at`): if its owner has an endpoint, or
+/// `every_job` is armed, its deliveries are due then, once per settle (a write that leaves the settle as it was
+/// changes nothing). So no crash comes between a job's end and its event. Whether its event goes anywhere.
 pub(super) fn arm_in(
     tx: &Transaction<'_>,
     job: &Job,
     settles_at: Timestamp,
+    every_job: bool,
 ) -> rusqlite::Result<bool> {
     let owner = job.owner.as_str();
-    let has_endpoint = tx
-        .prepare_cached("SELECT 1 FROM endpoints WHERE owner = ?1")?
-        .exists([owner])?;
-    if has_endpoint {
+    let goes = every_job
+        || tx
+            .prepare_cached("SELECT 1 FROM endpoints WHERE owner = ?1")?
+            .exists([owner])?;
+    if goes {
         // A new settle bumps the revision: a deliverer that read the row before does not write its older time
         // over this one.
         tx.prepare_cached(
@@ -191,5 +195,5 @@ pub(super) fn arm_in(
             event_id(job, settles_at)
         ])?;
     }
-    Ok(has_endpoint)
+    Ok(goes)
 }

@@ -40,6 +40,8 @@ pub struct SqliteStore {
     writer: Arc<Writer>,
     readers: Arc<[Arc<Mutex<Connection>>]>,
     next_reader: Arc<AtomicUsize>,
+    /// Whether every job that ends has its deliveries armed, its owner's endpoint or not ([`Self::arming_every_job`]).
+    every_job: bool,
 }
 
 /// What went wrong inside the adapter; it never leaves it except as a [`StoreError`].
@@ -94,7 +96,17 @@ impl SqliteStore {
             writer: Arc::new(Writer::start(writer)?),
             readers: readers.into(),
             next_reader: Arc::default(),
+            every_job: false,
         })
+    }
+
+    /// The store of a deployment whose events also go to a bus: every job that ends has its deliveries armed,
+    /// whether or not its owner has an endpoint.
+    pub fn arming_every_job(self) -> Self {
+        Self {
+            every_job: true,
+            ..self
+        }
     }
 
     /// Runs `f` in one read transaction on a reader, so that all its queries see one snapshot: a job row and
@@ -131,7 +143,7 @@ impl SqliteStore {
         now: Timestamp,
         apply: impl FnOnce(&mut Job) -> Result<T, Refusal> + Send + 'static,
     ) -> Result<(T, Job), StoreError> {
-        let id = id.clone();
+        let (id, every_job) = (id.clone(), self.every_job);
         self.write(move |tx| {
             let (seq, before) = load_job(tx, &id, now)?
                 .filter(|(_, job)| owner.as_ref().is_none_or(|o| *o == job.owner))
@@ -140,7 +152,7 @@ impl SqliteStore {
             let out = apply(&mut after)?;
             write_back(tx, seq, &before, &after)?;
             if let Some(settles_at) = after.settles_at() {
-                events::arm_in(tx, &after, settles_at)?;
+                events::arm_in(tx, &after, settles_at, every_job)?;
             }
             Ok((out, after))
         })
