@@ -18,7 +18,7 @@ use onejob::telemetry::otlp::Traces;
 use onejob::telemetry::trace;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
-use support::aws::{queue_for_test, sdk_config, table_for_test, unique_name};
+use support::aws::{bus_for_test, drain, queue_for_test, sdk_config, table_for_test, unique_name};
 use support::collector::Collector;
 use support::stand_in::{Reply, StandIn, openai};
 use tracing_subscriber::layer::SubscriberExt;
@@ -613,32 +613,6 @@ async fn the_api_and_worker_functions_of_one_job_are_one_trace() {
     assert_eq!(dropped["span"]["trace_id"], trace.to_string());
 }
 
-/// The messages on `queue_url`, their bodies as JSON, taken off the queue.
-async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<Value> {
-    let mut bodies = Vec::new();
-    loop {
-        let received = sqs
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap();
-        if received.messages().is_empty() {
-            return bodies;
-        }
-        for message in received.messages() {
-            bodies.push(serde_json::from_str(message.body().unwrap()).unwrap());
-            sqs.delete_message()
-                .queue_url(queue_url)
-                .receipt_handle(message.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
-        }
-    }
-}
-
 /// With a bus configured, every settled job's event goes to it (its owner's endpoint or not), once: a bus that is
 /// not there yet is tried again, and an endpoint that fails is tried again on its own, never putting the event on
 /// the bus a second time. The api and worker functions only arm; the sweeper puts.
@@ -720,42 +694,8 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
 
     // Now the bus is there, routing onejob's events to a queue.
     let aws = sdk_config().await.unwrap();
-    let events = aws_sdk_eventbridge::Client::new(&aws);
-    events.create_event_bus().name(&bus).send().await.unwrap();
     let sqs = aws_sdk_sqs::Client::new(&aws);
-    let heard = queue_for_test(&sqs, "settled").await;
-    let heard_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&heard)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
-        .clone();
-    events
-        .put_rule()
-        .event_bus_name(&bus)
-        .name("settled")
-        .event_pattern(r#"{"source": ["onejob"], "detail-type": ["job.settled"]}"#)
-        .send()
-        .await
-        .unwrap();
-    events
-        .put_targets()
-        .event_bus_name(&bus)
-        .rule("settled")
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("queue")
-                .arn(heard_arn)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let heard = bus_for_test(&aws, &bus).await;
 
     // Each sink is tried again, and takes it: one entry per job on the bus, the endpoint's second try.
     lambda::sweeper(&sweeper).await.unwrap();

@@ -8,6 +8,7 @@ use onejob::domain::JobId;
 use onejob::telemetry::trace;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
+use support::aws::{bus_for_test, sdk_config, unique_name};
 use support::collector::Collector;
 use support::process::{serve, serve_with};
 use support::stand_in::StandIn;
@@ -138,4 +139,55 @@ async fn a_server_given_a_collector_exports_each_job_as_one_trace() {
     assert_eq!(one("message").parent_span_id, dispatch.span_id);
     one("provider_call");
     one("complete");
+}
+
+/// `onejob serve` with `ONEJOB_EVENT_BUS` (the AWS SDK's usual settings naming moto): the job it runs goes to the
+/// bus once it settles, an owner without an endpoint included.
+#[tokio::test]
+async fn a_server_given_a_bus_puts_each_settled_job_on_it() {
+    let Some(aws) = sdk_config().await else {
+        return;
+    };
+    let bus = unique_name("onejob-serve");
+    let heard = bus_for_test(&aws, &bus).await;
+    let moto = std::env::var("ONEJOB_TEST_AWS_ENDPOINT").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("ONEJOB_EVENT_BUS", bus.as_str()),
+        ("AWS_ENDPOINT_URL", moto.as_str()),
+    ];
+    let (_server, url) = serve_with(dir.path(), &[], &env).await.unwrap();
+    let created = create(&url, "heard").await;
+    let sqs = aws_sdk_sqs::Client::new(&aws);
+    // Waited for by SQS's long poll: the message is there when the server put the event.
+    let mut put = Vec::new();
+    for _ in 0..6 {
+        let received = sqs
+            .receive_message()
+            .queue_url(&heard)
+            .wait_time_seconds(5)
+            .send()
+            .await
+            .unwrap();
+        put.extend(
+            received
+                .messages()
+                .iter()
+                .map(|m| serde_json::from_str::<Value>(m.body().unwrap()).unwrap()),
+        );
+        if !put.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(put.len(), 1, "{put:?}");
+    let detail = &put[0]["detail"];
+    assert_eq!(
+        (
+            &detail["type"],
+            &detail["job"]["id"],
+            &detail["job"]["status"]
+        ),
+        (&json!("job.settled"), &created["id"], &json!("succeeded"))
+    );
+    assert!(detail["id"].as_str().unwrap().starts_with("evt_"));
 }

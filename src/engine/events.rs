@@ -23,10 +23,6 @@ use crate::store::StoreError;
 /// How many deliveries one process makes at once.
 const DELIVERIES_IN_FLIGHT: usize = 16;
 
-/// What a bus entry's detail may weigh: EventBridge takes entries up to 256 KiB, its source, type and time
-/// included. A detail that would weigh more goes without the job's result (`result_omitted`).
-const BUS_DETAIL_MAX: usize = 250 * 1024;
-
 /// How events are delivered.
 #[derive(Debug, Clone)]
 pub struct EventSettings {
@@ -360,7 +356,7 @@ impl Engine {
     }
 
     /// One `PutEvents` of `event` on the settings' bus: source `onejob`, type `job.settled`, the POST's body as the
-    /// detail (without the result if it would not fit), the settle as its time. A lost answer makes a second entry
+    /// detail (a result is at most 64 KiB, so it always fits the entry's 256 KiB), the settle as its time. A lost answer makes a second entry
     /// with the same event id: the receiver drops it, as it drops an endpoint's repeats.
     async fn put_on_bus(&self, job: &Job, event: &EventDelivery) -> TryOutcome {
         use aws_sdk_eventbridge::types::PutEventsRequestEntry;
@@ -369,16 +365,11 @@ impl Engine {
             self.tried(job, event, EventTry::Unreachable, Some(why));
             return Some(why.to_owned());
         };
-        let mut detail = event::body(job, event);
-        if serde_json::to_vec(&detail).map_or(0, |d| d.len()) > BUS_DETAIL_MAX {
-            detail["job"]["result"] = serde_json::Value::Null;
-            detail["job"]["result_omitted"] = true.into();
-        }
         let entry = PutEventsRequestEntry::builder()
             .event_bus_name(bus)
             .source("onejob")
             .detail_type("job.settled")
-            .detail(detail.to_string())
+            .detail(event::body(job, event).to_string())
             .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(
                 event.settled_at.timestamp_millis(),
             ))

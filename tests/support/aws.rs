@@ -161,3 +161,70 @@ pub async fn queue_for_test(client: &aws_sdk_sqs::Client, prefix: &str) -> Strin
     }
     request.send().await.unwrap().queue_url.unwrap()
 }
+
+/// Makes the EventBridge bus `bus`, with a rule that sends onejob's `job.settled` events to a queue of its own;
+/// that queue's URL.
+pub async fn bus_for_test(aws: &SdkConfig, bus: &str) -> String {
+    let events = aws_sdk_eventbridge::Client::new(aws);
+    events.create_event_bus().name(bus).send().await.unwrap();
+    let sqs = aws_sdk_sqs::Client::new(aws);
+    let queue = queue_for_test(&sqs, "settled").await;
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&queue)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    events
+        .put_rule()
+        .event_bus_name(bus)
+        .name("settled")
+        .event_pattern(r#"{"source": ["onejob"], "detail-type": ["job.settled"]}"#)
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("queue")
+        .arn(arn)
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .event_bus_name(bus)
+        .rule("settled")
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+    queue
+}
+
+/// The messages on `queue_url`, their bodies as JSON, taken off the queue.
+pub async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<serde_json::Value> {
+    let mut bodies = Vec::new();
+    loop {
+        let received = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        if received.messages().is_empty() {
+            return bodies;
+        }
+        for message in received.messages() {
+            bodies.push(serde_json::from_str(message.body().unwrap()).unwrap());
+            sqs.delete_message()
+                .queue_url(queue_url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
