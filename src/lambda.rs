@@ -11,7 +11,8 @@
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
 //! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
 //! qualify` read: providers, chains, limits), `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider
-//! keys, read once at start) and `ONEJOB_EVENT_BUS` (the EventBridge bus every settled job's event goes to). Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
+//! keys, read once at start) and `ONEJOB_EVENT_BUS` (the EventBridge bus every settled job's event goes to).
+//! Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
 //! carries the counts of attempts by outcome, replays, conflicts and races lost, and, when a collector is
 //! configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g. the ADOT layer's), the invocation's spans are exported before
 //! it answers.

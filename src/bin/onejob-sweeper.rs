@@ -12,9 +12,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         async move {
             let swept = lambda::sweeper(&engine).await?;
             lambda::end_invocation(&engine).await;
-            Ok::<_, lambda_runtime::Error>(
-                json!({"expired": swept.expired, "redispatched": swept.redispatched, "purged": swept.purged}),
-            )
+            Ok::<_, lambda_runtime::Error>(json!({
+                "expired": swept.expired, "redispatched": swept.redispatched,
+                "purged": swept.purged, "delivered": swept.delivered,
+            }))
         }
     }))
     .await

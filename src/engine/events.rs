@@ -356,8 +356,9 @@ impl Engine {
     }
 
     /// One `PutEvents` of `event` on the settings' bus: source `onejob`, type `job.settled`, the POST's body as the
-    /// detail (a result is at most 64 KiB, so it always fits the entry's 256 KiB), the settle as its time. A lost answer makes a second entry
-    /// with the same event id: the receiver drops it, as it drops an endpoint's repeats.
+    /// detail (a result is at most 64 KiB, so it always fits the entry's 256 KiB), the settle as its time. A lost
+    /// answer makes a second entry with the same event id: the receiver drops it, as it drops an endpoint's
+    /// repeats.
     async fn put_on_bus(&self, job: &Job, event: &EventDelivery) -> TryOutcome {
         use aws_sdk_eventbridge::types::PutEventsRequestEntry;
         let (Some(bus), Some(client)) = (&self.settings.events.bus, &self.bus) else {

@@ -1,6 +1,7 @@
 //! The [`EventStore`] port on DynamoDB: an owner's endpoint is the item `endpoint#<owner>`, a job's deliveries (armed
-//! when its owner has an endpoint, or for every job if the store arms every job) the item `events#<job id>` (guarded by `rev`, kept until the job's `expires_at` by the table's TTL), listed while due
-//! in the sweep index under `EVENTS#s` by when they are due.
+//! when its owner has an endpoint, or for every job if the store arms every job) the item `events#<job id>`
+//! (guarded by `rev`, kept until the job's `expires_at` by the table's TTL), listed while due in the sweep index
+//! under `EVENTS#s` by when they are due.
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
