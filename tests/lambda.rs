@@ -121,6 +121,13 @@ impl Functions {
         (response["statusCode"].as_u64().unwrap() as u16, body)
     }
 
+    /// Runs the messages on the queue, each twice, through the worker function, which retries none.
+    async fn work_the_queue(&self) {
+        let batch = self.received_with_duplicates().await;
+        let response = lambda::worker(&self.engine, batch, None).await;
+        assert!(response.batch_item_failures.is_empty());
+    }
+
     /// The messages on the queue, as the SQS event a worker would get: each real message, then a duplicate of it.
     async fn received_with_duplicates(&self) -> SqsEvent {
         let received = self
@@ -409,13 +416,7 @@ async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
     let (status, created) = f.api("api-create.json").await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap();
-    let batch = f.received_with_duplicates().await;
-    assert!(
-        lambda::worker(&f.engine, batch, None)
-            .await
-            .batch_item_failures
-            .is_empty()
-    );
+    f.work_the_queue().await;
     let calls = f.provider.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(
@@ -649,13 +650,7 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     let (status, bob_created) = f.api_event(bobs).await;
     assert_eq!(status, 201, "{bob_created}");
     let ids = [created["id"].clone(), bob_created["id"].clone()];
-    let batch = f.received_with_duplicates().await;
-    assert!(
-        lambda::worker(&f.engine, batch, None)
-            .await
-            .batch_item_failures
-            .is_empty()
-    );
+    f.work_the_queue().await;
     // The worker armed both; it delivers nothing.
     for id in &ids {
         let id = JobId::parse(id.as_str().unwrap()).unwrap();
