@@ -106,7 +106,7 @@ try {
   const event = page.locator('#events-list li[data-delivered="true"]');
   await event.waitFor();
   assert.equal(await page.locator("#events-list li").count(), 1);
-  assert.match(await event.textContent(), /^evt_[0-9a-f]{32} · succeeded · delivered .* after 1 try$/);
+  assert.match(await event.textContent(), /^evt_[0-9a-f]{32} · endpoint · succeeded · delivered .* after 1 try$/);
   assert.ok(received.includes((await event.textContent()).split(" ")[0]), "the receiver got that event");
   receiver.close();
   await page.screenshot({ path: `${shots}/job-timeline.png`, fullPage: true });

@@ -282,7 +282,7 @@ async function followEvents(id, stopped) {
         : event.tries === 0
           ? "not tried yet"
           : `${event.tries} tries, last: ${event.last_error}; next ${new Date(event.next_try_at).toLocaleTimeString()}`;
-      return el("li", { dataset: { delivered: String(delivered) } }, `${event.id} · ${event.status} · ${state}`);
+      return el("li", { dataset: { delivered: String(delivered) } }, `${event.id} · ${event.sink} · ${event.status} · ${state}`);
     }));
     if (events.every((event) => event.delivered_at !== null)) return;
     await new Promise((resolve) => setTimeout(resolve, 2000));
