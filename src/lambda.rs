@@ -239,9 +239,14 @@ pub async fn worker(
     response
 }
 
-/// The sweeper function: one sweep.
-pub async fn sweeper(engine: &Engine) -> Result<Swept, StoreError> {
-    sweep(engine).await
+/// The sweeper function: one sweep, then the completion events still due, a batch at a time, until none is or
+/// `deadline` (the invocation's, less a margin) passes.
+pub async fn sweeper(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept, StoreError> {
+    let mut swept = sweep(engine).await?;
+    if let Some(deadline) = deadline {
+        swept.delivered += engine.deliver_due_until(deadline).await?;
+    }
+    Ok(swept)
 }
 
 /// Prints the metrics lines of the invocation that just ended (one per label set), and exports its spans.

@@ -7,10 +7,10 @@ use serde_json::{Value, json};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     let engine = lambda::start_sweeper().await?;
-    lambda_runtime::run(service_fn(|_: LambdaEvent<Value>| {
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let engine = engine.clone();
         async move {
-            let swept = lambda::sweeper(&engine).await?;
+            let swept = lambda::sweeper(&engine, lambda::deadline(&event.context)).await?;
             lambda::end_invocation(&engine).await;
             Ok::<_, lambda_runtime::Error>(json!({
                 "expired": swept.expired, "redispatched": swept.redispatched,

@@ -16,7 +16,9 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::Engine;
 use crate::domain::event::{self, Due};
-use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, Sink, WriteToken};
+use crate::domain::{
+    Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, Sink, Timestamp, WriteToken,
+};
 use crate::metrics::EventTry;
 use crate::store::StoreError;
 
@@ -126,6 +128,16 @@ pub fn client(settings: &EventSettings) -> reqwest::Client {
 /// What a try of one event came to: `None` if delivered, else why not.
 type TryOutcome = Option<String>;
 
+/// What one batch of due deliveries came to.
+struct Batch {
+    /// Deliveries that were due.
+    listed: usize,
+    /// Those handled (tried, or put off); the rest stay due (the store failed on them).
+    handled: usize,
+    /// Those of which a sink took the event.
+    delivered: usize,
+}
+
 impl Engine {
     /// Checks `url` as an endpoint: http or https, no credentials in it, and (unless allowed) not a private
     /// address, as written or as its name resolves now (a name that does not resolve now is checked at each
@@ -219,24 +231,55 @@ impl Engine {
 
     /// Handles the deliveries due now, at most a sweep's batch; how many events were delivered.
     pub async fn deliver_due(&self) -> Result<usize, StoreError> {
+        Ok(self.deliver_batch().await?.delivered)
+    }
+
+    /// Handles the deliveries due, a sweep's batch at a time, until none is left due or the next batch might not
+    /// end by `deadline` (its rounds of tries, each at most the tries' timeout); how many events were delivered.
+    /// The scheduled sweeper's way: at one batch a minute it would fall behind as soon as more jobs settle in a
+    /// minute than a batch holds. A batch that leaves any of its deliveries due (the store failed on one) ends it,
+    /// so that a store that keeps failing is not asked again and again: the next sweep is.
+    pub async fn deliver_due_until(&self, deadline: Timestamp) -> Result<usize, StoreError> {
+        let rounds = self.settings.sweep_batch.div_ceil(DELIVERIES_IN_FLIGHT);
+        let longest_batch = Duration::from_std(self.settings.events.timeout).unwrap_or_default()
+            * i32::try_from(rounds).unwrap_or(i32::MAX)
+            + Duration::seconds(1);
+        let mut delivered = 0;
+        loop {
+            let batch = self.deliver_batch().await?;
+            delivered += batch.delivered;
+            if batch.listed < self.settings.sweep_batch
+                || batch.handled < batch.listed
+                || self.clock.now() + longest_batch > deadline
+            {
+                return Ok(delivered);
+            }
+        }
+    }
+
+    /// Handles the deliveries due now, at most a sweep's batch.
+    async fn deliver_batch(&self) -> Result<Batch, StoreError> {
         let due = self
             .store
             .due_deliveries(self.clock.now(), self.settings.sweep_batch)
             .await?;
+        let listed = due.len();
         let tries = due.into_iter().map(|(deliveries, rev)| async move {
             let id = deliveries.job_id.clone();
-            self.deliver(deliveries, rev).await.unwrap_or_else(|e| {
-                tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(&e), "a delivery could not be handled; it stays due");
-                false
+            self.deliver(deliveries, rev).await.inspect_err(|e| {
+                tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(e), "a delivery could not be handled; it stays due");
             })
         });
         // Side by side: a sweep's batch of slow endpoints fits in a scheduled function's minute.
-        let delivered = stream::iter(tries)
+        let outcomes: Vec<Result<bool, StoreError>> = stream::iter(tries)
             .buffer_unordered(DELIVERIES_IN_FLIGHT)
-            .filter(|sent| std::future::ready(*sent))
-            .count()
+            .collect()
             .await;
-        Ok(delivered)
+        Ok(Batch {
+            listed,
+            handled: outcomes.iter().filter(|o| o.is_ok()).count(),
+            delivered: outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
+        })
     }
 
     /// Looks at one job's due deliveries: delivers its event to each sink that has not taken it if it settled,
@@ -295,7 +338,7 @@ impl Engine {
         &self,
         mut deliveries: Deliveries,
         rev: u64,
-        at: Option<crate::domain::Timestamp>,
+        at: Option<Timestamp>,
     ) -> Result<bool, StoreError> {
         deliveries.due_at = at;
         self.store.put_deliveries(&deliveries, rev).await?;
@@ -412,7 +455,7 @@ impl Engine {
         &self,
         mut deliveries: Deliveries,
         mut rev: u64,
-        claim: crate::domain::Timestamp,
+        claim: Timestamp,
         tried: Vec<(EventDelivery, TryOutcome)>,
     ) -> Result<bool, StoreError> {
         let delivered = tried.iter().any(|(_, error)| error.is_none());

@@ -723,3 +723,42 @@ pub async fn a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_co
     assert_eq!(one.job(&closed).await.completed_by, Some(1));
     assert_eq!(primary.call_count(), 7);
 }
+
+/// More settled jobs than a sweep's batch: the scheduled sweeper's delivery goes on a batch at a time until none is
+/// due, each event once; with no time left for a second batch, it stops after the first.
+pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc<dyn JobStore>) {
+    let receiver = answering("heard").await;
+    let unused = answering("B").await;
+    let rig = Rig::configured(
+        store,
+        openai(unused.base_url()),
+        openai(unused.base_url()),
+        |config| config.allow_private_endpoints = true,
+    );
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let url = format!("{}/chat/completions", receiver.base_url());
+    let url = rig.engine.check_endpoint(&url).await.unwrap();
+    rig.engine.put_endpoint(&owner, url).await.unwrap();
+    let batch = rig.engine.settings.sweep_batch;
+    let jobs = 2 * batch + batch / 2;
+    for i in 0..jobs {
+        let job = rig.engine.create_job(rig.intent(&format!("k{i}"))).await;
+        let job = job.unwrap().job().clone();
+        rig.engine.cancel_job(&owner, &job.id).await.unwrap();
+    }
+    let now = rig.clock.now();
+    assert_eq!(rig.engine.deliver_due_until(now).await.unwrap(), batch);
+    // Time for more: the next full batch and the half one after it.
+    let later = now + chrono::Duration::hours(1);
+    assert_eq!(
+        rig.engine.deliver_due_until(later).await.unwrap(),
+        jobs - batch
+    );
+    assert_eq!(rig.engine.deliver_due_until(later).await.unwrap(), 0);
+    let ids: std::collections::BTreeSet<String> = receiver
+        .calls()
+        .iter()
+        .map(|c| c.body["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!((receiver.call_count(), ids.len()), (jobs, jobs));
+}

@@ -104,6 +104,7 @@ macro_rules! conformance_suite {
             a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads,
             endpoints_are_kept_per_owner_and_removed,
             deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap,
+            the_sweeper_delivers_batch_after_batch_until_none_is_due,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
