@@ -139,20 +139,17 @@ pub async fn sweeper_engine(
     settings: &Settings,
     aws: &SdkConfig,
 ) -> Result<Arc<Engine>, StartError> {
-    let engine = function_engine(settings, aws).await?;
-    Ok(Arc::new(match settings.config.event_bus {
-        Some(_) => engine.with_bus(aws_sdk_eventbridge::Client::new(aws)),
-        None => engine,
-    }))
+    let client =
+        (settings.config.event_bus.as_ref()).map(|_| aws_sdk_eventbridge::Client::new(aws));
+    Ok(Arc::new(
+        function_engine(settings, aws).await?.with_bus(client),
+    ))
 }
 
 async fn function_engine(settings: &Settings, aws: &SdkConfig) -> Result<Engine, StartError> {
     let keys = startup::provider_keys(aws, settings.secret_arn.as_deref()).await?;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table);
-    let store = match settings.config.event_bus {
-        Some(_) => store.arming_every_job(),
-        None => store,
-    };
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table)
+        .arming_every_job(settings.config.event_bus.is_some());
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);
     startup::engine(
         &settings.config,

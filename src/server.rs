@@ -69,18 +69,17 @@ pub fn start(
         source,
     })?;
     let (queue, messages) = LocalQueue::new(clock.clone());
-    let engine = startup::engine(
-        config,
-        keys,
-        store,
-        clock,
-        Arc::new(queue),
-        Metrics::prometheus(),
-    )?;
-    let engine = Arc::new(match bus {
-        Some(client) => engine.with_bus(client),
-        None => engine,
-    });
+    let engine = Arc::new(
+        startup::engine(
+            config,
+            keys,
+            store,
+            clock,
+            Arc::new(queue),
+            Metrics::prometheus(),
+        )?
+        .with_bus(bus),
+    );
     let state = AppState {
         engine: engine.clone(),
         auth: Arc::new(Auth::Tokens(tokens)),

@@ -91,7 +91,7 @@ async fn a_store_arming_every_job_arms_without_an_endpoint() {
         return;
     };
     conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
-        store.arming_every_job(),
+        store.arming_every_job(true),
     ))
     .await;
 }

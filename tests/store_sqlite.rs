@@ -70,12 +70,9 @@ async fn a_write_that_ends_a_job_arms_its_deliveries_in_its_own_transaction() {
 async fn a_store_arming_every_job_arms_in_the_write_that_ends_it() {
     for every_job in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("onejob.db")).unwrap();
-        let store = if every_job {
-            store.arming_every_job()
-        } else {
-            store
-        };
+        let store = SqliteStore::open(&dir.path().join("onejob.db"))
+            .unwrap()
+            .arming_every_job(every_job);
         let claimed = conformance::claimed_job(&store).await;
         let (_, ended) = store
             .cancel_job(&claimed.owner, &claimed.id, &by(2))
@@ -90,7 +87,7 @@ async fn a_store_arming_every_job_arms_in_the_write_that_ends_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(&dir.path().join("onejob.db")).unwrap();
     conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
-        store.arming_every_job(),
+        store.arming_every_job(true),
     ))
     .await;
 }

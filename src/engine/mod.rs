@@ -182,12 +182,10 @@ impl Engine {
         }
     }
 
-    /// This engine, putting events on the bus its settings name (`events.bus`) with `client`.
-    pub fn with_bus(self, client: aws_sdk_eventbridge::Client) -> Self {
-        Self {
-            bus: Some(client),
-            ..self
-        }
+    /// This engine, putting events on the bus its settings name (`events.bus`) with `bus`, the EventBridge client
+    /// (`None`: this process does not put them).
+    pub fn with_bus(self, bus: Option<aws_sdk_eventbridge::Client>) -> Self {
+        Self { bus, ..self }
     }
 
     /// How long a claim owns its attempt: long enough for the worker to hear a late answer.

@@ -50,21 +50,11 @@ impl Ledger {
         Ok(match (self.store, &self.table) {
             (StoreKind::Dynamodb, Some(table)) => {
                 let place = format!("DynamoDB table {table}");
-                let store = dynamodb(table.clone()).await;
-                let store = if every_job {
-                    store.arming_every_job()
-                } else {
-                    store
-                };
+                let store = dynamodb(table.clone()).await.arming_every_job(every_job);
                 (Arc::new(store), place)
             }
             _ => {
-                let store = SqliteStore::open(&self.db)?;
-                let store = if every_job {
-                    store.arming_every_job()
-                } else {
-                    store
-                };
+                let store = SqliteStore::open(&self.db)?.arming_every_job(every_job);
                 (Arc::new(store), format!("SQLite {}", self.db.display()))
             }
         })

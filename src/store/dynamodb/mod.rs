@@ -113,13 +113,10 @@ impl DynamoStore {
         }
     }
 
-    /// The store of a deployment whose events also go to a bus: every job that ends has its deliveries armed,
-    /// whether or not its owner has an endpoint.
-    pub fn arming_every_job(self) -> Self {
-        Self {
-            every_job: true,
-            ..self
-        }
+    /// This store, arming the deliveries of every job that ends, whether or not its owner has an endpoint, if
+    /// `every_job` (a deployment whose events also go to a bus).
+    pub fn arming_every_job(self, every_job: bool) -> Self {
+        Self { every_job, ..self }
     }
 
     async fn read_item(&self, id: &JobId) -> Result<Option<Item>, StoreError> {

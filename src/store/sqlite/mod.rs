@@ -100,13 +100,10 @@ impl SqliteStore {
         })
     }
 
-    /// The store of a deployment whose events also go to a bus: every job that ends has its deliveries armed,
-    /// whether or not its owner has an endpoint.
-    pub fn arming_every_job(self) -> Self {
-        Self {
-            every_job: true,
-            ..self
-        }
+    /// This store, arming the deliveries of every job that ends, whether or not its owner has an endpoint, if
+    /// `every_job` (a deployment whose events also go to a bus).
+    pub fn arming_every_job(self, every_job: bool) -> Self {
+        Self { every_job, ..self }
     }
 
     /// Runs `f` in one read transaction on a reader, so that all its queries see one snapshot: a job row and
