@@ -5,8 +5,8 @@
 //!   Gateway's JWT authorizer.
 //! - **worker**: an SQS batch, one [`process_delivery`] per record (under the `traceparent` the message carries),
 //!   reporting only the records that should be retried (`batchItemFailures`).
-//! - **sweeper**: one [`sweep`] per scheduled event; it alone delivers completion events, so it alone carries the
-//!   EventBridge client.
+//! - **sweeper**: one [`sweep`](crate::worker::sweeper::sweep) per scheduled event, batch after batch until its invocation's [`deadline`]; it
+//!   alone delivers completion events, so it alone carries the EventBridge client.
 //!
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
 //! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
@@ -35,11 +35,9 @@ use crate::metrics::Metrics;
 use crate::queue::Delivery;
 use crate::queue::sqs::SqsQueue;
 use crate::startup::{self, SECRET_ARN_VAR, StartError};
-use crate::store::StoreError;
 use crate::store::dynamodb::DynamoStore;
 use crate::telemetry::{self, trace};
 use crate::worker::process_delivery;
-use crate::worker::sweeper::{Swept, sweep};
 
 /// Where a function's engine keeps jobs and sends attempts, and where its provider keys are.
 #[derive(Debug, Clone)]
@@ -234,16 +232,6 @@ pub async fn worker(
         })
         .collect();
     response
-}
-
-/// The sweeper function: one sweep, then the completion events still due, a batch at a time, until none is or
-/// `deadline` (the invocation's, less a margin) passes.
-pub async fn sweeper(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept, StoreError> {
-    let mut swept = sweep(engine).await?;
-    if let Some(deadline) = deadline {
-        swept.delivered += engine.deliver_due_until(deadline).await?;
-    }
-    Ok(swept)
 }
 
 /// Prints the metrics lines of the invocation that just ended (one per label set), and exports its spans.

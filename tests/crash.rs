@@ -180,6 +180,6 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
         left > 0,
         "the kill came between attempts; the test proved nothing"
     );
-    sweep(&engine).await.unwrap();
+    sweep(&engine, None).await.unwrap();
     assert_eq!(started_past_lease(), 0);
 }

@@ -16,6 +16,7 @@ use onejob::lambda::{self, Settings};
 use onejob::providers::ProviderConfig;
 use onejob::telemetry::otlp::Traces;
 use onejob::telemetry::trace;
+use onejob::worker::sweeper::sweep;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
 use support::aws::{bus_for_test, drain, queue_for_test, sdk_config, table_for_test, unique_name};
@@ -350,7 +351,7 @@ async fn the_worker_and_sweeper_events_run_through_their_handlers() {
     assert_eq!(job["status"], "succeeded");
 
     assert_eq!(event("schedule.json")["detail-type"], "Scheduled Event");
-    let swept = lambda::sweeper(&f.engine, None).await.unwrap();
+    let swept = sweep(&f.engine, None).await.unwrap();
     assert_eq!((swept.expired, swept.redispatched), (0, 0));
 
     let garbage: SqsEvent =
@@ -668,7 +669,7 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     let sweeper = lambda::sweeper_engine(&f.settings, &f.functions_aws)
         .await
         .unwrap();
-    lambda::sweeper(&sweeper, None).await.unwrap();
+    sweep(&sweeper, None).await.unwrap();
     assert_eq!(receiver.call_count(), 1);
     let alices = JobId::parse(ids[0].as_str().unwrap()).unwrap();
     let (tried, _) = f.engine.store.deliveries(&alices).await.unwrap().unwrap();
@@ -695,7 +696,7 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     // Each sink is tried again, and takes it: one entry per job on the bus, the endpoint's second try. (With the
     // invocation's deadline, as the function runs it: nothing more is due after the sweep's own batch.)
     let deadline = chrono::Utc::now() + chrono::Duration::minutes(1);
-    let swept = lambda::sweeper(&sweeper, Some(deadline)).await.unwrap();
+    let swept = sweep(&sweeper, Some(deadline)).await.unwrap();
     assert_eq!(swept.delivered, 2);
     assert_eq!(receiver.call_count(), 2);
     let mut put = drain(&sqs, &heard).await;
@@ -732,8 +733,8 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     );
 
     // Both took it: nothing more, however often the sweeper looks.
-    lambda::sweeper(&sweeper, None).await.unwrap();
-    lambda::sweeper(&sweeper, None).await.unwrap();
+    sweep(&sweeper, None).await.unwrap();
+    sweep(&sweeper, None).await.unwrap();
     assert_eq!(receiver.call_count(), 2);
     assert!(drain(&sqs, &heard).await.is_empty());
     let (delivered, _) = f.engine.store.deliveries(&alices).await.unwrap().unwrap();

@@ -440,11 +440,11 @@ async fn the_sweeper_requalifies_stale_evidence_only_when_asked() {
     assert_eq!(needed.len(), 1);
     assert_eq!(needed[0].2.code, "qualification_stale");
 
-    assert_eq!(sweep(&engine).await.unwrap().requalified, 0);
+    assert_eq!(sweep(&engine, None).await.unwrap().requalified, 0);
     assert_eq!(stand_in.call_count(), calls, "off by default: no call");
 
     engine.settings.requalify_stale = true;
-    assert_eq!(sweep(&engine).await.unwrap().requalified, 1);
+    assert_eq!(sweep(&engine, None).await.unwrap().requalified, 1);
     assert!(stand_in.call_count() > calls);
     let renewed = engine
         .qualification(&summarize(&engine.contracts).reference, &name)
@@ -456,7 +456,7 @@ async fn the_sweeper_requalifies_stale_evidence_only_when_asked() {
         (true, engine.clock.now())
     );
     assert!(engine.needing_requalification().await.unwrap().is_empty());
-    assert_eq!(sweep(&engine).await.unwrap().requalified, 0);
+    assert_eq!(sweep(&engine, None).await.unwrap().requalified, 0);
 }
 
 /// `onejob qualify` and `onejob providers`, run as a user would, on the built-in demo providers.

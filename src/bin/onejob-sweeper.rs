@@ -2,6 +2,7 @@
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use onejob::lambda;
+use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
 #[tokio::main]
@@ -10,7 +11,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let engine = engine.clone();
         async move {
-            let swept = lambda::sweeper(&engine, lambda::deadline(&event.context)).await?;
+            let swept = sweep(&engine, lambda::deadline(&event.context)).await?;
             lambda::end_invocation(&engine).await;
             Ok::<_, lambda_runtime::Error>(json!({
                 "expired": swept.expired, "redispatched": swept.redispatched,

@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 use futures_util::{StreamExt, stream};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use super::Engine;
+use super::{Batch, Engine};
 use crate::domain::event::{self, Due};
 use crate::domain::{
     Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, Sink, Timestamp, WriteToken,
@@ -128,16 +128,6 @@ pub fn client(settings: &EventSettings) -> reqwest::Client {
 /// What a try of one event came to: `None` if delivered, else why not.
 type TryOutcome = Option<String>;
 
-/// What one batch of due deliveries came to.
-struct Batch {
-    /// Deliveries that were due.
-    listed: usize,
-    /// Those handled (tried, or put off); the rest stay due (the store failed on them).
-    handled: usize,
-    /// Those of which a sink took the event.
-    delivered: usize,
-}
-
 impl Engine {
     /// Checks `url` as an endpoint: http or https, no credentials in it, and (unless allowed) not a private
     /// address, as written or as its name resolves now (a name that does not resolve now is checked at each
@@ -231,34 +221,20 @@ impl Engine {
 
     /// Handles the deliveries due now, at most a sweep's batch; how many events were delivered.
     pub async fn deliver_due(&self) -> Result<usize, StoreError> {
-        Ok(self.deliver_batch().await?.delivered)
+        Ok(self.deliver_batch().await?.counted)
     }
 
-    /// Handles the deliveries due, a sweep's batch at a time, until none is left due or the next batch might not
-    /// end by `deadline` (its rounds of tries, each at most the tries' timeout); how many events were delivered.
-    /// The scheduled sweeper's way: at one batch a minute it would fall behind as soon as more jobs settle in a
-    /// minute than a batch holds. A batch that leaves any of its deliveries due (the store failed on one) ends it,
-    /// so that a store that keeps failing is not asked again and again: the next sweep is.
-    pub async fn deliver_due_until(&self, deadline: Timestamp) -> Result<usize, StoreError> {
+    /// The longest a batch of deliveries may take: its rounds of tries side by side, each at most the tries'
+    /// timeout (the scheduled sweeper starts one only if it would end in time).
+    pub fn longest_delivery_batch(&self) -> Duration {
         let rounds = self.settings.sweep_batch.div_ceil(DELIVERIES_IN_FLIGHT);
-        let longest_batch = Duration::from_std(self.settings.events.timeout).unwrap_or_default()
+        Duration::from_std(self.settings.events.timeout).unwrap_or_default()
             * i32::try_from(rounds).unwrap_or(i32::MAX)
-            + Duration::seconds(1);
-        let mut delivered = 0;
-        loop {
-            let batch = self.deliver_batch().await?;
-            delivered += batch.delivered;
-            if batch.listed < self.settings.sweep_batch
-                || batch.handled < batch.listed
-                || self.clock.now() + longest_batch > deadline
-            {
-                return Ok(delivered);
-            }
-        }
     }
 
-    /// Handles the deliveries due now, at most a sweep's batch.
-    async fn deliver_batch(&self) -> Result<Batch, StoreError> {
+    /// Handles the deliveries due now, at most a sweep's batch: done are those handled (tried, or put off; the
+    /// rest stay due, the store failed on them), counted those of which a sink took the event.
+    pub async fn deliver_batch(&self) -> Result<Batch, StoreError> {
         let due = self
             .store
             .due_deliveries(self.clock.now(), self.settings.sweep_batch)
@@ -277,8 +253,8 @@ impl Engine {
             .await;
         Ok(Batch {
             listed,
-            handled: outcomes.iter().filter(|o| o.is_ok()).count(),
-            delivered: outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
+            done: outcomes.iter().filter(|o| o.is_ok()).count(),
+            counted: outcomes.iter().filter(|o| matches!(o, Ok(true))).count(),
         })
     }
 

@@ -42,6 +42,18 @@ pub use events::{EndpointRefused, EventSettings, is_private};
 use recent::Recent;
 use tracing::Instrument;
 
+/// What one batch of a sweep's work came to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The items listed (at most a sweep's batch).
+    pub listed: usize,
+    /// Those the batch is done with; the rest are left for the next sweep (a store that failed on one, a send that
+    /// failed, a row another writer moved on).
+    pub done: usize,
+    /// Those the sweep counts (attempts expired or dispatched again, events delivered).
+    pub counted: usize,
+}
+
 /// Timings and limits of the engine that do not belong to one provider.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {

@@ -4,11 +4,13 @@
 //! deployment asks for it (`requalify_stale`), one provider whose qualification passed once and no longer stands is
 //! qualified again per sweep. Completion events that are due go out.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use chrono::Duration;
 
-use crate::engine::Engine;
+use crate::domain::{AttemptRef, Timestamp};
+use crate::engine::{Batch, Engine};
 use crate::store::StoreError;
 
 /// What one sweep did.
@@ -26,20 +28,30 @@ pub struct Swept {
     pub delivered: usize,
 }
 
-pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
+/// One sweep. Without a `deadline` (the local server's, every few seconds) it takes one batch of each kind of work;
+/// with one (the scheduled function's, once a minute, less a margin) each kind goes on batch after batch while
+/// there is more and time for it: at one batch a minute, a backlog — the leases of every attempt in flight when a
+/// provider hung, the events of a busy hour — would take hours to clear.
+pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept, StoreError> {
     let mut swept = Swept::default();
-    for attempt in engine.expired_leases().await? {
-        if engine.expire_lease(&attempt).await? {
-            swept.expired += 1;
-        }
-    }
-    for attempt in engine.stale_queued().await? {
-        if engine.redispatch(&attempt).await? {
-            swept.redispatched += 1;
-        }
-    }
+    let no_floor = Duration::zero();
+    swept.expired = in_batches(engine, deadline, no_floor, || {
+        one_by_one(engine.expired_leases(), |attempt| async move {
+            engine.expire_lease(&attempt).await
+        })
+    })
+    .await?;
+    swept.redispatched = in_batches(engine, deadline, no_floor, || {
+        one_by_one(engine.stale_queued(), |attempt| async move {
+            engine.redispatch(&attempt).await
+        })
+    })
+    .await?;
     swept.purged = engine.purge_expired().await?;
-    swept.delivered = engine.deliver_due().await?;
+    swept.delivered = in_batches(engine, deadline, engine.longest_delivery_batch(), || {
+        engine.deliver_batch()
+    })
+    .await?;
     if engine.settings.requalify_stale
         && let Some((provider, contract, why)) =
             engine.needing_requalification().await?.into_iter().next()
@@ -67,10 +79,60 @@ pub async fn sweep(engine: &Engine) -> Result<Swept, StoreError> {
     Ok(swept)
 }
 
+/// Runs `batch` once and, with a `deadline`, again while the last one listed a whole sweep's batch and was done with
+/// all of it, and the next would end by the deadline (taking as long as the longest so far, or `floor` if longer,
+/// and a second). A batch that leaves anything for later (a store that failed on one, a send that failed, a row
+/// another writer moved on, or an index not yet caught up) ends the run: the next sweep takes it up, so a store
+/// that keeps failing is not asked again and again. What the batches counted.
+async fn in_batches<F, Fut>(
+    engine: &Engine,
+    deadline: Option<Timestamp>,
+    floor: Duration,
+    mut batch: F,
+) -> Result<usize, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Batch, StoreError>>,
+{
+    let mut longest = floor;
+    let mut counted = 0;
+    loop {
+        let started = engine.clock.now();
+        let done = batch().await?;
+        counted += done.counted;
+        let now = engine.clock.now();
+        longest = longest.max(now - started);
+        let more = done.listed == engine.settings.sweep_batch && done.done == done.listed;
+        match deadline {
+            Some(deadline) if more && now + longest + Duration::seconds(1) <= deadline => {}
+            _ => return Ok(counted),
+        }
+    }
+}
+
+/// A batch of attempts, `listed`, each `act`ed on in turn; done and counted are those acted on.
+async fn one_by_one<L, A, F>(listed: L, act: A) -> Result<Batch, StoreError>
+where
+    L: Future<Output = Result<Vec<AttemptRef>, StoreError>>,
+    A: Fn(AttemptRef) -> F,
+    F: Future<Output = Result<bool, StoreError>>,
+{
+    let listed = listed.await?;
+    let mut batch = Batch {
+        listed: listed.len(),
+        ..Batch::default()
+    };
+    for attempt in listed {
+        batch.done += usize::from(act(attempt).await?);
+    }
+    batch.counted = batch.done;
+    Ok(batch)
+}
+
 /// Sweeps every `interval` of the engine's clock, forever; each turn also folds the metrics' recent samples in.
 pub async fn run_local(engine: Arc<Engine>, interval: Duration) {
     loop {
-        if let Err(e) = sweep(&engine).await {
+        if let Err(e) = sweep(&engine, None).await {
             tracing::error!(error = %crate::telemetry::error_chain(&e), "sweep failed");
         }
         engine.metrics.upkeep();

@@ -467,10 +467,10 @@ pub async fn a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_
         let (job, _) = rig.create(&format!("lost-{i}")).await;
         rig.advance(30_001);
         faulty.plan(&[(Call::Redispatch, fault)]);
-        let swept = sweep(&rig.engine).await.unwrap();
+        let swept = sweep(&rig.engine, None).await.unwrap();
         assert!(faulty.spent());
         assert_eq!(swept.redispatched, 1, "{fault:?}");
-        let again = sweep(&rig.engine).await.unwrap();
+        let again = sweep(&rig.engine, None).await.unwrap();
         assert_eq!(again.redispatched, 0, "{fault:?}: not before its turn");
         let message = rig.next_message();
         assert!(rig.no_message(), "{fault:?}: sent once");
@@ -528,7 +528,7 @@ pub async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
     assert_eq!(rig.process(&redelivered).await, Processed::Dropped);
     assert_eq!(primary.call_count(), 1, "no second paid call");
     rig.advance(rig.engine.lease().num_milliseconds() as u64);
-    assert_eq!(sweep(&rig.engine).await.unwrap().expired, 1);
+    assert_eq!(sweep(&rig.engine, None).await.unwrap().expired, 1);
     assert_eq!(state(&rig.job(&job).await, 1), AttemptState::Unknown);
 }
 

@@ -105,6 +105,7 @@ macro_rules! conformance_suite {
             endpoints_are_kept_per_owner_and_removed,
             deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap,
             the_sweeper_delivers_batch_after_batch_until_none_is_due,
+            the_sweeper_expires_and_dispatches_again_batch_after_batch,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
