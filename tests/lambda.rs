@@ -19,7 +19,9 @@ use onejob::telemetry::trace;
 use onejob::worker::sweeper::sweep;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
-use support::aws::{bus_for_test, drain, queue_for_test, sdk_config, table_for_test, unique_name};
+use support::aws::{
+    WireFault, bus_for_test, drain, queue_for_test, sdk_config, table_for_test, unique_name,
+};
 use support::collector::Collector;
 use support::stand_in::{Reply, StandIn, openai};
 use tracing_subscriber::layer::SubscriberExt;
@@ -746,4 +748,68 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     assert_eq!(tries, [(Sink::Endpoint, 2, true), (Sink::Bus, 2, true)]);
     let metrics = sweeper.metrics.drain_emf(0).join("\n");
     assert!(metrics.contains("\"sink\":\"bus\""), "{metrics}");
+}
+
+/// A put on the bus that fails at the wire. One never sent is a failed try, and the next sweep puts it: one entry.
+/// One whose answer was lost had landed, and the SDK's own retry sends it again: the bus gets the event twice under
+/// one event id (EventBridge keeps no token for a put; delivery is at least once, for the rule's target to drop the
+/// repeat), and the deliverer records one try that delivered, so no sweep puts it a third time.
+#[tokio::test]
+async fn a_put_on_the_bus_that_fails_at_the_wire_is_delivered_at_least_once_under_one_id() {
+    for lose_answer in [false, true] {
+        let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
+        let bus = unique_name("onejob-settled");
+        let Some(f) = functions_with(
+            provider,
+            |config| {
+                config.event_bus = Some(bus.clone());
+                config.event_backoff_base_ms = 0;
+            },
+            None,
+        )
+        .await
+        else {
+            return;
+        };
+        let aws = sdk_config().await.unwrap();
+        let sqs = aws_sdk_sqs::Client::new(&aws);
+        let heard = bus_for_test(&aws, &bus).await;
+        let (status, created) = f.api("api-create.json").await;
+        assert_eq!(status, 201, "{created}");
+        f.work_the_queue().await;
+
+        let fault = WireFault::new("job.settled", lose_answer);
+        let config = aws_sdk_eventbridge::config::Builder::from(&f.functions_aws);
+        let client =
+            aws_sdk_eventbridge::Client::from_conf(config.interceptor(fault.clone()).build());
+        let engine = lambda::engine(&f.settings, &f.functions_aws).await.unwrap();
+        let sweeper = Arc::into_inner(engine).unwrap().with_bus(Some(client));
+        let first = sweep(&sweeper, None).await.unwrap();
+        assert!(fault.fired());
+        assert_eq!(first.delivered, usize::from(lose_answer));
+        sweep(&sweeper, None).await.unwrap();
+        sweep(&sweeper, None).await.unwrap();
+
+        let put = drain(&sqs, &heard).await;
+        assert_eq!(put.len(), if lose_answer { 2 } else { 1 }, "{put:?}");
+        assert!(
+            put.iter()
+                .all(|e| e["detail"]["id"] == put[0]["detail"]["id"])
+        );
+        assert!(
+            put.iter()
+                .all(|e| e["detail"]["job"]["id"] == created["id"])
+        );
+        let id = JobId::parse(created["id"].as_str().unwrap()).unwrap();
+        let (deliveries, _) = f.engine.store.deliveries(&id).await.unwrap().unwrap();
+        let tries: Vec<_> = (deliveries.events.iter())
+            .map(|e| (e.sink, e.tries, e.delivered_at.is_some()))
+            .collect();
+        let expected = if lose_answer { 1 } else { 2 };
+        assert_eq!(
+            tries,
+            [(Sink::Bus, expected, true)],
+            "lose_answer: {lose_answer}"
+        );
+    }
 }

@@ -11,7 +11,9 @@ use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::{CreateOutcome, JobStore};
 use serde_json::json;
-use support::aws::{RequestCounter, sdk_config, stack_table, table_for_test, unique_name};
+use support::aws::{
+    RequestCounter, WireFault, sdk_config, stack_table, table_for_test, unique_name,
+};
 
 /// A store on a fresh table, and the counter of the requests its client sends.
 async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
@@ -366,73 +368,6 @@ async fn the_stack_makes_the_table_the_code_makes() {
     };
     let (made, expected) = (describe(stack).await, describe(ours).await);
     assert_eq!(shape(made), shape(expected));
-}
-
-/// A fault at the wire, once: the first request whose body holds `marker` either never leaves (the interceptor
-/// fails it before it is sent) or reaches the server and has its answer turned into a 500 (which the SDK's own
-/// retry then sends again).
-#[derive(Debug, Clone)]
-struct WireFault {
-    marker: &'static str,
-    lose_answer: bool,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-    answer_pending: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl WireFault {
-    fn new(marker: &'static str, lose_answer: bool) -> Self {
-        Self {
-            marker,
-            lose_answer,
-            armed: Arc::new(true.into()),
-            answer_pending: Arc::new(false.into()),
-        }
-    }
-
-    fn fired(&self) -> bool {
-        !self.armed.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl aws_sdk_dynamodb::config::Intercept for WireFault {
-    fn name(&self) -> &'static str {
-        "WireFault"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-        _: &aws_sdk_dynamodb::config::RuntimeComponents,
-        _: &mut aws_sdk_dynamodb::config::ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let body = context.request().body().bytes().unwrap_or_default();
-        let matches = String::from_utf8_lossy(body).contains(self.marker);
-        if !matches || !self.armed.swap(false, SeqCst) {
-            return Ok(());
-        }
-        if self.lose_answer {
-            self.answer_pending.store(true, SeqCst);
-            Ok(())
-        } else {
-            Err("injected: the request never left".into())
-        }
-    }
-
-    fn modify_before_deserialization(
-        &self,
-        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
-        _: &aws_sdk_dynamodb::config::RuntimeComponents,
-        _: &mut aws_sdk_dynamodb::config::ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        if self
-            .answer_pending
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
-        {
-            *context.response_mut().status_mut() = 500.try_into().expect("a status code");
-        }
-        Ok(())
-    }
 }
 
 /// The create of a large input is two writes — the input's item, then the job's — and each may fail at the wire

@@ -2,12 +2,14 @@
 //! the requests a client sends.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 
@@ -66,6 +68,69 @@ impl Intercept for RequestCounter {
         _config: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A fault at the wire, once: the first request whose body holds `marker` either never leaves (the interceptor
+/// fails it before it is sent) or reaches the server and has its answer turned into a 500 (which the SDK's own
+/// retry then sends again).
+#[derive(Debug, Clone)]
+pub struct WireFault {
+    marker: &'static str,
+    lose_answer: bool,
+    armed: Arc<AtomicBool>,
+    answer_pending: Arc<AtomicBool>,
+}
+
+impl WireFault {
+    pub fn new(marker: &'static str, lose_answer: bool) -> Self {
+        Self {
+            marker,
+            lose_answer,
+            armed: Arc::new(true.into()),
+            answer_pending: Arc::new(false.into()),
+        }
+    }
+
+    pub fn fired(&self) -> bool {
+        !self.armed.load(Ordering::SeqCst)
+    }
+}
+
+impl Intercept for WireFault {
+    fn name(&self) -> &'static str {
+        "WireFault"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _config: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let body = context.request().body().bytes().unwrap_or_default();
+        let matches = String::from_utf8_lossy(body).contains(self.marker);
+        if !matches || !self.armed.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.lose_answer {
+            self.answer_pending.store(true, Ordering::SeqCst);
+            Ok(())
+        } else {
+            Err("injected: the request never left".into())
+        }
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _components: &RuntimeComponents,
+        _config: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if self.answer_pending.swap(false, Ordering::SeqCst) {
+            *context.response_mut().status_mut() = 500.try_into().expect("a status code");
+        }
         Ok(())
     }
 }
