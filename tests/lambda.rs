@@ -617,26 +617,25 @@ async fn the_api_and_worker_functions_of_one_job_are_one_trace() {
     assert_eq!(dropped["span"]["trace_id"], trace.to_string());
 }
 
+/// The functions with `bus` configured, their provider answering at once. The endpoint stand-ins are on loopback;
+/// a failed try is due again at once (the functions' clock is the real one).
+async fn functions_on_a_bus(bus: &str) -> Option<Functions> {
+    let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
+    let configure = |config: &mut Config| {
+        config.event_bus = Some(bus.to_owned());
+        config.allow_private_endpoints = true;
+        config.event_backoff_base_ms = 0;
+    };
+    functions_with(provider, configure, None).await
+}
+
 /// With a bus configured, every settled job's event goes to it (its owner's endpoint or not), once: a bus that is
 /// not there yet is tried again, and an endpoint that fails is tried again on its own, never putting the event on
 /// the bus a second time. The api and worker functions only arm; the sweeper puts.
 #[tokio::test]
 async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does() {
-    let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
     let bus = unique_name("onejob-settled");
-    let Some(f) = functions_with(
-        provider,
-        |config| {
-            config.event_bus = Some(bus.clone());
-            // The endpoint stand-in is on loopback; a failed try is due again at once (the functions' clock is
-            // the real one).
-            config.allow_private_endpoints = true;
-            config.event_backoff_base_ms = 0;
-        },
-        None,
-    )
-    .await
-    else {
+    let Some(f) = functions_on_a_bus(&bus).await else {
         return;
     };
     let receiver = StandIn::spawn(vec![Reply::Status(500, "down")], Reply::Answer(json!({}))).await;
@@ -757,18 +756,8 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
 #[tokio::test]
 async fn a_put_on_the_bus_that_fails_at_the_wire_is_delivered_at_least_once_under_one_id() {
     for lose_answer in [false, true] {
-        let provider = StandIn::answering(json!({"summary": "The projector broke."})).await;
         let bus = unique_name("onejob-settled");
-        let Some(f) = functions_with(
-            provider,
-            |config| {
-                config.event_bus = Some(bus.clone());
-                config.event_backoff_base_ms = 0;
-            },
-            None,
-        )
-        .await
-        else {
+        let Some(f) = functions_on_a_bus(&bus).await else {
             return;
         };
         let aws = sdk_config().await.unwrap();
