@@ -35,13 +35,15 @@ pub struct Swept {
 pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept, StoreError> {
     let mut swept = Swept::default();
     let no_floor = Duration::zero();
-    swept.expired = in_batches(engine, deadline, no_floor, || {
+    // Attempts first, leaving the time a batch of deliveries may take: a backlog of leases does not starve events.
+    let for_attempts = deadline.map(|deadline| deadline - engine.longest_delivery_batch());
+    swept.expired = in_batches(engine, for_attempts, no_floor, || {
         one_by_one(engine.expired_leases(), |attempt| async move {
             engine.expire_lease(&attempt).await
         })
     })
     .await?;
-    swept.redispatched = in_batches(engine, deadline, no_floor, || {
+    swept.redispatched = in_batches(engine, for_attempts, no_floor, || {
         one_by_one(engine.stale_queued(), |attempt| async move {
             engine.redispatch(&attempt).await
         })
