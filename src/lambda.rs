@@ -5,8 +5,8 @@
 //!   Gateway's JWT authorizer.
 //! - **worker**: an SQS batch, one [`process_delivery`] per record (under the `traceparent` the message carries),
 //!   reporting only the records that should be retried (`batchItemFailures`).
-//! - **sweeper**: one [`sweep`](crate::worker::sweeper::sweep) per scheduled event, batch after batch until its invocation's [`deadline`]; it
-//!   alone delivers completion events, so it alone carries the EventBridge client.
+//! - **sweeper**: one [`sweep`](crate::worker::sweeper::sweep) per scheduled event, batch after batch until its
+//!   invocation's [`deadline`]; it alone delivers completion events, so it alone carries the EventBridge client.
 //!
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
 //! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
