@@ -201,50 +201,102 @@ pub(super) async fn dynamo_cost(preload_n: usize, reps: usize) {
 }
 
 /// `write-units`: the write capacity units of one job's lifecycle (create, claim, completion) on DynamoDB, by the
-/// sizing rules `onejob::store::dynamodb::write_units` states, at each input size.
+/// sizing rules `onejob::store::dynamodb::write_units` states, at each input size and kind.
 pub(super) fn write_units_per_lifecycle() {
     println!(
         "write units per job lifecycle (DynamoDB sizing rules; table + by_owner + sweep index entries)"
     );
     println!(
-        "  {:<12} {:>10} {:>22} {:>22} {:>22} {:>8}",
+        "  {:<20} {:>10} {:>22} {:>22} {:>22} {:>8}",
         "input", "item bytes", "create", "claim", "completion", "total"
     );
-    for kib in [1usize, 64] {
-        let owner = Owner::parse("alice").unwrap();
-        let text = "x".repeat(kib * 1024 - r#"{"text":""}"#.len());
-        let new = Job::new(
-            intent(&owner, "units", &text),
-            RETENTION,
-            &Stamp::fresh(at(0)),
+    for kind in [Text::Prose, Text::Base64] {
+        for kib in [1usize, 64] {
+            let owner = Owner::parse("alice").unwrap();
+            let new = Job::new(
+                intent(&owner, "units", &kind.text(kib * 1024)),
+                RETENTION,
+                &Stamp::fresh(at(0)),
+            );
+            let mut claimed = new.clone();
+            claimed.claim(1, at(60_000), &Stamp::fresh(at(1))).unwrap();
+            let mut done = claimed.clone();
+            let report = CallReport::default();
+            done.complete(
+                1,
+                json!({"summary": "s".repeat(200)}),
+                report,
+                &Stamp::fresh(at(2)),
+            )
+            .unwrap();
+            let steps = [
+                write_units(None, &new),
+                write_units(Some(&new), &claimed),
+                write_units(Some(&claimed), &done),
+            ];
+            let show =
+                |u: WriteUnits| format!("{} ({}+{}+{})", u.total(), u.table, u.by_owner, u.sweep);
+            println!(
+                "  {:<20} {:>10} {:>22} {:>22} {:>22} {:>8}",
+                format!("{kib} KiB {}", kind.name()),
+                item_size(&done),
+                show(steps[0]),
+                show(steps[1]),
+                show(steps[2]),
+                steps.iter().map(|u| u.total()).sum::<u64>()
+            );
+        }
+    }
+}
+
+/// What an input's text is made of: it decides how far the store's deflate takes it.
+#[derive(Clone, Copy)]
+enum Text {
+    /// English prose: this project's own docs.
+    Prose,
+    /// What base64 of random bytes (an image, say) looks like: 6 bits a character.
+    Base64,
+}
+
+impl Text {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Prose => "prose",
+            Self::Base64 => "base64",
+        }
+    }
+
+    /// A text that makes the input `{"text": …}` exactly `bytes` bytes of JSON (give or take an escape).
+    fn text(self, bytes: usize) -> String {
+        const DOCS: &str = concat!(
+            include_str!("../../../docs/decisions.md"),
+            include_str!("../../../docs/api.md"),
+            include_str!("../../../docs/design.md"),
+            include_str!("../../../docs/deploy.md"),
+            include_str!("../../../docs/dynamodb.md"),
         );
-        let mut claimed = new.clone();
-        claimed.claim(1, at(60_000), &Stamp::fresh(at(1))).unwrap();
-        let mut done = claimed.clone();
-        let report = CallReport::default();
-        done.complete(
-            1,
-            json!({"summary": "s".repeat(200)}),
-            report,
-            &Stamp::fresh(at(2)),
-        )
-        .unwrap();
-        let steps = [
-            write_units(None, &new),
-            write_units(Some(&new), &claimed),
-            write_units(Some(&claimed), &done),
-        ];
-        let show =
-            |u: WriteUnits| format!("{} ({}+{}+{})", u.total(), u.table, u.by_owner, u.sweep);
-        println!(
-            "  {:<12} {:>10} {:>22} {:>22} {:>22} {:>8}",
-            format!("{kib} KiB"),
-            item_size(&done),
-            show(steps[0]),
-            show(steps[1]),
-            show(steps[2]),
-            steps.iter().map(|u| u.total()).sum::<u64>()
-        );
+        const BASE64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut random = std::iter::from_fn(|| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            Some(char::from(BASE64[(state % 64) as usize]))
+        });
+        let chars: &mut dyn Iterator<Item = char> = match self {
+            Self::Prose => &mut DOCS.chars(),
+            Self::Base64 => &mut random,
+        };
+        let mut len = r#"{"text":""}"#.len();
+        let mut text = String::new();
+        for c in chars {
+            len += serde_json::to_string(&c).unwrap().len() - 2;
+            if len > bytes {
+                break;
+            }
+            text.push(c);
+        }
+        text
     }
 }
 

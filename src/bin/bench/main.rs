@@ -9,8 +9,8 @@
 //! - `lifecycle`: create → the demo provider answers at once → `succeeded`, in process: jobs/s and create-to-result
 //!   latency, the orchestration overhead.
 //! - `dynamo-cost`: store requests per operation on DynamoDB (moto at `AWS_ENDPOINT_URL`), beside the design's request budget.
-//! - `write-units`: DynamoDB write capacity units of one job's lifecycle at a 1 KiB and a 64 KiB input, by the
-//!   documented sizing rules (`onejob::store::dynamodb::write_units`).
+//! - `write-units`: DynamoDB write capacity units of one job's lifecycle at a 1 KiB and a 64 KiB input of prose
+//!   and of base64, by the documented sizing rules (`onejob::store::dynamodb::write_units`).
 //! - Each takes `--preload N`: that many jobs in the store before measuring (scale of cost).
 
 use std::path::PathBuf;

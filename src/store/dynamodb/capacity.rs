@@ -1,8 +1,8 @@
 //! What a write costs in write capacity units, by DynamoDB's documented sizing rules, for the items this store
 //! writes:
 //!
-//! - an item's size is the sum of its attribute names and values (UTF-8 strings; numbers about one byte per two
-//!   significant digits, plus one; 3 bytes per map or list and 1 per element);
+//! - an item's size is the sum of its attribute names and values (UTF-8 strings and binary values by their length;
+//!   numbers about one byte per two significant digits, plus one; 3 bytes per map or list and 1 per element);
 //! - a `PutItem` or `UpdateItem` costs one unit per started KiB of the larger of the item before and after (a
 //!   create whose input is kept apart writes two items: the input's and the job's);
 //! - each global secondary index the write touches costs one unit per started KiB of its entry (the table's key,
@@ -65,6 +65,7 @@ fn size(item: &Item) -> usize {
 fn value_size(value: &AttributeValue) -> usize {
     match value {
         AttributeValue::S(text) => text.len(),
+        AttributeValue::B(bytes) => bytes.as_ref().len(),
         AttributeValue::N(number) => {
             let digits = number.trim_start_matches('-').trim_start_matches('0');
             digits

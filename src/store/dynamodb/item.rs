@@ -7,14 +7,14 @@
 //! | `pk` | S | the intent part of the job id, `job_<32 hex>` (table hash key); the id adds the creation time |
 //! | `owner`, `created_key` | S, S | GSI `by_owner` (keys only): owner → `<created_at ms, 13 digits>#<id>`, newest first |
 //! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
-//! | `input` | S | the input, as JSON text, when it is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S, `expires_at` N), written once before the job |
+//! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
 //! | `sweep_pk`, `sweep_at` | S, N | sparse GSI `sweep` (keys only): `QUEUED#s` / `STARTED#s` (s = shard 0–7) → last dispatch / lease end |
-//! | `created_at`, `updated_at` | N | milliseconds |
+//! | `created_at`, `updated_at` | N | milliseconds; `updated_at` absent until a write after the create |
 //! | `expires_at` | N | seconds: the end of the retention, and the table's TTL attribute |
 //!
 //! Qualification evidence lives in the same table, one item per (contract fingerprint, provider fingerprint):
@@ -27,9 +27,13 @@
 //! written. A live attempt of a cancelled job reads as `cancelled`.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::serde::{ts_milliseconds, ts_milliseconds_option, ts_seconds};
+use flate2::Compression;
+use flate2::read::DeflateDecoder;
+use flate2::write::DeflateEncoder;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -55,17 +59,18 @@ struct JobItem {
     fingerprint: Fingerprint,
     contract: ContractRef,
     /// Absent when the input is kept in an item of its own ([`input_key`]).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "json_text_option"
-    )]
-    input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input: Option<Packed>,
     providers: Vec<ProviderName>,
     #[serde(with = "ts_milliseconds")]
     created_at: Timestamp,
-    #[serde(with = "ts_milliseconds")]
-    updated_at: Timestamp,
+    /// Absent until the first write after the create: the creation time then (every byte counts, see `capacity`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ts_milliseconds_option"
+    )]
+    updated_at: Option<Timestamp>,
     #[serde(with = "ts_seconds")]
     expires_at: Timestamp,
     rev: i64,
@@ -104,7 +109,8 @@ struct AttemptItem {
     lease_expires_at: Option<Timestamp>,
     #[serde(with = "ts_milliseconds")]
     created_at: Timestamp,
-    /// Absent on items written before re-dispatches were recorded: the creation time then.
+    /// Absent until the attempt is dispatched again (and on items written before re-dispatches were recorded): the
+    /// creation time then.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -235,10 +241,65 @@ pub(super) struct Decoded {
 /// its own, so that the transitions, which rewrite the job's item, do not pay for it again (see `capacity`).
 pub(super) const INLINE_INPUT: usize = 1024;
 
-/// The input's JSON text when it goes in an item of its own.
-fn input_apart(job: &Job) -> Option<String> {
-    let text = job.input.to_string();
-    (text.len() > INLINE_INPUT).then_some(text)
+/// Whether the input goes in an item of its own: by the length of its JSON text, so the same input is always kept
+/// in the same place.
+fn input_apart(job: &Job) -> bool {
+    job.input.to_string().len() > INLINE_INPUT
+}
+
+/// The shortest JSON text worth deflating: below it, deflate's own overhead leaves little or nothing to save.
+const PACK_FROM: usize = 256;
+
+/// A JSON value as the table keeps it: its text (`S`), or that text deflated (`B`) when it is at least
+/// [`PACK_FROM`] bytes long and deflate makes it shorter. Prose takes about half its bytes deflated, so an input of
+/// prose costs fewer write units on every write of the item that holds it (see `capacity`); one that does not
+/// shrink (already compressed, random) stays text. Either form reads back, so items written before inputs were
+/// deflated still read.
+#[derive(Debug)]
+struct Packed(Value);
+
+impl Packed {
+    fn deflated(text: &str) -> Option<Vec<u8>> {
+        if text.len() < PACK_FROM {
+            return None;
+        }
+        let mut encoder =
+            DeflateEncoder::new(Vec::with_capacity(text.len() / 2), Compression::default());
+        encoder
+            .write_all(text.as_bytes())
+            .and_then(|()| encoder.finish())
+            .ok()
+            .filter(|bytes| bytes.len() < text.len())
+    }
+}
+
+impl Serialize for Packed {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let text = self.0.to_string();
+        match Self::deflated(&text) {
+            Some(bytes) => s.serialize_bytes(&bytes),
+            None => s.serialize_str(&text),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Packed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Value;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON text, or JSON text deflated")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Value, E> {
+                serde_json::from_str(text).map_err(E::custom)
+            }
+            fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Value, E> {
+                serde_json::from_reader(DeflateDecoder::new(bytes)).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Text).map(Packed)
+    }
 }
 
 /// An input kept apart: immutable, under its job's intent and the fingerprint (which covers the input), so a
@@ -246,7 +307,7 @@ fn input_apart(job: &Job) -> Option<String> {
 #[derive(Debug, Serialize, Deserialize)]
 struct InputItem {
     pk: String,
-    input: String,
+    input: Packed,
     #[serde(with = "ts_seconds")]
     expires_at: Timestamp,
 }
@@ -259,10 +320,10 @@ pub(super) fn input_key(job: &Job) -> String {
 
 /// The item holding `job`'s input, if it is kept apart.
 pub(super) fn encode_input(job: &Job) -> Option<Item> {
-    input_apart(job).map(|input| {
+    input_apart(job).then(|| {
         serde_dynamo::to_item(InputItem {
             pk: input_key(job),
-            input,
+            input: Packed(job.input.clone()),
             expires_at: job.expires_at,
         })
         .expect("an input's item always encodes")
@@ -272,9 +333,7 @@ pub(super) fn encode_input(job: &Job) -> Option<Item> {
 /// The input an input item holds, with its key.
 pub(super) fn decode_input(item: &Item) -> Result<(String, Value), StoreError> {
     let stored: InputItem = read(item)?;
-    let input =
-        serde_json::from_str(&stored.input).map_err(|e| corrupt(&stored.pk, "input", &e))?;
-    Ok((stored.pk, input))
+    Ok((stored.pk, stored.input.0))
 }
 
 /// The item for a job as the domain sees it, at revision `rev`. Attempt states are written as they are.
@@ -296,10 +355,10 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
         idempotency_key: job.idempotency_key.clone(),
         fingerprint: job.fingerprint,
         contract: job.contract.clone(),
-        input: input_apart(job).is_none().then(|| job.input.clone()),
+        input: (!input_apart(job)).then(|| Packed(job.input.clone())),
         providers: job.providers.clone(),
         created_at: job.created_at,
-        updated_at: job.updated_at,
+        updated_at: (job.updated_at != job.created_at).then_some(job.updated_at),
         expires_at: job.expires_at,
         rev,
         attempts: job
@@ -327,7 +386,7 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         seen_version: a.seen_version,
         lease_expires_at: a.lease_expires_at,
         created_at: a.created_at,
-        dispatched_at: Some(a.dispatched_at),
+        dispatched_at: (a.dispatched_at != a.created_at).then_some(a.dispatched_at),
         not_before: a.not_before,
         retry_of: a.retry_of,
         started_at: a.started_at,
@@ -357,6 +416,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
     let intent = JobId::parse(&stored.pk).map_err(|e| bad("pk", &e))?;
     let id = JobId::incarnation(intent.intent(), stored.created_at.timestamp_millis());
     let input_apart = stored.input.is_none();
+    let updated_at = stored.updated_at.unwrap_or(stored.created_at);
     let slot = stored.slot;
     let slot_at = slot.as_ref().map(|s| s.at);
     let cancelled_at = slot.as_ref().filter(|s| s.attempt == 0).map(|s| s.at);
@@ -404,7 +464,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         idempotency_key: stored.idempotency_key,
         fingerprint: stored.fingerprint,
         contract: stored.contract,
-        input: stored.input.unwrap_or(Value::Null),
+        input: stored.input.map_or(Value::Null, |packed| packed.0),
         providers: stored.providers,
         version: u64::from(slot_at.is_some()),
         completed_by,
@@ -415,7 +475,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         cancelled_by,
         attempts,
         created_at: stored.created_at,
-        updated_at: slot_at.map_or(stored.updated_at, |at| at.max(stored.updated_at)),
+        updated_at: slot_at.map_or(updated_at, |at| at.max(updated_at)),
         expires_at: stored.expires_at,
     };
     Ok(Decoded {
