@@ -143,7 +143,15 @@ fn an_input_is_kept_deflated_when_that_is_shorter_and_reads_back_either_way() {
     assert!(!item.contains_key("updated_at"));
     let mut before = item.clone();
     before.insert("input".into(), AttributeValue::S(text));
-    before.insert("updated_at".into(), created);
+    before.insert("updated_at".into(), created.clone());
+    let Some(AttributeValue::M(attempts)) = before.get_mut("attempts") else {
+        panic!("attempts is a map")
+    };
+    let Some(AttributeValue::M(first)) = attempts.get_mut("1") else {
+        panic!("an attempt is a map")
+    };
+    assert!(!first.contains_key("dispatched_at"));
+    first.insert("dispatched_at".into(), created);
     assert_eq!(decode_item(&before).unwrap().job, inline);
 
     let short = job();
