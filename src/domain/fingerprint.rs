@@ -34,6 +34,14 @@ impl Fingerprint {
         Self(Sha256::digest(canonical_json(value)).into())
     }
 
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     pub fn parse(raw: &str) -> Result<Self, ParseError> {
         let mut bytes = [0u8; 32];
         hex::decode_to_slice(raw, &mut bytes)

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `pk` | S | the intent part of the job id, `job_<32 hex>` (table hash key); the id adds the creation time |
 //! | `owner`, `created_key` | S, S | GSI `by_owner` (keys only): owner → `<created_at ms, 13 digits>#<id>`, newest first |
-//! | `idempotency_key`, `fingerprint`, `contract` | S | the intent |
+//! | `idempotency_key`, `fingerprint`, `contract` | S, B, S | the intent (the fingerprint's 32 bytes; its hex text on items written before) |
 //! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
 //! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?}` |
@@ -56,6 +56,7 @@ struct JobItem {
     owner: Owner,
     created_key: String,
     idempotency_key: IdempotencyKey,
+    #[serde(with = "fingerprint_bytes")]
     fingerprint: Fingerprint,
     contract: ContractRef,
     /// Absent when the input is kept in an item of its own ([`input_key`]).
@@ -285,21 +286,64 @@ impl Serialize for Packed {
 
 impl<'de> Deserialize<'de> for Packed {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Text;
-        impl serde::de::Visitor<'_> for Text {
-            type Value = Value;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("JSON text, or JSON text deflated")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Value, E> {
-                serde_json::from_str(text).map_err(E::custom)
-            }
-            fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Value, E> {
-                serde_json::from_reader(DeflateDecoder::new(bytes)).map_err(E::custom)
-            }
-        }
-        d.deserialize_any(Text).map(Packed)
+        text_or_bytes(
+            d,
+            "JSON text, or JSON text deflated",
+            |text| serde_json::from_str(text).map_err(|e| e.to_string()),
+            |bytes| serde_json::from_reader(DeflateDecoder::new(bytes)).map_err(|e| e.to_string()),
+        )
+        .map(Packed)
     }
+}
+
+/// A fingerprint as the table keeps it: its 32 bytes (`B`), half the length of its hex text, which items written
+/// before still hold and which still reads.
+mod fingerprint_bytes {
+    use serde::{Deserializer, Serializer};
+
+    use crate::domain::Fingerprint;
+
+    pub fn serialize<S: Serializer>(fingerprint: &Fingerprint, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(fingerprint.as_bytes())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Fingerprint, D::Error> {
+        super::text_or_bytes(
+            d,
+            "a fingerprint: 32 bytes, or 64 hex digits",
+            |text| Fingerprint::parse(text).map_err(|e| e.to_string()),
+            |bytes| {
+                <[u8; 32]>::try_from(bytes)
+                    .map(Fingerprint::from_bytes)
+                    .map_err(|_| format!("{} bytes, not 32", bytes.len()))
+            },
+        )
+    }
+}
+
+/// Reads an attribute that may be kept as text (`S`) or as bytes (`B`), with a reader for each form.
+fn text_or_bytes<'de, D: serde::Deserializer<'de>, T>(
+    d: D,
+    expecting: &'static str,
+    text: impl FnOnce(&str) -> Result<T, String>,
+    bytes: impl FnOnce(&[u8]) -> Result<T, String>,
+) -> Result<T, D::Error> {
+    struct Either<F, G>(&'static str, F, G);
+    impl<T, F: FnOnce(&str) -> Result<T, String>, G: FnOnce(&[u8]) -> Result<T, String>>
+        serde::de::Visitor<'_> for Either<F, G>
+    {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+        fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
+            (self.1)(value).map_err(E::custom)
+        }
+        fn visit_bytes<E: serde::de::Error>(self, value: &[u8]) -> Result<T, E> {
+            (self.2)(value).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(Either(expecting, text, bytes))
 }
 
 /// An input kept apart: immutable, under its job's intent and the fingerprint (which covers the input), so a

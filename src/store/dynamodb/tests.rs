@@ -110,6 +110,13 @@ fn an_unreadable_attribute_is_named_not_defaulted() {
         item.insert("input".into(), AttributeValue::B(vec![7; 300].into()));
     });
     assert!(garbled.contains("input"), "{garbled}");
+    let short = unreadable(|item| {
+        item.insert("fingerprint".into(), AttributeValue::B(vec![7; 5].into()));
+    });
+    assert!(
+        short.contains("fingerprint") && short.contains("5 bytes"),
+        "{short}"
+    );
 }
 
 /// Prose (this project's own design decisions) as an input whose JSON text is about `bytes` long.
@@ -138,11 +145,22 @@ fn an_input_is_kept_deflated_when_that_is_shorter_and_reads_back_either_way() {
         text.len()
     );
     assert_eq!(decode_item(&item).unwrap().job, inline);
-    // An item written before inputs were deflated, and when the create wrote every time.
+    // An item written before inputs were deflated, fingerprints kept as bytes and times equal to the creation
+    // time left out.
     let created = AttributeValue::N(inline.created_at.timestamp_millis().to_string());
     assert!(!item.contains_key("updated_at"));
+    assert_eq!(
+        item.get("fingerprint"),
+        Some(&AttributeValue::B(
+            inline.fingerprint.as_bytes().to_vec().into()
+        ))
+    );
     let mut before = item.clone();
     before.insert("input".into(), AttributeValue::S(text));
+    before.insert(
+        "fingerprint".into(),
+        AttributeValue::S(inline.fingerprint.to_string()),
+    );
     before.insert("updated_at".into(), created.clone());
     let Some(AttributeValue::M(attempts)) = before.get_mut("attempts") else {
         panic!("attempts is a map")
