@@ -8,7 +8,9 @@
 //! - each global secondary index the write touches costs one unit per started KiB of its entry (the table's key,
 //!   the index's key and the projected attributes — none more here: both indexes hold keys only): an entry that
 //!   appears is a put, one that goes is a delete (sized as it was), one whose key changes is both, one whose key
-//!   stays but whose projected attributes change is a put (which keys-only entries never are).
+//!   stays but whose projected attributes change is a put (which keys-only entries never are);
+//! - a write whose condition fails is charged as well, by the larger of the item and what it would have written
+//!   (a replay's create, a lost race): `write_units` counts the writes that land.
 //!
 //! The figures are what the item encoding gives for a job's states; they are an estimate of the bill (DynamoDB
 //! rounds the same way), not a measurement.
