@@ -1,6 +1,7 @@
 //! Request body parsing for `POST /v1/jobs`: any bytes give a value or a typed refusal (never a panic, never a
 //! stack overflow); what is accepted nests at most 64 levels and is what serde_json reads; what serde_json reads but
-//! is refused names a member twice; shaping it into a create request refuses unknown fields.
+//! is refused names a member twice; shaping it into a create request refuses unknown fields and anything but an
+//! object (serde alone would read the request from an array of its fields in order).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -163,9 +163,24 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 }
 
-/// Reads a JSON value into a request type; unknown fields, missing fields and wrong types answer 422.
+/// Reads a JSON object into a request type; another kind of value, unknown fields, missing fields and wrong types
+/// answer 422. The object is checked first because serde also reads a struct from an array of its fields in order,
+/// which no request body of the API is.
 pub fn shaped<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    serde_json::from_value(value).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+    let kind = match &value {
+        Value::Object(_) => {
+            return serde_json::from_value(value)
+                .map_err(|e| ApiError::InvalidRequest(e.to_string()));
+        }
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "null",
+    };
+    Err(ApiError::InvalidRequest(format!(
+        "the body must be a JSON object, not {kind}"
+    )))
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

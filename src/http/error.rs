@@ -39,7 +39,8 @@ pub enum ApiError {
     /// 400 `json_too_deep`.
     #[error("the body nests arrays and objects deeper than {limit} levels")]
     JsonTooDeep { limit: usize },
-    /// 422 `invalid_request`: JSON, but not the shape this call takes (unknown or missing fields, wrong types).
+    /// 422 `invalid_request`: JSON, but not the shape this call takes (not an object, unknown or missing fields,
+    /// wrong types).
     #[error("{0}")]
     InvalidRequest(String),
     /// 400 `invalid_parameter`: a query parameter that cannot be used.

@@ -1,5 +1,6 @@
 //! Every bad create answers its status and stable code, and the store is left exactly as it was.
 
+use onejob::config::Config;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -155,9 +156,31 @@ async fn bad_creates_are_refused_with_their_code_and_change_nothing() {
             "invalid_request",
         ),
         (
-            "an array body",
+            "an empty array body",
             vec![AUTH, key(b"n1"), JSON],
             "[]".into(),
+            422,
+            "invalid_request",
+        ),
+        (
+            // serde reads a struct from its fields in order; the API's bodies are objects.
+            "an array of the fields in order",
+            vec![AUTH, key(b"n1"), JSON],
+            with(json!(["summarize@1", {"text": "x"}, ["demo"]])),
+            422,
+            "invalid_request",
+        ),
+        (
+            "a string body",
+            vec![AUTH, key(b"n1"), JSON],
+            with(json!("summarize@1")),
+            422,
+            "invalid_request",
+        ),
+        (
+            "a null body",
+            vec![AUTH, key(b"n1"), JSON],
+            "null".into(),
             422,
             "invalid_request",
         ),
@@ -280,4 +303,30 @@ async fn a_chunked_body_over_the_limit_is_refused() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("\"code\":\"body_too_large\""), "{answer}");
     assert_eq!(app.row_counts().await, (0, 0));
+}
+
+/// serde reads a struct from an array of its fields in order; no body of the API is an array, on any route.
+#[tokio::test]
+async fn the_attempt_and_endpoint_bodies_refuse_arrays_of_their_fields() {
+    let app = TestApp::spawn_with(Config {
+        allow_private_endpoints: true,
+        ..config()
+    })
+    .await;
+    let job = json_with_status(app.create(ALICE, "k", &summarize("x")).await, 201).await;
+    let attempts = format!("/v1/jobs/{}/attempts", job["id"].as_str().unwrap());
+    let refused = app.post_json(ALICE, &attempts, &json!(["demo"])).await;
+    assert_problem(refused, 422, "invalid_request").await;
+
+    let endpoint = app
+        .client
+        .put(app.url("/v1/endpoint"))
+        .bearer_auth(ALICE)
+        .json(&json!(["http://127.0.0.1:9/hook"]))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(endpoint, 422, "invalid_request").await;
+    assert_eq!(app.get(ALICE, "/v1/endpoint").await.status(), 404);
+    assert_eq!(app.row_counts().await, (1, 1));
 }
