@@ -58,8 +58,10 @@ pub struct Config {
     /// first). A breaker opened by another process is seen this much later. 0: read for every attempt.
     #[serde(default = "default_provider_state_cache_ms")]
     pub provider_state_cache_ms: u64,
-    /// The sweeper qualifies again, one pair per sweep, every provider whose qualification passed once and no
-    /// longer stands (too old, or lost in production). Off by default: it calls the providers, and that costs money.
+    /// The sweeper qualifies again, one pair per sweep, every provider whose qualification passed and that
+    /// production suspects (a model it was not qualified as, answers that broke the contract) or that grew too old.
+    /// Off by default: it calls the providers, and that costs money. Off, a suspicion only shows in the operators'
+    /// view of `GET /v1/providers` until `onejob qualify` runs; it never takes a standing away.
     #[serde(default)]
     pub requalify_stale: bool,
     /// Qualification evidence older than this many days qualifies no more (`onejob qualify --stale` renews it).

@@ -200,8 +200,8 @@ pub async fn worker(
         let id = record.message_id.clone().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or_default();
         let delivery = match SqsQueue::parse(body) {
-            Ok(attempt) => Delivery {
-                attempt,
+            Ok(message) => Delivery {
+                message,
                 traceparent: record
                     .message_attributes
                     .get(trace::TRACEPARENT)
@@ -215,7 +215,7 @@ pub async fn worker(
         match process_delivery(engine, &delivery, deadline).await {
             Ok(_) => None,
             Err(e) => {
-                tracing::error!(message_id = %id, job_id = %delivery.attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
+                tracing::error!(message_id = %id, job_id = %delivery.message.attempt.job_id, error = %crate::telemetry::error_chain(&e), "step failed: will be retried");
                 Some(id)
             }
         }

@@ -333,7 +333,7 @@ async fn the_event_files_describe_one_job() {
     assert_eq!(bodies.len(), 2);
     assert_eq!(bodies[0], bodies[1]);
     let named = onejob::queue::sqs::SqsQueue::parse(&bodies[0]).unwrap();
-    assert_eq!((named.job_id, named.number), (id, 1));
+    assert_eq!((named.attempt.job_id, named.attempt.number), (id, 1));
 }
 
 /// Every file in `events/` through its handler: the SQS batch with its duplicate makes one call and no failure;

@@ -6,9 +6,9 @@ mod support;
 use std::sync::Arc;
 
 use chrono::Duration;
-use onejob::domain::AttemptRef;
-use onejob::queue::Dispatcher;
+use onejob::domain::{AttemptRef, ProviderName};
 use onejob::queue::sqs::SqsQueue;
+use onejob::queue::{Dispatcher, Message};
 use onejob::store::sqlite::SqliteStore;
 use onejob::worker::{Processed, process_attempt};
 use serde_json::json;
@@ -19,7 +19,7 @@ async fn sqs() -> Option<aws_sdk_sqs::Client> {
     Some(aws_sdk_sqs::Client::new(&support::aws::sdk_config().await?))
 }
 
-async fn receive_all(client: &aws_sdk_sqs::Client, url: &str) -> Vec<AttemptRef> {
+async fn receive_all(client: &aws_sdk_sqs::Client, url: &str) -> Vec<Message> {
     let received = client
         .receive_message()
         .queue_url(url)
@@ -39,18 +39,26 @@ async fn dispatched_attempts_arrive_as_messages_naming_them() {
     let Some(client) = sqs().await else { return };
     let url = support::aws::queue_for_test(&client, "dispatch").await;
     let queue = SqsQueue::new(client.clone(), &url);
-    let first = AttemptRef {
+    let attempt = AttemptRef {
         job_id: onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap(),
         number: 1,
     };
-    let second = AttemptRef {
-        number: 2,
-        ..first.clone()
-    };
+    // The provider travels with the message; a sender that names none (an older one) still names the attempt.
+    let first = Message::new(
+        attempt.clone(),
+        Some(ProviderName::parse("primary").unwrap()),
+    );
+    let second = Message::new(
+        AttemptRef {
+            number: 2,
+            ..attempt
+        },
+        None,
+    );
     queue.dispatch(&first, Duration::zero()).await.unwrap();
     queue.dispatch(&second, Duration::zero()).await.unwrap();
     let mut received = receive_all(&client, &url).await;
-    received.sort_by_key(|a| a.number);
+    received.sort_by_key(|m| m.attempt.number);
     assert_eq!(received, vec![first, second]);
 }
 
@@ -61,10 +69,13 @@ async fn a_delayed_dispatch_is_a_delayed_message() {
     let Some(client) = sqs().await else { return };
     let url = support::aws::queue_for_test(&client, "delay").await;
     let queue = SqsQueue::new(client.clone(), &url);
-    let attempt = AttemptRef {
-        job_id: onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap(),
-        number: 2,
-    };
+    let attempt = Message::new(
+        AttemptRef {
+            job_id: onejob::domain::JobId::parse("job_00000000000000000000000000000001").unwrap(),
+            number: 2,
+        },
+        None,
+    );
     let sent = std::time::Instant::now();
     queue
         .dispatch(&attempt, Duration::milliseconds(1_200))
@@ -78,7 +89,7 @@ async fn a_delayed_dispatch_is_a_delayed_message() {
         .send()
         .await
         .unwrap();
-    let bodies: Vec<AttemptRef> = later
+    let bodies: Vec<Message> = later
         .messages()
         .iter()
         .map(|m| SqsQueue::parse(m.body().unwrap()).unwrap())
@@ -107,13 +118,18 @@ async fn a_job_runs_from_its_sqs_message_and_a_duplicate_makes_no_second_call() 
     let (job, local) = rig.create("k").await;
 
     let queue = SqsQueue::new(client.clone(), &url);
+    let local = Message::new(local, None);
     queue.dispatch(&local, Duration::zero()).await.unwrap();
     queue.dispatch(&local, Duration::zero()).await.unwrap();
     let messages = receive_all(&client, &url).await;
     assert_eq!(messages, vec![local.clone(), local]);
     let mut outcomes = Vec::new();
     for message in &messages {
-        outcomes.push(process_attempt(&rig.engine, message).await.unwrap());
+        outcomes.push(
+            process_attempt(&rig.engine, &message.attempt)
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(outcomes, vec![Processed::Succeeded, Processed::Dropped]);
     assert_eq!(primary.call_count(), 1);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use conformance::{Fixture, RETENTION, at, by, new_job};
 use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
-use onejob::store::{CreateOutcome, JobStore};
+use onejob::store::{CreateOutcome, JobStore, ProviderStore};
 use serde_json::json;
 use support::aws::{
     RequestCounter, WireFault, sdk_config, stack_table, table_for_test, unique_name,
@@ -297,7 +297,7 @@ fn usage() -> CallReport {
         model: Some("m".into()),
         input_tokens: Some(40),
         output_tokens: Some(5),
-        retry_after_s: None,
+        ..CallReport::default()
     }
 }
 

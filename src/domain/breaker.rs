@@ -18,6 +18,8 @@ pub struct BreakerPolicy {
     pub cooldown: Duration,
     /// How long a probe may take before another worker may probe in its place (a probe's worker may die).
     pub probe_lease: Duration,
+    /// While a probe runs, how soon the others look again: within the probe's own timeout, not its whole lease.
+    pub look_again: Duration,
 }
 
 /// One provider's breaker, as the store keeps it.
@@ -69,7 +71,7 @@ impl Breaker {
         }
         match self.probe_since {
             Some(since) if now < since + policy.probe_lease => Admission::Skip {
-                until: since + policy.probe_lease,
+                until: (since + policy.probe_lease).min(now + policy.look_again),
             },
             _ => Admission::Probe,
         }
@@ -124,6 +126,7 @@ mod tests {
         window: Duration::seconds(10),
         cooldown: Duration::seconds(30),
         probe_lease: Duration::seconds(5),
+        look_again: Duration::seconds(2),
     };
 
     #[test]
@@ -147,7 +150,13 @@ mod tests {
         b.start_probe(at(41_000));
         assert_eq!(
             b.admit(at(42_000), &POLICY),
-            Admission::Skip { until: at(46_000) }
+            Admission::Skip { until: at(44_000) },
+            "the others look again within the probe's own timeout"
+        );
+        assert_eq!(
+            b.admit(at(45_000), &POLICY),
+            Admission::Skip { until: at(46_000) },
+            "not past the probe's lease"
         );
         assert_eq!(b.state(at(42_000), &POLICY), "probing");
         assert_eq!(

@@ -26,13 +26,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// A new endpoint at `url` with a fresh random secret.
+    /// A new endpoint at `url` with a fresh secret: 256 bits from the operating system's random source.
     pub fn new(url: String, now: Timestamp) -> Self {
-        let secret = format!(
-            "whsec_{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
+        let mut bits = [0u8; 32];
+        getrandom::fill(&mut bits).expect("the operating system's random source answers");
+        let secret = format!("whsec_{}", hex::encode(bits));
         Self {
             url,
             secret,

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use chrono::Duration;
 
+use super::attempt::Attempt;
 use super::ids::ProviderName;
 use super::job::{Job, JobStatus, Timestamp};
 use super::report::ErrorInfo;
@@ -138,11 +139,7 @@ impl Job {
         {
             return None;
         }
-        let (mut first, mut retries) = (failed, 0u32);
-        while let Some(of) = first.retry_of {
-            first = self.attempt(of)?;
-            retries += 1;
-        }
+        let (first, retries) = self.retry_chain(number)?;
         if retries >= policy.max_retries {
             return None;
         }
@@ -161,6 +158,17 @@ impl Job {
         };
         let not_before = now + wait;
         (not_before - first.created_at <= policy.within).then_some(not_before)
+    }
+
+    /// The first try of the retries on one provider that attempt `number` ends (the attempt itself when it is no
+    /// retry), and how many retries lead from it to `number`.
+    pub fn retry_chain(&self, number: u32) -> Option<(&Attempt, u32)> {
+        let (mut first, mut retries) = (self.attempt(number)?, 0u32);
+        while let Some(of) = first.retry_of {
+            first = self.attempt(of)?;
+            retries += 1;
+        }
+        Some((first, retries))
     }
 
     /// The first provider of the chain that no attempt has tried yet.

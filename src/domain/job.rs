@@ -178,14 +178,24 @@ impl Job {
     /// From when nothing can change the job's outcome any more without someone asking (invariant 12); `None`
     /// while an attempt is live. A failed job whose cancelled attempt may still answer, and win, settles when that
     /// attempt's lease ends: after it, its answer is discarded.
+    ///
+    /// The time is read off what settled the job, never off a later write (invariant 14): the winning attempt's
+    /// answer, the cancel, or the write that failed the job and the leases of the cancelled attempts it had to wait
+    /// out. An orphaned attempt of a succeeded job that times out or fails afterwards, or a cancelled attempt whose
+    /// answer is discarded after its lease, leaves it where it was: one settle, one event id.
     pub fn settles_at(&self) -> Option<Timestamp> {
         match self.status() {
             JobStatus::Queued | JobStatus::Running | JobStatus::Unknown => None,
-            JobStatus::Succeeded | JobStatus::Cancelled => Some(self.updated_at),
+            JobStatus::Succeeded => Some(
+                self.completed_by
+                    .and_then(|winner| self.attempt(winner)?.finished_at)
+                    .unwrap_or(self.updated_at),
+            ),
+            JobStatus::Cancelled => Some(self.cancelled_at.unwrap_or(self.updated_at)),
             JobStatus::Failed => Some(
                 self.attempts
                     .iter()
-                    .filter(|a| self.may_still_win(a))
+                    .filter(|a| self.waited_out(a))
                     .filter_map(|a| a.lease_expires_at)
                     .fold(self.updated_at, Timestamp::max),
             ),
@@ -209,11 +219,14 @@ impl Job {
             })
     }
 
-    /// A cancelled attempt that was claimed while the job stood as it stands: its answer would still win until
-    /// its lease ends.
-    fn may_still_win(&self, attempt: &Attempt) -> bool {
-        attempt.state == AttemptState::Cancelled
-            && attempt.seen_version == Some(self.version)
+    /// An attempt whose lease a failed job waits out before it settles: a cancelled one claimed while the job
+    /// stood as it stands, whose answer would still win until its lease ends — or whose answer came after it and
+    /// was discarded (the settle it waited for stays where it was).
+    fn waited_out(&self, attempt: &Attempt) -> bool {
+        matches!(
+            attempt.state,
+            AttemptState::Cancelled | AttemptState::Discarded
+        ) && attempt.seen_version == Some(self.version)
             && self.completed_by.is_none()
     }
 
@@ -439,7 +452,9 @@ impl Job {
             self.result = Some(result);
             self.version += 1;
             self.error = None;
-            self.updated_at = now;
+            // `now` is when the answer came (every try of its write carries it): a write that landed meanwhile
+            // is not undone in time.
+            self.updated_at = self.updated_at.max(now);
             for queued in self
                 .attempts
                 .iter_mut()

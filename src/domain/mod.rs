@@ -30,6 +30,6 @@ pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use job::{Job, JobStatus, MAX_INPUT_BYTES, NewJob, Timestamp, expiry};
-pub use qualification::{ContractStanding, Loss, Qualification, RunEvidence, Standing};
+pub use qualification::{ContractStanding, Qualification, RunEvidence, Standing, Suspicion};
 pub use report::{CallReport, ErrorInfo};
 pub use write::{AttemptCancel, Completion, JobCancel, Refusal, Stamp};

@@ -4,10 +4,13 @@
 //! provider's (kind, base URL, model, context window, timeout). Change any of them and the stored evidence no longer
 //! applies: the pair is not found, and automatic failover refuses the provider.
 //!
-//! Evidence ages and can be lost: older than the deployment's `qualification_max_age_days`, it no longer qualifies;
-//! and production keeps watching — a provider that answers as a model qualification never saw, or whose answers
-//! break the contract [`Qualification::STRIKES`] times, loses its standing, with the reason and the attempts that
-//! showed it, until it is qualified again.
+//! Evidence ages: older than the deployment's `qualification_max_age_days`, it no longer qualifies. Production keeps
+//! watching, but what it sees is suspicion, not proof (invariant 15): an owner controls its inputs, and "answer in
+//! prose" is enough to make a model break any contract. A provider that answers as a model qualification never
+//! saw, or whose answers break the contract [`Qualification::STRIKES`] times, becomes *suspected*: its standing is
+//! unchanged, the operator sees why and which attempts showed it, and the sweeper (where `requalify_stale` lets it
+//! spend on it) qualifies it again on the contract's own samples — inputs onejob controls. Only that run's failure
+//! takes the standing away.
 
 use std::collections::BTreeSet;
 
@@ -34,15 +37,17 @@ pub struct Qualification {
     /// Production's contract breaches since it passed (attempts, as `job_id#n`), up to [`Self::STRIKES`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strikes: Vec<String>,
-    /// Why production took the standing away, if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost: Option<Loss>,
+    /// Why production suspects the provider, if it does: cause to qualify it again, not a loss. (Evidence written
+    /// before suspicion existed calls it `lost`.)
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "lost")]
+    pub suspected: Option<Suspicion>,
 }
 
-/// A standing lost in production.
+/// What production saw that calls for a new qualification: other owners' jobs, so an operator's view, never an
+/// owner's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Loss {
-    /// `model_changed` or `contract_broken`, with what was seen.
+pub struct Suspicion {
+    /// `model_changed` or `contract_broken`, with what was seen (codes and model ids, never an answer's text).
     pub reason: ErrorInfo,
     pub at: Timestamp,
     /// The attempts that showed it (`job_id#n`).
@@ -77,10 +82,10 @@ impl Qualification {
     }
 
     /// Whether what a production attempt (`job_id#n`) showed — the model it reported, and whether its answer broke
-    /// the contract — changes this evidence. Only passed evidence that still stands changes; a model is compared
-    /// only when qualification saw one; a breach already counted is not counted again.
+    /// the contract — changes this evidence. Only passed evidence that is not suspected yet changes; a model is
+    /// compared only when qualification saw one; a breach already counted is not counted again.
     pub fn notices(&self, attempt: &str, model: Option<&str>, broke: Option<&ErrorInfo>) -> bool {
-        if !self.passed || self.lost.is_some() {
+        if !self.passed || self.suspected.is_some() {
             return false;
         }
         self.unseen(model).is_some()
@@ -93,9 +98,9 @@ impl Qualification {
         model.filter(|m| !known.is_empty() && !known.contains(m))
     }
 
-    /// Records what a production attempt showed (see [`Self::notices`]): a model qualification never saw loses
-    /// the standing at once, a breach is a strike, and [`Self::STRIKES`] of them lose it. Whether the evidence
-    /// changed (and must be stored).
+    /// Records what a production attempt showed (see [`Self::notices`]): a model qualification never saw makes the
+    /// provider suspected at once, a breach is a strike, and [`Self::STRIKES`] of them make it suspected. Whether
+    /// the evidence changed (and must be stored). The standing stays as it was either way.
     pub fn observe(
         &mut self,
         attempt: &str,
@@ -109,7 +114,7 @@ impl Qualification {
         if let Some(model) = self.unseen(model) {
             let seen: Vec<&str> = self.models().into_iter().collect();
             let message = format!("answered as {model}; qualified as {}", seen.join(", "));
-            self.lost = Some(Loss {
+            self.suspected = Some(Suspicion {
                 reason: ErrorInfo::new("model_changed", message),
                 at: now,
                 attempts: vec![attempt.to_owned()],
@@ -122,12 +127,12 @@ impl Qualification {
         self.strikes.push(attempt.to_owned());
         if self.strikes.len() >= Self::STRIKES {
             let message = format!(
-                "{} answers broke the contract in production, the last: {}: {}",
+                "{} answers broke the contract in production, the last with {}: qualify it again on the \
+                 contract's samples",
                 self.strikes.len(),
                 problem.code,
-                problem.message
             );
-            self.lost = Some(Loss {
+            self.suspected = Some(Suspicion {
                 reason: ErrorInfo::new("contract_broken", message),
                 at: now,
                 attempts: self.strikes.clone(),
@@ -136,13 +141,11 @@ impl Qualification {
         true
     }
 
-    /// Where this evidence leaves the provider at `now`, and why it no longer qualifies when it passed once.
+    /// Where this evidence leaves the provider at `now`, and why it does not qualify (or no longer does) when it
+    /// passed once. A suspicion changes nothing here: only a qualification run that fails does.
     pub fn standing(&self, now: Timestamp, max_age: Duration) -> (Standing, Option<ErrorInfo>) {
         if !self.passed {
             return (Standing::Failed, self.first_problem().cloned());
-        }
-        if let Some(loss) = &self.lost {
-            return (Standing::Unqualified, Some(loss.reason.clone()));
         }
         if now - self.checked_at > max_age {
             let days = max_age.num_days();

@@ -59,16 +59,27 @@ pub struct CallReport {
     /// retry is a new attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_s: Option<u64>,
+    /// What onejob noticed about the call without failing it: a reported prompt far smaller than typical text of
+    /// its size (see `providers::tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl CallReport {
     /// The longest model id kept, in bytes (the provider chooses it).
     pub const MAX_MODEL_BYTES: usize = 200;
 
-    /// `None` when the provider said nothing worth keeping; the model id cut to [`CallReport::MAX_MODEL_BYTES`].
+    /// The longest note kept, in bytes.
+    pub const MAX_NOTE_BYTES: usize = 400;
+
+    /// `None` when the provider said nothing worth keeping; the model id cut to [`CallReport::MAX_MODEL_BYTES`], a
+    /// note to [`CallReport::MAX_NOTE_BYTES`].
     pub fn into_option(mut self) -> Option<Self> {
         if let Some(model) = &mut self.model {
             truncate(model, Self::MAX_MODEL_BYTES);
+        }
+        if let Some(note) = &mut self.note {
+            truncate(note, Self::MAX_NOTE_BYTES);
         }
         (self != Self::default()).then_some(self)
     }

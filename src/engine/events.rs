@@ -6,7 +6,7 @@
 //! when its claim runs out, and goes out then, from whichever process looks. Two deliverers never POST one event at
 //! once while a claim holds: each takes the deliveries by compare-and-swap before it sends.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use chrono::Duration;
@@ -62,32 +62,71 @@ pub enum EndpointRefused {
     Private(IpAddr),
 }
 
-/// Whether `ip` is somewhere a server-side request must not go: this host, a private network, link-local (cloud
-/// metadata), shared, unspecified, broadcast or multicast.
+/// Whether `ip` is somewhere a server-side request must not go: anything but globally routable unicast. IPv4:
+/// this network, private, shared (CGN), loopback, link-local (cloud metadata), IETF protocol assignments, the
+/// documentation and benchmarking ranges, the 6to4 relay, multicast, reserved and broadcast. IPv6: everything
+/// outside global unicast (`2000::/3`: loopback, unspecified, IPv4-compatible, unique and site local, link-local,
+/// multicast, local-use NAT64), and inside it the IETF assignments (Teredo among them), documentation and ORCHID
+/// ranges. An address that carries an IPv4 one (IPv4-mapped, NAT64's well-known prefix, 6to4) is judged by it.
 pub fn is_private(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b))
-        }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_private(IpAddr::V4(v4)),
-            None => {
-                v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || v6.is_unique_local()
-                    || v6.is_unicast_link_local()
-            }
+        IpAddr::V4(v4) => !is_global_v4(v4),
+        IpAddr::V6(v6) => match embedded_v4(v6) {
+            Some(v4) => !is_global_v4(v4),
+            None => !is_global_v6(v6),
         },
     }
+}
+
+/// The IPv4 address an IPv6 one stands for: IPv4-mapped (`::ffff:0:0/96`), NAT64's well-known prefix
+/// (`64:ff9b::/96`), 6to4 (`2002::/16`, the address in its next 32 bits).
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        Some(v4)
+    } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        Some(Ipv4Addr::from(v6.to_bits() as u32))
+    } else if s[0] == 0x2002 {
+        Some(Ipv4Addr::from((u32::from(s[1]) << 16) | u32::from(s[2])))
+    } else {
+        None
+    }
+}
+
+fn is_global_v4(v4: Ipv4Addr) -> bool {
+    let bits = v4.to_bits();
+    let within =
+        |net: [u8; 4], len: u32| bits >> (32 - len) == u32::from(Ipv4Addr::from(net)) >> (32 - len);
+    const NOT_GLOBAL: [([u8; 4], u32); 16] = [
+        ([0, 0, 0, 0], 8),       // this network
+        ([10, 0, 0, 0], 8),      // private
+        ([100, 64, 0, 0], 10),   // shared address space (carrier-grade NAT)
+        ([127, 0, 0, 0], 8),     // loopback
+        ([169, 254, 0, 0], 16),  // link-local, cloud metadata
+        ([172, 16, 0, 0], 12),   // private
+        ([192, 0, 0, 0], 24),    // IETF protocol assignments
+        ([192, 0, 2, 0], 24),    // documentation (TEST-NET-1)
+        ([192, 88, 99, 0], 24),  // 6to4 relay anycast
+        ([192, 168, 0, 0], 16),  // private
+        ([198, 18, 0, 0], 15),   // benchmarking
+        ([198, 51, 100, 0], 24), // documentation (TEST-NET-2)
+        ([203, 0, 113, 0], 24),  // documentation (TEST-NET-3)
+        ([224, 0, 0, 0], 4),     // multicast
+        ([240, 0, 0, 0], 4),     // reserved, and the broadcast address
+        ([255, 255, 255, 255], 32),
+    ];
+    !NOT_GLOBAL.iter().any(|&(net, len)| within(net, len))
+}
+
+fn is_global_v6(v6: Ipv6Addr) -> bool {
+    let bits = v6.to_bits();
+    let within = |net: u128, len: u32| bits >> (128 - len) == net >> (128 - len);
+    const NOT_GLOBAL: [(u128, u32); 3] = [
+        (0x2001_0000 << 96, 23), // IETF protocol assignments: Teredo, benchmarking, ORCHID, …
+        (0x2001_0db8 << 96, 32), // documentation
+        (0x3fff_0000 << 96, 20), // documentation (RFC 9637)
+    ];
+    within(0x2000 << 112, 3) && !NOT_GLOBAL.iter().any(|&(net, len)| within(net, len))
 }
 
 /// The deliverer's resolver: the system's, with every private address refused, so a public name that resolves
@@ -98,8 +137,7 @@ struct PublicOnly;
 impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {
         Box::pin(async move {
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let found = lookup(name.as_str()).await?;
             if let Some(private) = found.iter().find(|a| is_private(a.ip())) {
                 return Err(EndpointRefused::Private(private.ip()).into());
             }
@@ -108,10 +146,26 @@ impl Resolve for PublicOnly {
     }
 }
 
-/// The deliverer's HTTP client: no redirects (a redirect could lead anywhere), the settings' timeout, and unless
+/// How long one name may take to resolve, at registration and at each delivery's connection.
+const DNS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The addresses `host` resolves to now, within [`DNS_TIMEOUT`].
+async fn lookup(host: &str) -> std::io::Result<Vec<SocketAddr>> {
+    match tokio::time::timeout(DNS_TIMEOUT, tokio::net::lookup_host((host, 0))).await {
+        Ok(found) => Ok(found?.collect()),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{host} did not resolve within {DNS_TIMEOUT:?}"),
+        )),
+    }
+}
+
+/// The deliverer's HTTP client: no redirects (a redirect could lead anywhere), no proxy from the environment (a
+/// proxy would resolve the endpoint's name itself, past the vetted resolver), the settings' timeout, and unless
 /// private endpoints are allowed, a resolver that refuses private addresses.
 pub fn client(settings: &EventSettings) -> reqwest::Client {
     let builder = reqwest::Client::builder()
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.timeout)
         .user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")));
@@ -129,33 +183,45 @@ pub fn client(settings: &EventSettings) -> reqwest::Client {
 type TryOutcome = Option<String>;
 
 impl Engine {
-    /// Checks `url` as an endpoint: http or https, no credentials in it, and (unless allowed) not a private
-    /// address, as written or as its name resolves now (a name that does not resolve now is checked at each
-    /// delivery).
+    /// Checks `url` as an endpoint: [`Engine::vet_endpoint`], and (unless allowed) its name must not resolve to a
+    /// private address now (a name that does not resolve now is checked at each delivery's connection).
     pub async fn check_endpoint(&self, url: &str) -> Result<reqwest::Url, EndpointRefused> {
+        let parsed = self.vet_endpoint(url)?;
+        if !self.settings.events.allow_private
+            && let Some(host) = parsed.host_str()
+            && let Ok(found) = lookup(host).await
+            && let Some(ip) = found.iter().map(|a| a.ip()).find(|ip| is_private(*ip))
+        {
+            return Err(EndpointRefused::Private(ip));
+        }
+        Ok(parsed)
+    }
+
+    /// `url`'s own rules, without a lookup: http or https, no credentials in it, no port 0, and (unless allowed) not
+    /// a private address as written. Every delivery checks this again; the deliverer's resolver judges a name's
+    /// addresses at the connection itself.
+    fn vet_endpoint(&self, url: &str) -> Result<reqwest::Url, EndpointRefused> {
         let refuse = || EndpointRefused::Url(url.to_owned());
         let parsed = reqwest::Url::parse(url).map_err(|_| refuse())?;
         if !matches!(parsed.scheme(), "http" | "https")
             || !parsed.username().is_empty()
             || parsed.password().is_some()
+            || parsed.port() == Some(0)
             || url.len() > 2048
         {
             return Err(refuse());
         }
-        if self.settings.events.allow_private {
-            return Ok(parsed);
-        }
         let host = parsed.host_str().ok_or_else(refuse)?;
-        let private = match host.trim_start_matches('[').trim_end_matches(']').parse() {
-            Ok(ip) => Some(ip).filter(|ip| is_private(*ip)),
-            Err(_) => tokio::net::lookup_host((host, 0))
-                .await
-                .map(|found| found.map(|a| a.ip()).find(|ip| is_private(*ip)))
-                .unwrap_or(None),
-        };
-        match private {
-            Some(ip) => Err(EndpointRefused::Private(ip)),
-            None => Ok(parsed),
+        let written: Option<IpAddr> = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .ok();
+        match written {
+            Some(ip) if !self.settings.events.allow_private && is_private(ip) => {
+                Err(EndpointRefused::Private(ip))
+            }
+            _ => Ok(parsed),
         }
     }
 
@@ -341,8 +407,8 @@ impl Engine {
     /// One POST of `event` to `endpoint`.
     async fn post(&self, endpoint: &Endpoint, job: &Job, event: &EventDelivery) -> TryOutcome {
         // Checked again as it is now: an address written in the URL never reaches the resolver, which refuses
-        // what a name resolves to at the connection itself.
-        if let Err(refused) = self.check_endpoint(&endpoint.url).await {
+        // what a name resolves to at the connection itself (within the try's timeout, so inside its claim).
+        if let Err(refused) = self.vet_endpoint(&endpoint.url) {
             let refused = refused.to_string();
             self.tried(job, event, EventTry::Refused, Some(&refused));
             return Some(refused);
@@ -476,10 +542,44 @@ mod tests {
             "fd12::1",
             "fe80::1",
             "::ffff:10.0.0.1",
+            // IETF assignments, benchmarking, reserved and documentation ranges.
+            "192.0.0.8",
+            "198.18.0.1",
+            "198.19.255.255",
+            "240.0.0.1",
+            "192.0.2.1",
+            "198.51.100.1",
+            "203.0.113.1",
+            "192.88.99.1",
+            // NAT64 (well-known and local-use), 6to4 and IPv4-compatible carrying a private address; Teredo,
+            // site-local, documentation.
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::808:808",
+            "2002:a00:1::1",
+            "2002:7f00:1::",
+            "::127.0.0.1",
+            "::8.8.8.8",
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "fec0::1",
+            "2001:db8::1",
+            "3fff::1",
+            "ff02::1",
         ] {
             assert!(is_private(private.parse().unwrap()), "{private}");
         }
-        for public in ["8.8.8.8", "100.128.0.1", "172.32.0.1", "2606:4700::1111"] {
+        for public in [
+            "8.8.8.8",
+            "100.128.0.1",
+            "172.32.0.1",
+            "198.20.0.1",
+            "2606:4700::1111",
+            "2001:4860:4860::8888",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(!is_private(public.parse().unwrap()), "{public}");
         }
     }

@@ -34,7 +34,7 @@ use crate::domain::{
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
-use crate::queue::Dispatcher;
+use crate::queue::{Dispatcher, Message};
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
 use crate::telemetry::trace;
 pub use changes::JobWatch;
@@ -117,6 +117,9 @@ impl Default for EngineSettings {
         }
     }
 }
+
+/// Reads and compare-and-swaps of a provider's evidence before a production note on it is given up.
+const NOTE_TRIES: usize = 3;
 
 /// Backoff between tries of one store write: the first repeat at once (the store's client has already waited),
 /// then full jitter from this base up to the cap.
@@ -360,8 +363,10 @@ impl Engine {
 
     /// What production attempt `number` of `job` showed about its provider's qualification for the job's contract:
     /// the model it answered as, and whether its answer broke the contract. A provider that answers as a model its
-    /// qualification never saw, or breaks the contract [`Qualification::STRIKES`] times, loses its standing (kept
-    /// in the ledger, with the attempts). A ledger that fails is logged: watching never fails an attempt.
+    /// qualification never saw, or breaks the contract [`Qualification::STRIKES`] times, becomes suspected (kept in
+    /// the ledger, with the attempts): cause to qualify it again, never a loss of standing (invariant 15). The note
+    /// is a compare-and-swap on the evidence as read, so it never overwrites a qualification written meanwhile. A
+    /// ledger that fails is logged: watching never fails an attempt.
     pub async fn observe(
         &self,
         job: &Job,
@@ -391,44 +396,83 @@ impl Engine {
         {
             return;
         }
-        let read = match self.store.qualification(&pair.0, &pair.1).await {
-            Ok(read) => read,
-            Err(e) => {
-                tracing::warn!(error = %e, "the ledger could not be read to watch the provider's standing");
+        for _ in 0..NOTE_TRIES {
+            let read = match self.store.qualification(&pair.0, &pair.1).await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the ledger could not be read to watch the provider's standing");
+                    return;
+                }
+            };
+            if unchanged(&read) {
+                self.evidence.put(pair, Arc::new(read));
                 return;
             }
-        };
-        if unchanged(&read) {
-            self.evidence.put(pair, Arc::new(read));
-            return;
-        }
-        let Some(mut evidence) = read else {
-            return;
-        };
-        evidence.observe(&name, model, broke, self.clock.now());
-        if let Some(loss) = &evidence.lost {
-            tracing::warn!(provider = %attempt.provider, contract = %job.contract, code = %loss.reason.code, "qualification lost: {}", loss.reason.message);
-        }
-        self.evidence.forget(&pair);
-        if let Err(e) = self.store.put_qualification(&evidence).await {
-            tracing::warn!(error = %e, "the provider's standing could not be written");
-        }
-    }
-
-    /// The pairs whose qualification passed once and no longer stands (too old, or lost in production), with why.
-    pub async fn needing_requalification(
-        &self,
-    ) -> Result<Vec<(ProviderName, ContractRef, ErrorInfo)>, StoreError> {
-        let mut needed = Vec::new();
-        for (name, rows) in self.standings().await? {
-            for row in rows {
-                let passed_once = row.evidence.as_ref().is_some_and(|q| q.passed);
-                if let Some(why) = row.reason.filter(|_| passed_once) {
-                    needed.push((name.clone(), row.contract, why));
+            let Some(seen) = read else {
+                return;
+            };
+            let mut evidence = seen.clone();
+            evidence.observe(&name, model, broke, self.clock.now());
+            self.evidence.forget(&pair);
+            match self.store.replace_qualification(&seen, &evidence).await {
+                Ok(true) => {
+                    if let Some(suspicion) = evidence
+                        .suspected
+                        .as_ref()
+                        .filter(|_| seen.suspected.is_none())
+                    {
+                        tracing::warn!(provider = %attempt.provider, contract = %job.contract, code = %suspicion.reason.code, "provider suspected, to be qualified again: {}", suspicion.reason.message);
+                    }
+                    return;
+                }
+                // The evidence changed meanwhile (a qualification, another note): noted on it as it is now.
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the provider's standing could not be written");
+                    return;
                 }
             }
         }
-        Ok(needed)
+    }
+
+    /// The pairs whose qualification passed and is now too old or suspected in production, with why: what the
+    /// sweeper qualifies again on the contract's samples (suspected ones first).
+    pub async fn needing_requalification(
+        &self,
+    ) -> Result<Vec<(ProviderName, ContractRef, ErrorInfo)>, StoreError> {
+        let (mut suspected, mut stale) = (Vec::new(), Vec::new());
+        for (name, rows) in self.standings().await? {
+            for row in rows {
+                let Some(evidence) = row.evidence.as_ref().filter(|q| q.passed) else {
+                    continue;
+                };
+                if let Some(suspicion) = &evidence.suspected {
+                    suspected.push((name.clone(), row.contract, suspicion.reason.clone()));
+                } else if let Some(why) = row.reason {
+                    stale.push((name.clone(), row.contract, why));
+                }
+            }
+        }
+        suspected.extend(stale);
+        Ok(suspected)
+    }
+
+    /// The longest a qualification of `provider` for `contract` may take, `runs` runs of each sample, each bounded
+    /// by the provider's timeout.
+    pub fn longest_qualification(
+        &self,
+        contract: &ContractRef,
+        provider: &ProviderName,
+        runs: u32,
+    ) -> Duration {
+        let (Some(contract), Some(provider)) =
+            (self.contracts.get(contract), self.providers.get(provider))
+        else {
+            return Duration::zero();
+        };
+        let calls =
+            i32::try_from(contract.samples.len() as u64 * u64::from(runs)).unwrap_or(i32::MAX);
+        provider.config.timeout() * calls
     }
 
     /// Qualifies `provider` for `contract` through its real client (`runs` runs of each sample, `progress` told of
@@ -471,26 +515,30 @@ impl Engine {
         };
         self.metrics
             .attempt(job, attempt.number, AttemptState::Queued);
-        let message = AttemptRef {
-            job_id: job.id.clone(),
-            number: attempt.number,
-        };
+        let message = Message::new(
+            AttemptRef {
+                job_id: job.id.clone(),
+                number: attempt.number,
+            },
+            Some(attempt.provider.clone()),
+        );
         self.dispatch_at(&message, attempt.not_before).await;
     }
 
     /// Sends `message`, delivered no sooner than `not_before` (if given); a failure is logged, and the sweeper
     /// sends it again later.
-    pub(crate) async fn dispatch_at(&self, message: &AttemptRef, not_before: Option<Timestamp>) {
+    pub(crate) async fn dispatch_at(&self, message: &Message, not_before: Option<Timestamp>) {
         let delay = not_before.map_or_else(Duration::zero, |t| t - self.clock.now());
-        let span = tracing::info_span!("dispatch", job_id = %message.job_id, attempt = message.number, trace_id = tracing::field::Empty);
-        trace::join(&span, &message.job_id, None);
+        let (job_id, attempt) = (&message.attempt.job_id, message.attempt.number);
+        let span =
+            tracing::info_span!("dispatch", %job_id, attempt, trace_id = tracing::field::Empty);
+        trace::join(&span, job_id, None);
         let sent = self
             .dispatcher
             .dispatch(message, delay)
             .instrument(span)
             .await;
         if let Err(e) = sent {
-            let (job_id, attempt) = (&message.job_id, message.number);
             tracing::warn!(%job_id, attempt, error = %e, "dispatch failed; the sweeper will retry");
         }
     }

@@ -5,16 +5,26 @@ use serde_json::Value;
 use super::{AnswerLost, Engine};
 use crate::domain::{
     Admission, AttemptRef, AttemptState, Breaker, BreakerPolicy, CallReport, Completion, ErrorInfo,
-    Failover, Job, JobId, ProviderName, RetryPolicy, Timestamp, WriteToken,
+    Failover, FailoverDecision, Job, JobId, ProviderName, RetryPolicy, Stamp, Timestamp,
+    WriteToken,
 };
+use crate::queue::Message;
 use crate::store::StoreError;
 
 impl Engine {
-    /// A worker takes the attempt a message names (`queued` → `started`), as the step that `token` stands for.
-    pub async fn claim(&self, message: &AttemptRef, token: &WriteToken) -> Result<Job, StoreError> {
+    /// A worker takes the attempt a message names (`queued` → `started`), as the step that `token` stands for,
+    /// tried again while the store fails until `until` (the message's own time: an invocation's deadline, within
+    /// its visibility): a claim that landed and lost its answer is found again as this step's, not left to its
+    /// lease.
+    pub async fn claim(
+        &self,
+        message: &AttemptRef,
+        token: &WriteToken,
+        until: Timestamp,
+    ) -> Result<Job, StoreError> {
         let lease = self.lease();
         let job = self
-            .persist("claim", token, self.write_deadline(), |stamp| async move {
+            .persist("claim", token, until, |stamp| async move {
                 let lease_expires_at = stamp.now + lease;
                 self.store
                     .claim_attempt(&message.job_id, message.number, lease_expires_at, &stamp)
@@ -66,9 +76,13 @@ impl Engine {
         token: &WriteToken,
         until: Timestamp,
     ) -> Result<Completion, AnswerLost> {
+        // Every try is stamped with the time the answer came: a cancelled attempt's answer is in time, or not, by
+        // when it arrived, however long its write takes to land.
+        let answered_at = self.clock.now();
         let written = self
             .persist("completion", token, until, |stamp| {
                 let (result, report) = (result.clone(), report.clone());
+                let stamp = Stamp::new(stamp.token, answered_at);
                 async move {
                     self.store
                         .complete_attempt(job_id, number, result, report, &stamp)
@@ -183,6 +197,16 @@ impl Engine {
     /// The sweeper's second dispatch of a `queued` attempt nobody claimed: recorded first, so the next sweep waits
     /// its turn, then sent. Whether it was sent.
     pub async fn redispatch(&self, attempt: &AttemptRef) -> Result<bool, StoreError> {
+        self.dispatch_again(attempt, chrono::Duration::zero()).await
+    }
+
+    /// Sends a `queued` attempt's message again, delivered after `delay`, recorded first (at its sending time), so
+    /// that the sweeper does not send it once more meanwhile. Whether it was sent.
+    async fn dispatch_again(
+        &self,
+        attempt: &AttemptRef,
+        delay: chrono::Duration,
+    ) -> Result<bool, StoreError> {
         let token = WriteToken::new();
         let recorded = self
             .persist(
@@ -196,14 +220,15 @@ impl Engine {
                 },
             )
             .await;
-        match recorded {
-            Ok(_) => {}
+        let job = match recorded {
+            Ok(job) => job,
             Err(StoreError::Refused(_) | StoreError::NotFound) => return Ok(false),
             Err(e) => return Err(e),
-        }
+        };
+        let provider = job.attempt(attempt.number).map(|a| a.provider.clone());
         match self
             .dispatcher
-            .dispatch(attempt, chrono::Duration::zero())
+            .dispatch(&Message::new(attempt.clone(), provider), delay)
             .await
         {
             Ok(()) => Ok(true),
@@ -212,6 +237,47 @@ impl Engine {
                 Ok(false)
             }
         }
+    }
+
+    /// Whether the worker leaves the attempt `message` names `queued`, its message coming back later, rather than
+    /// claim it: its provider's breaker lets no call through now (and, while one probe runs, the waiters look again
+    /// within the probe's own timeout), failover would not take the job elsewhere, and the wait stays within the
+    /// retry window of the attempt's first try. Waiting is not a try: no attempt is made, none is charged.
+    pub async fn wait_out_breaker(&self, message: &Message) -> Result<bool, StoreError> {
+        let Some(provider) = &message.provider else {
+            return Ok(false);
+        };
+        let Admission::Skip { until } = self.peek_breaker(provider).await else {
+            return Ok(false);
+        };
+        let attempt = &message.attempt;
+        let now = self.clock.now();
+        // Anything but the queued attempt the message names is for the claim to refuse.
+        let Some(job) = self.store.read_job(&attempt.job_id, now).await? else {
+            return Ok(false);
+        };
+        let Some(queued) = job
+            .attempt(attempt.number)
+            .filter(|a| a.state == AttemptState::Queued && a.provider == *provider)
+        else {
+            return Ok(false);
+        };
+        let failover = self.failover(&job).await?;
+        if matches!(job.failover_decision(&failover), FailoverDecision::Queue(_)) {
+            return Ok(false);
+        }
+        let first_try = job
+            .retry_chain(queued.number)
+            .map_or(now, |(first, _)| first.created_at);
+        if until - first_try > self.retry_policy(&job, attempt.number).within {
+            return Ok(false);
+        }
+        tracing::info!(job_id = %attempt.job_id, attempt = attempt.number, %provider, %until, "breaker open: the attempt waits, queued, without a try");
+        let put_off = self.dispatch_again(attempt, until - now).await?;
+        if put_off {
+            self.metrics.breaker_wait(provider);
+        }
+        Ok(put_off)
     }
 
     /// `started` attempts whose lease ended before now, oldest first, for the sweeper.
@@ -263,13 +329,19 @@ impl Engine {
 /// A provider's breaker, read and written by compare-and-swap so that every worker of every process shares it. A
 /// store that fails here is logged and lets the call through: the breaker saves calls, it never decides a job.
 impl Engine {
-    fn breaker_policy(&self) -> BreakerPolicy {
+    fn breaker_policy(&self, provider: &ProviderName) -> BreakerPolicy {
+        let timeout = self
+            .providers
+            .get(provider)
+            .map_or(BREAKER_LOOK_AGAIN, |p| p.config.timeout());
         BreakerPolicy {
             threshold: self.settings.breaker_threshold,
             window: self.settings.breaker_window,
             cooldown: self.settings.breaker_cooldown,
             // A probe's worker that dies frees the probe once its claim's lease would have ended.
             probe_lease: self.lease(),
+            // The probe answers, or times out (and opens the breaker again), within its timeout.
+            look_again: timeout.min(BREAKER_LOOK_AGAIN),
         }
     }
 
@@ -279,14 +351,36 @@ impl Engine {
         provider: &ProviderName,
     ) -> Result<(Breaker, &'static str), StoreError> {
         let (breaker, _) = self.store.breaker(provider).await?;
-        let state = breaker.state(self.clock.now(), &self.breaker_policy());
+        let state = breaker.state(self.clock.now(), &self.breaker_policy(provider));
         Ok((breaker, state))
+    }
+
+    /// What `provider`'s breaker would admit now, without taking the probe (a probe the cooldown allows reads as
+    /// [`Admission::Call`]): for a worker deciding whether to claim at all. A store that fails reads as closed.
+    pub async fn peek_breaker(&self, provider: &ProviderName) -> Admission {
+        let policy = self.breaker_policy(provider);
+        if policy.threshold == 0 || self.clean_breakers.get(provider).is_some() {
+            return Admission::Call;
+        }
+        match self.store.breaker(provider).await {
+            Ok((breaker, _)) => {
+                self.saw_breaker(provider, &breaker);
+                match breaker.admit(self.clock.now(), &policy) {
+                    Admission::Probe => Admission::Call,
+                    admission => admission,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%provider, error = %e, "the breaker could not be read: calling");
+                Admission::Call
+            }
+        }
     }
 
     /// Whether a worker may call `provider` now: closed, or this worker's call is the probe after the cooldown
     /// (recorded first, so that one worker probes), or not before `until`.
     pub async fn admit(&self, provider: &ProviderName) -> Admission {
-        let policy = self.breaker_policy();
+        let policy = self.breaker_policy(provider);
         if policy.threshold == 0 || self.clean_breakers.get(provider).is_some() {
             return Admission::Call;
         }
@@ -323,10 +417,11 @@ impl Engine {
         Admission::Call
     }
 
-    /// What a call to `provider` by `attempt` (`job_id#n`) came to: a definite failure (`Some`) counts towards
-    /// opening its breaker (a failed probe opens it again); any answer closes it.
+    /// What a call to `provider` by `attempt` (`job_id#n`) came to: a failure that tells of the provider's health
+    /// (`failed`: a 5xx, a 429, a refused key or connection, a lost answer, a time-out) counts towards opening its
+    /// breaker (a failed probe opens it again); any other answer closes it.
     pub async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, failed: bool) {
-        let policy = self.breaker_policy();
+        let policy = self.breaker_policy(provider);
         // An answer leaves a clean breaker as it is; a failure is always counted on the stored one.
         if policy.threshold == 0 || (!failed && self.clean_breakers.get(provider).is_some()) {
             return;
@@ -379,3 +474,6 @@ impl Engine {
 
 /// Reads and compare-and-swaps of a breaker before giving up on one change (other workers write it meanwhile).
 const BREAKER_TRIES: usize = 5;
+
+/// The longest a job waiting on a probe goes before it looks again at the breaker.
+const BREAKER_LOOK_AGAIN: chrono::Duration = chrono::Duration::seconds(2);

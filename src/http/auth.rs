@@ -131,3 +131,24 @@ impl FromRequestParts<AppState> for Operator {
         }
     }
 }
+
+/// Who reads a view that every owner may read and operators see more of (`GET /v1/providers`).
+#[derive(Debug, Clone)]
+pub enum Viewer {
+    Owner(Owner),
+    Operator,
+}
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match Caller::from_request_parts(parts, state).await {
+            Ok(Caller(owner)) => Ok(Self::Owner(owner)),
+            Err(_) => Operator::from_request_parts(parts, state)
+                .await
+                .map(|_| Self::Operator)
+                .map_err(|_| ApiError::Unauthorized),
+        }
+    }
+}

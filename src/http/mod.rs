@@ -8,6 +8,7 @@ pub mod events;
 pub mod jobs;
 pub mod openapi;
 pub mod page;
+pub mod providers;
 
 use std::sync::Arc;
 
@@ -21,7 +22,6 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 use utoipa::ToSchema;
 
-use crate::domain::{ErrorInfo, Standing};
 use crate::engine::Engine;
 use auth::{Auth, Caller, Operator};
 use error::ApiError;
@@ -153,122 +153,4 @@ async fn metrics(
         )],
         text,
     ))
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct ProviderView {
-    name: String,
-    kind: String,
-    model: Option<String>,
-    base_url: Option<String>,
-    timeout_ms: u64,
-    late_result_ms: u64,
-    /// Tokens; `null` is unbounded (demo providers).
-    context_window: Option<u64>,
-    /// How prompts are counted: `bytes`, an upper bound for any byte-level tokenizer.
-    tokenizer: String,
-    /// What a qualification is tied to: kind, base URL, model, context window, timeout.
-    fingerprint: String,
-    /// The provider's standing for each contract's current fingerprint.
-    contracts: Vec<StandingView>,
-    /// Its breaker, shared by every worker.
-    breaker: BreakerView,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct BreakerView {
-    /// `closed` (calls go through), `open` (no calls until `open_until`), `half_open` (the next call probes),
-    /// `probing` (one call probes now).
-    state: String,
-    #[schema(format = DateTime)]
-    open_until: Option<String>,
-    /// Definite failures within the window.
-    recent_failures: usize,
-    /// How many times it opened.
-    trips: u64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct StandingView {
-    contract: String,
-    /// `qualified`: automatic failover may go here. `failed`: qualification ran and failed. `unqualified`: no
-    /// qualification for the current fingerprints (never run, or voided by a change).
-    standing: Standing,
-    #[schema(format = DateTime)]
-    checked_at: Option<String>,
-    runs: Option<usize>,
-    /// Why it does not stand qualified: the first problem of a failed qualification, a standing lost in
-    /// production (`model_changed`, `contract_broken`), or evidence too old (`qualification_stale`).
-    problem: Option<ErrorInfo>,
-    /// The production attempts (`job_id#n`) that took the standing away.
-    lost_by: Option<Vec<String>>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct ProviderList {
-    providers: Vec<ProviderView>,
-}
-
-/// The configured providers, each with its qualification standing per contract. The primary of a chain needs no
-/// qualification; automatic failover goes only to a `qualified` provider.
-#[utoipa::path(
-    get, path = "/v1/providers", tag = "contracts",
-    responses(
-        (status = 200, body = ProviderList),
-        (status = 401, description = "unauthorized"),
-        (status = 500, description = "the job store failed"),
-    ),
-    security(("bearer" = []))
-)]
-async fn list_providers(
-    State(app): State<AppState>,
-    _: Caller,
-) -> Result<Json<ProviderList>, ApiError> {
-    let engine = &app.engine;
-    let standings = engine.standings().await?;
-    let mut breakers = Vec::with_capacity(standings.len());
-    for (name, _) in &standings {
-        let (breaker, state) = engine.breaker(name).await?;
-        breakers.push(BreakerView {
-            state: state.to_owned(),
-            open_until: breaker.open_until.map(jobs::rfc3339),
-            recent_failures: breaker.failures.len(),
-            trips: breaker.trips,
-        });
-    }
-    let providers = standings
-        .into_iter()
-        .zip(breakers)
-        .filter_map(|((name, rows), breaker)| {
-            let p = engine.providers.get(&name)?;
-            Some(ProviderView {
-                breaker,
-                name: name.to_string(),
-                kind: p.config.kind().to_owned(),
-                model: p.config.endpoint().map(|e| e.model.clone()),
-                base_url: p.config.endpoint().map(|e| e.base_url.clone()),
-                timeout_ms: p.config.timeout_ms(),
-                late_result_ms: p.config.late_result_ms(),
-                context_window: p.config.context_window(),
-                tokenizer: crate::providers::tokens::METHOD.to_owned(),
-                fingerprint: p.fingerprint.to_string(),
-                contracts: rows
-                    .into_iter()
-                    .map(|row| StandingView {
-                        contract: row.contract.to_string(),
-                        standing: row.standing,
-                        checked_at: row.evidence.as_ref().map(|q| jobs::rfc3339(q.checked_at)),
-                        runs: row.evidence.as_ref().map(|q| q.runs.len()),
-                        lost_by: row
-                            .evidence
-                            .as_ref()
-                            .and_then(|q| q.lost.as_ref())
-                            .map(|loss| loss.attempts.clone()),
-                        problem: row.reason,
-                    })
-                    .collect(),
-            })
-        })
-        .collect();
-    Ok(Json(ProviderList { providers }))
 }

@@ -15,15 +15,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::Problem;
-use super::{
-    AppState, BreakerView, ContractList, ProviderList, StandingView, attempts, events, jobs,
-};
+use super::{AppState, ContractList, attempts, events, jobs, providers};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
     components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
-                       ProviderList, StandingView, BreakerView, attempts::AddAttemptRequest, events::EndpointRequest,
+                       providers::ProviderList, attempts::AddAttemptRequest, events::EndpointRequest,
                        events::EndpointView, events::EventList, crate::domain::EventDelivery)),
     modifiers(&BearerAuth),
 )]
@@ -35,7 +33,7 @@ pub fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(super::healthz))
         .routes(routes!(super::metrics))
         .routes(routes!(super::list_contracts))
-        .routes(routes!(super::list_providers))
+        .routes(routes!(super::providers::list_providers))
         .routes(routes!(jobs::create_job, jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::cancel_job))

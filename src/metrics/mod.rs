@@ -104,6 +104,11 @@ const BREAKER_TRIPS: MetricSpec = counter(
     &["provider"],
     "Times a provider's breaker opened.",
 );
+const BREAKER_WAITS: MetricSpec = counter(
+    "onejob_breaker_waits_total",
+    &["provider"],
+    "Messages put off, their attempt left queued without a try, while the provider's breaker let no call through.",
+);
 const CREATE_SECONDS: MetricSpec = histogram(
     "onejob_create_seconds",
     SECONDS,
@@ -146,13 +151,14 @@ const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
 );
 
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 12] = [
+pub const METRICS: [MetricSpec; 13] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
     RETRIES,
     STORE_RETRIES,
     BREAKER_TRIPS,
+    BREAKER_WAITS,
     CREATE_SECONDS,
     QUEUE_WAIT_SECONDS,
     PROVIDER_CALL_SECONDS,
@@ -327,6 +333,12 @@ impl Metrics {
     /// `provider`'s breaker opened.
     pub fn breaker_trip(&self, provider: &ProviderName) {
         self.counter(&BREAKER_TRIPS, &[provider.as_str()])
+            .increment(1);
+    }
+
+    /// An attempt on `provider` was left queued, its message put off, while its breaker let no call through.
+    pub fn breaker_wait(&self, provider: &ProviderName) {
+        self.counter(&BREAKER_WAITS, &[provider.as_str()])
             .increment(1);
     }
 

@@ -67,7 +67,7 @@ fn read_answer(text: &str) -> Reply {
         model: body["model"].as_str().map(str::to_owned),
         input_tokens: body.pointer("/usage/input_tokens").and_then(Value::as_u64),
         output_tokens: body.pointer("/usage/output_tokens").and_then(Value::as_u64),
-        retry_after_s: None,
+        ..CallReport::default()
     };
     let blocks = body["content"]
         .as_array()
@@ -95,7 +95,7 @@ fn read_answer(text: &str) -> Reply {
         }
         None => failed("bad_response", format!("not a message: {}", snippet(text))),
     };
-    Reply { outcome, report }
+    Reply::new(outcome, report)
 }
 
 #[cfg(test)]

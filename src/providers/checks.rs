@@ -2,14 +2,15 @@
 //! qualification (`onejob qualify`) alike, so that a qualification tests exactly what failover will rely on:
 //! - before the call: the prompt renders strictly, and with the output budget it fits the provider's context
 //!   window (counted conservatively: see [`crate::providers::tokens`]);
-//! - after it: the provider did not report far fewer prompt tokens than were sent (a truncated or dropped prompt),
-//!   the answer is not larger than kept, keeps the output schema and adds no top-level key.
+//! - after it: the provider did not report fewer prompt tokens than the prompt has for certain (a truncated or
+//!   dropped prompt; far fewer than typical is only a note on the report), the answer is not larger than kept,
+//!   keeps the output schema and adds no top-level key.
 
 use serde_json::Value;
 
 use crate::contracts::Contract;
 use crate::domain::{CallReport, ErrorInfo};
-use crate::providers::tokens::{self, Count};
+use crate::providers::tokens::{Count, Encoding};
 use crate::providers::{ConfiguredProvider, ProviderRequest, SYSTEM_PROMPT};
 
 /// The largest result kept, as JSON text. A job item (input up to the body limit, result, attempts) must fit a
@@ -39,13 +40,14 @@ pub fn prepare(
     let prompt = contract
         .render(input)
         .map_err(|e| ErrorInfo::new("prompt_render_failed", e))?;
-    let prompt_tokens = tokens::count(&prompt);
+    let encoding = Encoding::of(&provider.config);
+    let prompt_tokens = encoding.count(&prompt);
     let sent_tokens = prompt_tokens
-        + tokens::count(SYSTEM_PROMPT)
-        + tokens::count(&contract.output_schema.to_string())
+        + encoding.count(SYSTEM_PROMPT)
+        + encoding.count(&contract.output_schema.to_string())
         + Count {
-            lower: 0,
             upper: FORMAT_OVERHEAD,
+            ..Count::default()
         };
     if let Some(window) = provider.config.context_window() {
         let budget = u64::from(contract.max_output_tokens);
@@ -57,7 +59,7 @@ pub fn prepare(
                     "the prompt counts up to {} tokens ({}) and the output budget is {budget}: {needed} do not fit \
                      the provider's context window of {window}",
                     sent_tokens.upper,
-                    tokens::METHOD,
+                    encoding.method(),
                 ),
             ));
         }
@@ -76,6 +78,22 @@ pub fn prepare(
         prompt_tokens,
         sent_tokens,
     })
+}
+
+/// `report` with a note when the provider reports far fewer prompt tokens than typical text of the prompt's size
+/// would have (under half a quarter of its bytes): part of the prompt may have been dropped, or it is text that
+/// packs many bytes a token (separator lines, runs of spaces). Not knowing which, onejob notes it and fails nothing.
+pub fn annotate(prepared: &Prepared, report: &mut CallReport) {
+    let typical = prepared.prompt_tokens.typical;
+    if let Some(reported) = report
+        .input_tokens
+        .filter(|r| r.saturating_mul(2) < typical)
+    {
+        report.note = Some(format!(
+            "the provider reports {reported} prompt tokens where prose of the prompt's size would have about \
+             {typical}: if the prompt is not made of long runs (separator lines, spaces), part of it was dropped"
+        ));
+    }
 }
 
 /// The error codes of answers that came back and broke the contract (rather than failing to come): what counts
@@ -101,12 +119,12 @@ pub fn check_answer(
 ) -> Result<(), ErrorInfo> {
     if let Some(reported) = report.input_tokens {
         let least = prepared.prompt_tokens.lower;
-        if reported.saturating_mul(2) < least {
+        if reported < least {
             return Err(ErrorInfo::new(
                 "prompt_truncated",
                 format!(
-                    "the provider reports {reported} prompt tokens, yet the prompt alone counts at least {least}: \
-                     it truncated or dropped part of it"
+                    "the provider reports {reported} prompt tokens, yet the prompt alone has at least {least} in \
+                     the model's encoding: it truncated or dropped part of it"
                 ),
             ));
         }

@@ -51,13 +51,13 @@ impl Provider for DemoProvider {
                 ProviderOutcome::Answered(output)
             }
         };
-        Reply {
+        Reply::new(
             outcome,
-            report: CallReport {
+            CallReport {
                 model: Some(format!("demo/{}", self.behavior.as_str())),
                 ..CallReport::default()
             },
-        }
+        )
     }
 }
 

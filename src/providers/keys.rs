@@ -37,6 +37,30 @@ impl Secret {
             text.replace(&self.0, "[redacted]")
         }
     }
+
+    /// `value` with this key scrubbed from every string in it, names and values: an answer that echoes the key
+    /// must not carry it into a result, a check's message quoting the answer, or a log line.
+    pub fn scrub_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        if self.0.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(text) if text.contains(&self.0) => *text = self.scrub(text),
+            Value::Array(items) => items.iter_mut().for_each(|item| self.scrub_value(item)),
+            Value::Object(members) if members.keys().any(|k| k.contains(&self.0)) => {
+                *members = std::mem::take(members)
+                    .into_iter()
+                    .map(|(name, mut member)| {
+                        self.scrub_value(&mut member);
+                        (self.scrub(&name), member)
+                    })
+                    .collect();
+            }
+            Value::Object(members) => members.values_mut().for_each(|m| self.scrub_value(m)),
+            _ => {}
+        }
+    }
 }
 
 /// The keys a secret held, by name.

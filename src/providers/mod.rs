@@ -61,18 +61,54 @@ pub enum ProviderOutcome {
 pub struct Reply {
     pub outcome: ProviderOutcome,
     pub report: CallReport,
+    /// Whether the reply tells of the provider failing, rather than of the request (invariant 15): what its shared
+    /// breaker counts. A 5xx, a 429, a key refused (401, 403), a refused or lost connection, a gateway's time-out,
+    /// a body that is not what its API sends. Not a refusal the input caused (another 4xx, `model_refused`) nor an
+    /// answer that broke the contract: an owner's inputs must not close a provider to every other owner.
+    pub provider_failing: bool,
 }
 
+/// The failure codes that tell of the provider's own state, whatever was asked of it.
+const PROVIDER_FAILURES: [&str; 6] = [
+    "connection_failed",
+    "connection_lost",
+    "gateway_timeout",
+    "provider_error",
+    "provider_unavailable",
+    "rate_limited",
+];
+
 impl Reply {
+    /// `outcome` with `report`; whether it tells of the provider failing is read off its code (a lost answer
+    /// always does).
+    pub fn new(outcome: ProviderOutcome, report: CallReport) -> Self {
+        let provider_failing = match &outcome {
+            ProviderOutcome::Answered(_) => false,
+            ProviderOutcome::Lost(_) => true,
+            ProviderOutcome::Failed(error) => {
+                PROVIDER_FAILURES.contains(&error.code.as_str()) || error.code == "bad_response"
+            }
+        };
+        Self {
+            outcome,
+            report,
+            provider_failing,
+        }
+    }
+
     pub fn failed(code: &str, message: impl Into<String>) -> Self {
         failed(code, message).into()
     }
 
-    /// The reply with `key` scrubbed from everything it keeps (error messages, the model id): a provider may echo
-    /// the key it was sent, and what it says ends up in the ledger and the logs.
+    /// The reply with `key` scrubbed from everything it keeps (the answer, error messages, the model id): a
+    /// provider may echo the key it was sent, and what it says ends up in results, in the messages of the checks
+    /// that quote it, in the ledger and in the logs.
     fn scrubbed(mut self, key: &Secret) -> Self {
-        if let ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) = &mut self.outcome {
-            error.message = key.scrub(&error.message);
+        match &mut self.outcome {
+            ProviderOutcome::Answered(answer) => key.scrub_value(answer),
+            ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) => {
+                error.message = key.scrub(&error.message);
+            }
         }
         if let Some(model) = &mut self.report.model {
             *model = key.scrub(model);
@@ -83,10 +119,7 @@ impl Reply {
 
 impl From<ProviderOutcome> for Reply {
     fn from(outcome: ProviderOutcome) -> Self {
-        Self {
-            outcome,
-            report: CallReport::default(),
-        }
+        Self::new(outcome, CallReport::default())
     }
 }
 
@@ -280,13 +313,16 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     if let Some(seconds) = retry_after_s {
         message.push_str(&format!(" (Retry-After: {seconds} s)"));
     }
-    Err(Reply {
-        outcome: ProviderOutcome::Failed(ErrorInfo::new(code, message)),
-        report: CallReport {
+    let mut reply = Reply::new(
+        ProviderOutcome::Failed(ErrorInfo::new(code, message)),
+        CallReport {
             retry_after_s,
             ..CallReport::default()
         },
-    })
+    );
+    // A key refused is the deployment's trouble, not the request's: every call fails alike.
+    reply.provider_failing |= matches!(status.as_u16(), 401 | 403);
+    Err(reply)
 }
 
 /// A gateway that stopped waiting for the provider behind it: 408 Request Timeout, 502 Bad Gateway, 504 Gateway

@@ -66,7 +66,7 @@ fn read_answer(text: &str) -> Reply {
         output_tokens: body
             .pointer("/usage/completion_tokens")
             .and_then(Value::as_u64),
-        retry_after_s: None,
+        ..CallReport::default()
     };
     let choice = &body["choices"][0];
     let outcome = if let Some(refusal) = choice.pointer("/message/refusal").and_then(Value::as_str)
@@ -94,7 +94,7 @@ fn read_answer(text: &str) -> Reply {
             format!("not a chat completion: {}", snippet(text)),
         )
     };
-    Reply { outcome, report }
+    Reply::new(outcome, report)
 }
 
 #[cfg(test)]
@@ -120,7 +120,7 @@ mod tests {
                 model: Some("gpt-4o-mini-2024-07-18".into()),
                 input_tokens: Some(31),
                 output_tokens: Some(7),
-                retry_after_s: None,
+                ..CallReport::default()
             }
         );
     }

@@ -50,7 +50,7 @@ pub async fn qualify(
         checked_at,
         runs,
         strikes: Vec::new(),
-        lost: None,
+        suspected: None,
     }
 }
 
@@ -85,7 +85,12 @@ async fn one_run(
         () = clock.sleep(provider.config.timeout()) => None,
     };
     evidence.elapsed_ms = elapsed_ms(started, clock.now());
-    let Some(Reply { outcome, report }) = reply else {
+    let Some(Reply {
+        outcome,
+        mut report,
+        ..
+    }) = reply
+    else {
         evidence.problem = Some(ErrorInfo::new(
             "timeout",
             format!(
@@ -95,6 +100,7 @@ async fn one_run(
         ));
         return evidence;
     };
+    checks::annotate(&prepared, &mut report);
     evidence.problem = match outcome {
         ProviderOutcome::Answered(output) => {
             checks::check_answer(contract, &prepared, &output, &report).err()

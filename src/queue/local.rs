@@ -7,9 +7,8 @@ use async_trait::async_trait;
 use chrono::Duration;
 use tokio::sync::mpsc;
 
-use super::{Delivery, DispatchError, Dispatcher};
+use super::{Delivery, DispatchError, Dispatcher, Message};
 use crate::clock::Clock;
-use crate::domain::AttemptRef;
 use crate::telemetry::trace;
 
 #[derive(Debug, Clone)]
@@ -28,10 +27,10 @@ impl LocalQueue {
 
 #[async_trait]
 impl Dispatcher for LocalQueue {
-    async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError> {
+    async fn dispatch(&self, message: &Message, delay: Duration) -> Result<(), DispatchError> {
         let delivery = Delivery {
-            attempt: attempt.clone(),
-            traceparent: Some(trace::traceparent(&attempt.job_id)),
+            message: message.clone(),
+            traceparent: Some(trace::traceparent(&message.attempt.job_id)),
         };
         if delay <= Duration::zero() {
             return self

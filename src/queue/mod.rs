@@ -1,5 +1,6 @@
-//! The dispatch port: how an attempt reaches a worker. A message names (job id, attempt number) and nothing else
-//! but the sender's trace context; the worker reads everything else from the store. Adapters: [`local`] (in-process channel), [`sqs`].
+//! The dispatch port: how an attempt reaches a worker. A message names (job id, attempt number), the attempt's
+//! provider as the sender knew it, and the sender's trace context; the worker reads everything else from the store.
+//! Adapters: [`local`] (in-process channel), [`sqs`].
 //!
 //! Delivery is at least once. A message that is lost is found again by the sweeper (a `queued` attempt nobody
 //! claimed); one delivered twice is dropped by the claim.
@@ -12,23 +13,41 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use chrono::Duration;
 
-use crate::domain::AttemptRef;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{AttemptRef, ProviderName};
 
 #[derive(Debug, thiserror::Error)]
 #[error("the attempt could not be dispatched")]
 pub struct DispatchError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
-/// A message as a worker receives it: the attempt, and the W3C `traceparent` of the step that sent it, or of the
-/// job's root where the sender exports no traces (absent from a sender that carried none).
+/// What a message says: the attempt, and the provider it runs on as its sender knew it (absent from older senders):
+/// a worker that finds that provider's breaker open can wait without claiming the attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    #[serde(flatten)]
+    pub attempt: AttemptRef,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<ProviderName>,
+}
+
+impl Message {
+    pub fn new(attempt: AttemptRef, provider: Option<ProviderName>) -> Self {
+        Self { attempt, provider }
+    }
+}
+
+/// A message as a worker receives it, with the W3C `traceparent` of the step that sent it, or of the job's root
+/// where the sender exports no traces (absent from a sender that carried none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
-    pub attempt: AttemptRef,
+    pub message: Message,
     pub traceparent: Option<String>,
 }
 
 #[async_trait]
 pub trait Dispatcher: Send + Sync + Debug {
-    /// Hands the attempt to a worker, once `delay` has passed (a retry's wait; zero for everything else), with its
+    /// Hands the message to a worker, once `delay` has passed (a retry's wait; zero for everything else), with its
     /// job's trace context ([`crate::telemetry::trace::traceparent`]).
-    async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError>;
+    async fn dispatch(&self, message: &Message, delay: Duration) -> Result<(), DispatchError>;
 }

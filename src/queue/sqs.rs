@@ -1,12 +1,12 @@
-//! The SQS adapter: one message per attempt, its body the JSON of an [`AttemptRef`]
-//! (`{"job_id": "job_…", "attempt": 1}`), the sender's trace context in its `traceparent` attribute. The queue's visibility timeout must exceed the worker's longest listen;
+//! The SQS adapter: one message per attempt, its body the JSON of a [`Message`]
+//! (`{"job_id": "job_…", "attempt": 1, "provider": "openai"}`), the sender's trace context in its `traceparent`
+//! attribute. The queue's visibility timeout must exceed the worker's longest listen;
 //! a message delivered twice is dropped by the claim.
 
 use async_trait::async_trait;
 use chrono::Duration;
 
-use super::{DispatchError, Dispatcher};
-use crate::domain::AttemptRef;
+use super::{DispatchError, Dispatcher, Message};
 use crate::telemetry::trace;
 
 /// The longest delay SQS gives one message.
@@ -26,16 +26,17 @@ impl SqsQueue {
         }
     }
 
-    /// The attempt a message body names.
-    pub fn parse(body: &str) -> Result<AttemptRef, serde_json::Error> {
+    /// The message a body holds.
+    pub fn parse(body: &str) -> Result<Message, serde_json::Error> {
         serde_json::from_str(body)
     }
 }
 
 #[async_trait]
 impl Dispatcher for SqsQueue {
-    async fn dispatch(&self, attempt: &AttemptRef, delay: Duration) -> Result<(), DispatchError> {
-        let body = serde_json::to_string(attempt).expect("an attempt reference always serialises");
+    async fn dispatch(&self, message: &Message, delay: Duration) -> Result<(), DispatchError> {
+        let attempt = &message.attempt;
+        let body = serde_json::to_string(message).expect("a message always serialises");
         // Whole seconds, rounded up (never sooner than asked), at most SQS's 15 minutes: a message that comes
         // earlier than its attempt may run is sent again by the worker with the time that is left.
         let millis = delay.num_milliseconds().max(0);

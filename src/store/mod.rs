@@ -135,7 +135,7 @@ impl StoreError {
 /// Every write takes a [`Stamp`]. A write repeated with its stamp's token — by the backend's own client, by the
 /// engine, after an answer was lost — answers as it did the first time and writes nothing again (invariant 11).
 #[async_trait]
-pub trait JobStore: EventStore + Send + Sync + Debug {
+pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
     /// Creates the job (with attempt 1 queued, kept for `retention`) unless (owner, key) names a job that is not
     /// expired; the database's uniqueness decides. A repeat of a create that landed is `Created` again.
     async fn create_job(
@@ -249,6 +249,21 @@ pub trait JobStore: EventStore + Send + Sync + Debug {
     /// (DynamoDB's TTL) deletes nothing here: its reads already treat them as gone.
     async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError>;
 
+    /// Cancels the job and its live attempt; idempotent; refused once it succeeded.
+    async fn cancel_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        stamp: &Stamp,
+    ) -> Result<(JobCancel, Job), StoreError>;
+}
+
+/// What onejob knows of each provider, shared by every process through the store: its breaker and its qualification
+/// evidence. Advisory state (invariant 16): a worker writes it after an answer, and a store that fails here never
+/// decides a job. A breaker is written by compare-and-swap, and so is a production note on evidence, so that no
+/// writer's change overwrites another's.
+#[async_trait]
+pub trait ProviderStore: Send + Sync + Debug {
     /// Stores qualification evidence, replacing any earlier one for the same pair of fingerprints.
     async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError>;
 
@@ -270,13 +285,14 @@ pub trait JobStore: EventStore + Send + Sync + Debug {
         rev: u64,
     ) -> Result<bool, StoreError>;
 
-    /// Cancels the job and its live attempt; idempotent; refused once it succeeded.
-    async fn cancel_job(
+    /// Stores `evidence` in place of `seen` — the evidence this writer read and changed (a production note on it)
+    /// — if the stored evidence is still `seen` (compare-and-swap): a note made on old evidence never overwrites a
+    /// newer qualification. Whether it was written.
+    async fn replace_qualification(
         &self,
-        owner: &Owner,
-        id: &JobId,
-        stamp: &Stamp,
-    ) -> Result<(JobCancel, Job), StoreError>;
+        seen: &Qualification,
+        evidence: &Qualification,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Completion events' side of the store: owners' endpoints and each job's deliveries (`domain::event`). A job's

@@ -135,8 +135,8 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
     use crate::domain::AttemptRef;
-    use crate::queue::Dispatcher;
     use crate::queue::local::LocalQueue;
+    use crate::queue::{Dispatcher, Message};
 
     /// A job's create is its trace's root, with the derived ids; a dispatch under it puts its own span, in that
     /// trace, on the local queue's message; a step under that message is the dispatch's child. With no layer, a
@@ -151,7 +151,10 @@ mod tests {
             number: 1,
         };
         queue
-            .dispatch(&attempt, chrono::Duration::zero())
+            .dispatch(
+                &Message::new(attempt.clone(), None),
+                chrono::Duration::zero(),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -175,7 +178,8 @@ mod tests {
             create.in_scope(|| tracing::info_span!("dispatch", trace_id = tracing::field::Empty));
         join(&dispatch, &job, None);
         let sent = dispatch.context().span().span_context().span_id();
-        let dispatched = async { queue.dispatch(&attempt, chrono::Duration::zero()).await };
+        let message = Message::new(attempt, None);
+        let dispatched = async { queue.dispatch(&message, chrono::Duration::zero()).await };
         tracing::Instrument::instrument(dispatched, dispatch.clone())
             .await
             .unwrap();

@@ -18,7 +18,7 @@ use crate::domain::{
 use crate::engine::{AnswerLost, Engine};
 use crate::providers::checks::{self, Prepared};
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
-use crate::queue::Delivery;
+use crate::queue::{Delivery, Message};
 use crate::store::StoreError;
 use crate::telemetry::trace;
 
@@ -35,6 +35,9 @@ pub enum Processed {
     Failed,
     /// No answer in time (or the connection was lost after sending): the attempt is `unknown`.
     Unknown,
+    /// The attempt's provider lets no call through now and nothing else may take the job: the attempt stays
+    /// `queued`, unclaimed, and its message comes back when the breaker may let it through. No try is charged.
+    Waiting,
 }
 
 /// Claims the attempt, calls its provider once, and records what happened:
@@ -52,34 +55,39 @@ pub async fn process_attempt(
     engine: &Engine,
     message: &AttemptRef,
 ) -> Result<Processed, StoreError> {
-    process_attempt_until(engine, message, None).await
+    process_message(engine, &Message::new(message.clone(), None), None).await
 }
 
-/// [`process_attempt_until`] for a message as it arrived: the step is a span of the job's trace, under the dispatch
-/// that sent the message.
+/// [`process_message`] for a message as it arrived: the step is a span of the job's trace, under the dispatch that
+/// sent the message.
 pub async fn process_delivery(
     engine: &Engine,
     delivery: &Delivery,
     deadline: Option<Timestamp>,
 ) -> Result<Processed, StoreError> {
-    let message = &delivery.attempt;
+    let message = &delivery.message.attempt;
     let span = tracing::info_span!("message", job_id = %message.job_id, attempt = message.number, trace_id = Empty);
     trace::join(&span, &message.job_id, delivery.traceparent.as_deref());
-    process_attempt_until(engine, message, deadline)
+    process_message(engine, &delivery.message, deadline)
         .instrument(span)
         .await
 }
 
-/// [`process_attempt`], listening for a late answer and writing answers no later than `deadline` (a Lambda's
-/// remaining time).
-pub async fn process_attempt_until(
+/// [`process_attempt`] for a message that may name the attempt's provider (then, if its breaker lets no call
+/// through and nothing else may take the job, the attempt waits unclaimed: [`Engine::wait_out_breaker`]),
+/// listening for a late answer and writing answers no later than `deadline` (a Lambda's remaining time).
+pub async fn process_message(
     engine: &Engine,
-    message: &AttemptRef,
+    sent: &Message,
     deadline: Option<Timestamp>,
 ) -> Result<Processed, StoreError> {
+    if engine.wait_out_breaker(sent).await? {
+        return Ok(Processed::Waiting);
+    }
+    let message = &sent.attempt;
     let token = WriteToken::new();
     let job = match engine
-        .claim(message, &token)
+        .claim(message, &token, engine.answer_deadline(deadline))
         .instrument(tracing::info_span!("claim"))
         .await
     {
@@ -87,7 +95,7 @@ pub async fn process_attempt_until(
         Err(StoreError::Refused(Refusal::NotYet { not_before, .. })) => {
             // Here before its time (a queue's longest delay is shorter than the wait): sent again for the rest.
             tracing::info!(job_id = %message.job_id, attempt = message.number, %not_before, "message early: sent again for its time");
-            engine.dispatch_at(message, Some(not_before)).await;
+            engine.dispatch_at(sent, Some(not_before)).await;
             return Ok(Processed::Dropped);
         }
         Err(StoreError::Refused(refusal)) => {
@@ -180,11 +188,17 @@ impl Step<'_> {
         }
         match self.call(provider, &prepared.request).await? {
             Some(reply) => self.settle(contract, &prepared, reply).await,
-            None => Ok(Processed::Unknown),
+            None => {
+                // No answer at all: the provider's health, for its breaker (the time-out is written already).
+                self.advise(true, None, None).await;
+                Ok(Processed::Unknown)
+            }
         }
     }
 
-    /// The provider's reply, or `None` if none came within the timeout and the late window.
+    /// The provider's reply, or `None` if none came within the timeout and the late window. After the timeout the
+    /// attempt is written `unknown` while listening goes on: a write that stalls never keeps an answer from being
+    /// heard, and an answer that is ready always wins over a timer (invariant 16).
     async fn call(
         &self,
         provider: &ConfiguredProvider,
@@ -193,8 +207,9 @@ impl Step<'_> {
         let clock = &self.engine.clock;
         let began = Instant::now();
         let span = tracing::info_span!("provider_call", outcome = Empty);
-        let mut call = provider.client.call(request).instrument(span.clone());
+        let mut call = std::pin::pin!(provider.client.call(request).instrument(span.clone()));
         tokio::select! {
+            biased;
             outcome = &mut call => {
                 span.record("outcome", self.timed(provider, Some(&outcome), began));
                 return Ok(Some(outcome));
@@ -209,28 +224,40 @@ impl Step<'_> {
                 .max(chrono::Duration::zero());
         }
         let late_end = clock.now() + late;
-        let late_window = clock.sleep(late);
+        let mut late_window = std::pin::pin!(clock.sleep(late));
         tracing::warn!(
             timeout_ms = provider.config.timeout_ms(),
             "no answer in time: attempt unknown"
         );
         // Written while the window runs; if the store will not take it, listening goes on all the same (an answer
         // that comes is worth more), and the sweeper makes the attempt unknown after its lease.
-        let marked = self
-            .engine
-            .mark_unknown(self.message, &self.token, late_end)
-            .await;
-        tokio::select! {
-            outcome = &mut call => {
-                span.record("outcome", self.timed(provider, Some(&outcome), began));
-                Ok(Some(outcome))
-            }
-            () = late_window => {
-                tracing::warn!(late_result_ms = provider.config.late_result_ms(), "no late answer either: attempt stays unknown");
-                span.record("outcome", self.timed(provider, None, began));
-                marked.map(|_| None)
+        let mut marking = std::pin::pin!(self.engine.mark_unknown(
+            self.message,
+            &self.token,
+            late_end
+        ));
+        let mut marked = None;
+        loop {
+            tokio::select! {
+                biased;
+                outcome = &mut call => {
+                    span.record("outcome", self.timed(provider, Some(&outcome), began));
+                    return Ok(Some(outcome));
+                }
+                written = &mut marking, if marked.is_none() => marked = Some(written),
+                () = &mut late_window => break,
             }
         }
+        tracing::warn!(
+            late_result_ms = provider.config.late_result_ms(),
+            "no late answer either: attempt stays unknown"
+        );
+        span.record("outcome", self.timed(provider, None, began));
+        let marked = match marked {
+            Some(written) => written,
+            None => marking.await,
+        };
+        marked.map(|_| None)
     }
 
     /// Records a call begun at `began`: its reply, or `None` when listening ended without one; the outcome's name.
@@ -264,54 +291,77 @@ impl Step<'_> {
         outcome
     }
 
+    /// Writes what the reply means for the attempt first (invariant 16), then what it tells of the provider.
     async fn settle(
         &self,
         contract: &Contract,
         prepared: &Prepared,
         reply: Reply,
     ) -> Result<Processed, StoreError> {
-        let Reply { outcome, report } = reply;
-        let number = self.message.number;
-        let model = report.model.as_deref();
-        if !matches!(outcome, ProviderOutcome::Lost(_)) {
-            // A failure the provider made (not an answer that broke the contract) counts towards its breaker.
-            let failed =
-                matches!(&outcome, ProviderOutcome::Failed(e) if !checks::breaks_contract(e));
-            let attempt = self
-                .job
-                .attempt(number)
-                .expect("the claimed attempt exists");
-            let name = format!("{}#{number}", self.job.id);
-            self.engine
-                .breaker_saw(&attempt.provider, &name, failed)
-                .await;
-        }
-        match outcome {
+        let Reply {
+            outcome,
+            mut report,
+            provider_failing,
+        } = reply;
+        checks::annotate(prepared, &mut report);
+        let model = report.model.clone();
+        let (processed, broke) = match outcome {
             ProviderOutcome::Answered(output) => {
                 match checks::check_answer(contract, prepared, &output, &report) {
-                    Ok(()) => {
-                        self.engine.observe(self.job, number, model, None).await;
-                        self.complete(output, report).await
-                    }
+                    Ok(()) => (self.complete(output, report).await, None),
                     Err(problem) => {
-                        let broke = checks::breaks_contract(&problem).then_some(&problem);
-                        self.engine.observe(self.job, number, model, broke).await;
-                        self.fail(problem, report).await
+                        let broke = checks::breaks_contract(&problem).then(|| problem.clone());
+                        (self.fail(problem, report).await, broke)
                     }
                 }
             }
             ProviderOutcome::Failed(error) => {
-                let broke = checks::breaks_contract(&error).then_some(&error);
-                self.engine.observe(self.job, number, model, broke).await;
-                self.fail(error, report).await
+                let broke = checks::breaks_contract(&error).then(|| error.clone());
+                (self.fail(error, report).await, broke)
             }
             ProviderOutcome::Lost(error) => {
                 tracing::warn!(code = %error.code, error = %error.message, "the provider may have done the work: attempt unknown");
                 let until = self.engine.answer_deadline(self.deadline);
-                self.engine
+                let marked = self
+                    .engine
                     .mark_unknown(self.message, &self.token, until)
-                    .await?;
-                Ok(Processed::Unknown)
+                    .await
+                    .map(|_| Processed::Unknown);
+                (marked, None)
+            }
+        };
+        self.advise(provider_failing, model.as_deref(), broke.as_ref())
+            .await;
+        processed
+    }
+
+    /// What the call told of its provider, once its answer is written: whether it is failing (its breaker) and what
+    /// model answered and whether the answer broke the contract (its standing). Advisory state: it never decides
+    /// the attempt, and it stops at the deadline.
+    async fn advise(&self, failing: bool, model: Option<&str>, broke: Option<&ErrorInfo>) {
+        let attempt = self
+            .job
+            .attempt(self.message.number)
+            .expect("the claimed attempt exists");
+        let name = format!("{}#{}", self.job.id, self.message.number);
+        let advice = async {
+            self.engine
+                .breaker_saw(&attempt.provider, &name, failing)
+                .await;
+            self.engine
+                .observe(self.job, self.message.number, model, broke)
+                .await;
+        };
+        match self.deadline {
+            None => advice.await,
+            Some(deadline) => {
+                let left = (deadline - self.engine.clock.now()).max(chrono::Duration::zero());
+                tokio::select! {
+                    () = advice => {}
+                    () = self.engine.clock.sleep(left) => {
+                        tracing::warn!("out of time for the provider's breaker and standing: not recorded");
+                    }
+                }
             }
         }
     }
@@ -387,7 +437,7 @@ pub async fn run_local(
         let engine = engine.clone();
         running.spawn(async move {
             if let Err(e) = process_delivery(&engine, &message, None).await {
-                let message = &message.attempt;
+                let message = &message.message.attempt;
                 tracing::error!(job_id = %message.job_id, attempt = message.number, error = %crate::telemetry::error_chain(&e), "attempt step failed");
             }
             drop(slot);

@@ -1,8 +1,8 @@
 //! The sweeper step, run every few seconds by the local server (and by a scheduled Lambda): `started` attempts
 //! whose lease expired become `unknown` (never `failed`: the provider may have done the work), `queued` attempts
 //! that nobody claimed are dispatched again (the claim drops any duplicate), and jobs past their retention go. If the
-//! deployment asks for it (`requalify_stale`), one provider whose qualification passed once and no longer stands is
-//! qualified again per sweep. Completion events that are due go out.
+//! deployment asks for it (`requalify_stale`), one provider whose qualification passed and that production suspects,
+//! or that grew too old, is qualified again per sweep, if it can end by the sweep's deadline. Completion events that are due go out.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -58,14 +58,21 @@ pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept
         && let Some((provider, contract, why)) =
             engine.needing_requalification().await?.into_iter().next()
     {
-        tracing::info!(%provider, %contract, code = %why.code, "qualifying again: {}", why.message);
         let runs = crate::providers::qualify::DEFAULT_RUNS;
-        if let Some(evidence) = engine
-            .requalify(&contract, &provider, runs, |_, _, _| {})
-            .await?
-        {
-            tracing::info!(%provider, %contract, passed = evidence.passed, "qualified again");
-            swept.requalified += 1;
+        // Every run is bounded by the provider's timeout: a qualification that might not end by the deadline is
+        // left for a sweep with the time for it.
+        let longest = engine.longest_qualification(&contract, &provider, runs);
+        if deadline.is_some_and(|deadline| engine.clock.now() + longest > deadline) {
+            tracing::info!(%provider, %contract, longest_ms = longest.num_milliseconds(), "no time left to qualify again in this sweep");
+        } else {
+            tracing::info!(%provider, %contract, code = %why.code, "qualifying again: {}", why.message);
+            if let Some(evidence) = engine
+                .requalify(&contract, &provider, runs, |_, _, _| {})
+                .await?
+            {
+                tracing::info!(%provider, %contract, passed = evidence.passed, "qualified again");
+                swept.requalified += 1;
+            }
         }
     }
     if swept != Swept::default() {

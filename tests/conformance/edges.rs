@@ -184,6 +184,7 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
         input_tokens: Some(u64::MAX),
         output_tokens: Some(u64::MAX),
         retry_after_s: Some(u64::MAX),
+        note: Some("n".repeat(100_000)),
     };
     let mut t = 1;
     for number in 1..=limit {

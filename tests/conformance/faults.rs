@@ -254,7 +254,7 @@ pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Ar
         ProviderName::parse("primary").unwrap(),
     );
     for (i, fault) in FAULTS.into_iter().enumerate() {
-        faulty.plan(&[(Call::PutQualification, fault)]);
+        faulty.plan(&[(Call::ReplaceQualification, fault)]);
         let (job, message) = rig.create(&format!("ledger-{i}")).await;
         assert_eq!(rig.process(&message).await, Processed::Failed, "{fault:?}");
         assert!(faulty.spent(), "{fault:?}");

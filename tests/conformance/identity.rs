@@ -195,7 +195,7 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
             }),
         }],
         strikes: Vec::new(),
-        lost: None,
+        suspected: None,
     };
     store.put_qualification(&evidence).await.unwrap();
     let found = store.qualification(&fp("contract"), &fp("provider")).await;
@@ -210,7 +210,7 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
         runs: Vec::new(),
         checked_at: at(2),
         strikes: vec!["job_1#1".into()],
-        lost: Some(onejob::domain::Loss {
+        suspected: Some(onejob::domain::Suspicion {
             reason: ErrorInfo::new("model_changed", "answered as m2; qualified as m"),
             at: at(3),
             attempts: vec!["job_1#2".into()],

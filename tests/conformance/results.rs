@@ -189,7 +189,7 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
         model: Some("model-a".into()),
         input_tokens: Some(120),
         output_tokens: Some(9),
-        retry_after_s: None,
+        ..CallReport::default()
     };
     let (lost, after_a) = store
         .complete_attempt(&job.id, 1, json!({"summary": "A"}), paid.clone(), &by(7))

@@ -13,7 +13,9 @@ use onejob::domain::{
     Failover, Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification,
     Stamp, Timestamp,
 };
-use onejob::store::{CreateOutcome, EventStore, JobPage, JobStore, ListQuery, StoreError};
+use onejob::store::{
+    CreateOutcome, EventStore, JobPage, JobStore, ListQuery, ProviderStore, StoreError,
+};
 use serde_json::Value;
 
 /// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
@@ -34,6 +36,7 @@ pub enum Call {
     Purge,
     Qualification,
     PutQualification,
+    ReplaceQualification,
     Breaker,
     PutBreaker,
     Endpoint,
@@ -68,6 +71,9 @@ pub enum Fault {
     After,
     /// The call goes through untouched: a plan passes over it to strike a later call of the same kind.
     Pass,
+    /// The call stalls before reaching the store (a write lock held, a throttled table) until the test releases
+    /// it ([`FaultyStore::release`]), then goes through.
+    Stall,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +85,9 @@ pub struct FaultyStore {
     /// Faults in order: the next call of the named kind takes the first matching one.
     plan: Mutex<VecDeque<(Call, Fault)>>,
     /// Every call made, in order, with whether a fault struck it.
-    seen: Mutex<Vec<(Call, Option<Fault>)>>,
+    seen: tokio::sync::watch::Sender<Vec<(Call, Option<Fault>)>>,
+    /// Opened by [`FaultyStore::release`]: stalled calls go on.
+    released: tokio::sync::watch::Sender<bool>,
 }
 
 impl fmt::Debug for FaultyStore {
@@ -93,8 +101,24 @@ impl FaultyStore {
         Arc::new(Self {
             inner,
             plan: Mutex::new(plan.into()),
-            seen: Mutex::default(),
+            seen: tokio::sync::watch::Sender::new(Vec::new()),
+            released: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Lets every stalled call (and every later one planned to stall) go on.
+    pub fn release(&self) {
+        self.released.send_replace(true);
+    }
+
+    /// Waits (on the store's own record, not on time) until `n` calls of this kind were made.
+    pub async fn made(&self, call: Call, n: usize) {
+        let mut seen = self.seen.subscribe();
+        let made = seen.wait_for(|seen| seen.iter().filter(|(c, _)| *c == call).count() >= n);
+        tokio::time::timeout(std::time::Duration::from_secs(20), made)
+            .await
+            .unwrap_or_else(|_| panic!("{call:?} was never called {n} times"))
+            .expect("the store lives");
     }
 
     /// Whether every planned fault has struck.
@@ -104,12 +128,8 @@ impl FaultyStore {
 
     /// How many calls of this kind were made (faulted or not).
     pub fn calls(&self, call: Call) -> usize {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(c, _)| *c == call)
-            .count()
+        let seen = self.seen.borrow();
+        seen.iter().filter(|(c, _)| *c == call).count()
     }
 
     /// Adds faults to the plan.
@@ -129,7 +149,7 @@ impl FaultyStore {
             .position(|(c, _)| *c == call)
             .and_then(|at| plan.remove(at))
             .map(|(_, fault)| fault);
-        self.seen.lock().unwrap().push((call, fault));
+        self.seen.send_modify(|seen| seen.push((call, fault)));
         fault
     }
 
@@ -141,6 +161,14 @@ impl FaultyStore {
     ) -> Result<T, StoreError> {
         match self.take(call) {
             None | Some(Fault::Pass) => op.await,
+            Some(Fault::Stall) => {
+                let mut released = self.released.subscribe();
+                released
+                    .wait_for(|open| *open)
+                    .await
+                    .expect("the store lives");
+                op.await
+            }
             Some(Fault::Before) => Err(StoreError::backend(Injected("before the write"))),
             Some(Fault::After) => {
                 op.await?;
@@ -188,6 +216,47 @@ impl EventStore for FaultyStore {
     ) -> Result<Vec<(Deliveries, u64)>, StoreError> {
         let op = self.inner.due_deliveries(now, limit);
         self.through(Call::DueDeliveries, op).await
+    }
+}
+
+#[async_trait]
+impl ProviderStore for FaultyStore {
+    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
+        let op = self.inner.put_qualification(evidence);
+        self.through(Call::PutQualification, op).await
+    }
+
+    async fn qualification(
+        &self,
+        contract: &Fingerprint,
+        provider: &Fingerprint,
+    ) -> Result<Option<Qualification>, StoreError> {
+        let op = self.inner.qualification(contract, provider);
+        self.through(Call::Qualification, op).await
+    }
+
+    async fn replace_qualification(
+        &self,
+        seen: &Qualification,
+        evidence: &Qualification,
+    ) -> Result<bool, StoreError> {
+        let op = self.inner.replace_qualification(seen, evidence);
+        self.through(Call::ReplaceQualification, op).await
+    }
+
+    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError> {
+        let op = self.inner.breaker(provider);
+        self.through(Call::Breaker, op).await
+    }
+
+    async fn put_breaker(
+        &self,
+        provider: &ProviderName,
+        breaker: &Breaker,
+        rev: u64,
+    ) -> Result<bool, StoreError> {
+        let op = self.inner.put_breaker(provider, breaker, rev);
+        self.through(Call::PutBreaker, op).await
     }
 }
 
@@ -321,35 +390,6 @@ impl JobStore for FaultyStore {
     async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let op = self.inner.purge_expired(now, limit);
         self.through(Call::Purge, op).await
-    }
-
-    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
-        let op = self.inner.put_qualification(evidence);
-        self.through(Call::PutQualification, op).await
-    }
-
-    async fn qualification(
-        &self,
-        contract: &Fingerprint,
-        provider: &Fingerprint,
-    ) -> Result<Option<Qualification>, StoreError> {
-        let op = self.inner.qualification(contract, provider);
-        self.through(Call::Qualification, op).await
-    }
-
-    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError> {
-        let op = self.inner.breaker(provider);
-        self.through(Call::Breaker, op).await
-    }
-
-    async fn put_breaker(
-        &self,
-        provider: &ProviderName,
-        breaker: &Breaker,
-        rev: u64,
-    ) -> Result<bool, StoreError> {
-        let op = self.inner.put_breaker(provider, breaker, rev);
-        self.through(Call::PutBreaker, op).await
     }
 
     async fn cancel_job(

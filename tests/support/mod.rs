@@ -48,7 +48,7 @@ async fn record_qualified_runs(engine: &Engine, provider: &str, runs: Vec<RunEvi
             checked_at: engine.clock.now(),
             runs: runs.clone(),
             strikes: Vec::new(),
-            lost: None,
+            suspected: None,
         };
         engine.store.put_qualification(&evidence).await.unwrap();
     }

@@ -102,7 +102,11 @@ impl Rig {
 
     /// The next message the engine dispatched; there must be one.
     pub fn next_message(&mut self) -> AttemptRef {
-        self.queue.try_recv().expect("a dispatched message").attempt
+        self.queue
+            .try_recv()
+            .expect("a dispatched message")
+            .message
+            .attempt
     }
 
     /// The next message the engine dispatches, waiting for it (a delayed one comes once the clock passes its time).
@@ -111,6 +115,7 @@ impl Rig {
             .await
             .expect("a message in time")
             .expect("the queue is open")
+            .message
             .attempt
     }
 

@@ -55,8 +55,11 @@ pub enum Reply {
     Answer(Value),
     /// 200 with this text as the answer, where JSON belongs.
     Prose(&'static str),
-    /// 200 with this JSON as the answer, reporting only 3 prompt tokens (it read a fraction of the prompt).
+    /// 200 with this JSON as the answer, reporting 1 prompt token (it read a fraction of the prompt).
     Truncated(Value),
+    /// 200 with this JSON as the answer, reporting a prompt token for every this many bytes of what it was sent
+    /// (an honest count of text that packs many bytes a token: separator lines, runs of spaces).
+    Packed(Value, u64),
     /// This status, with this body.
     Status(u16, &'static str),
     /// 429 with `Retry-After: <seconds>`.
@@ -242,7 +245,10 @@ async fn respond(
     match reply {
         Reply::Answer(output) => Json(answer(wire, Answer::Json(output), honest)).into_response(),
         Reply::Prose(text) => Json(answer(wire, Answer::Prose(text), honest)).into_response(),
-        Reply::Truncated(output) => Json(answer(wire, Answer::Json(output), 3)).into_response(),
+        Reply::Truncated(output) => Json(answer(wire, Answer::Json(output), 1)).into_response(),
+        Reply::Packed(output, bytes) => {
+            Json(answer(wire, Answer::Json(output), honest.div_ceil(bytes))).into_response()
+        }
         Reply::Status(status, body) => {
             (StatusCode::from_u16(status).unwrap(), body).into_response()
         }

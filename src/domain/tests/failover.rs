@@ -216,12 +216,14 @@ fn evidence(model: &str) -> Qualification {
             }),
         }],
         strikes: Vec::new(),
-        lost: None,
+        suspected: None,
     }
 }
 
+/// Evidence ages; production only suspects (invariant 15): breaches any owner's inputs can cause, or a model
+/// qualification never saw, leave the standing as it was and call for a new qualification.
 #[test]
-fn evidence_ages_and_production_can_take_it_away() {
+fn evidence_ages_and_production_only_suspects() {
     let month = Duration::days(30);
     let mut q = evidence("m");
     assert_eq!(
@@ -235,26 +237,32 @@ fn evidence_ages_and_production_can_take_it_away() {
     );
     // The model it was qualified as, keeping the contract: nothing to write.
     assert!(!q.observe("j#1", Some("m"), None, at(1)));
-    // Breaches count once per attempt; the third takes the standing away, naming the three attempts.
-    let bad = ErrorInfo::new("output_invalid", "extra key");
+    // Breaches count once per attempt; the third makes it suspected, naming the three attempts, and it stays
+    // qualified.
+    let bad = ErrorInfo::new(
+        "output_invalid",
+        "the answer quoted: Bearer sk-secret, an owner's text",
+    );
     assert!(q.observe("j#2", Some("m"), Some(&bad), at(2)));
     assert!(!q.observe("j#2", Some("m"), Some(&bad), at(2)));
     assert!(q.observe("j#3", None, Some(&bad), at(3)));
-    assert_eq!(q.standing(at(3), month).0, Standing::Qualified);
     assert!(q.observe("j#4", Some("m"), Some(&bad), at(4)));
-    let (lost, why) = q.standing(at(4), month);
-    assert_eq!(
-        (lost, why.unwrap().code.as_str()),
-        (Standing::Unqualified, "contract_broken")
+    assert_eq!(q.standing(at(4), month), (Standing::Qualified, None));
+    let suspicion = q.suspected.as_ref().unwrap();
+    assert_eq!(suspicion.attempts, ["j#2", "j#3", "j#4"]);
+    assert_eq!(suspicion.reason.code, "contract_broken");
+    assert!(
+        !suspicion.reason.message.contains("owner's text"),
+        "no answer's text in the shared ledger: {suspicion:?}"
     );
-    assert_eq!(q.lost.as_ref().unwrap().attempts, ["j#2", "j#3", "j#4"]);
-    // Lost stays lost: nothing more is written.
+    // Suspected stays suspected until qualified again: nothing more is written.
     assert!(!q.observe("j#5", Some("other"), None, at(5)));
 
-    // Another model: lost at once.
+    // Another model: suspected at once, still qualified.
     let mut q = evidence("m");
     assert!(q.observe("j#1", Some("m-2"), None, at(1)));
-    assert_eq!(q.lost.as_ref().unwrap().reason.code, "model_changed");
+    assert_eq!(q.suspected.as_ref().unwrap().reason.code, "model_changed");
+    assert_eq!(q.standing(at(1), month).0, Standing::Qualified);
     // Evidence without a reported model is not compared; failed evidence is not watched.
     let mut unnamed = evidence("m");
     unnamed.runs[0].report = None;
@@ -262,6 +270,11 @@ fn evidence_ages_and_production_can_take_it_away() {
     let mut failed = evidence("m");
     failed.passed = false;
     assert!(!failed.observe("j#1", Some("m-2"), None, at(1)));
+    // Evidence written when production took standings away reads as suspected, and qualifies.
+    let mut old = serde_json::to_value(evidence("m")).unwrap();
+    old["lost"] = json!({"reason": {"code": "contract_broken", "message": "3 answers"}, "at": "2027-01-15T08:00:00Z", "attempts": ["j#1"]});
+    let old: Qualification = serde_json::from_value(old).unwrap();
+    assert_eq!(old.suspected.unwrap().attempts, ["j#1"]);
 }
 
 #[test]

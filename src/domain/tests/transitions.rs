@@ -268,3 +268,48 @@ fn a_redispatch_is_recorded_on_a_queued_attempt_only() {
     job.claim(1, at(90_000), &by(40_001)).unwrap();
     assert!(job.redispatch(1, at(40_002)).is_err());
 }
+
+/// Invariant 14: the orphan a late winner leaves behind (`started` when attempt 1's answer won) times out, then
+/// fails; neither write settles the job again, so its settle, and the event id derived from it, stay as they were.
+#[test]
+fn writes_to_a_settled_job_that_leave_its_outcome_do_not_move_its_settle() {
+    use crate::domain::event::event_id;
+    let mut job = job();
+    job.claim(1, at(30_000), &by(1)).unwrap();
+    job.cancel_attempt(1, &to(&["b"]), &by(2)).unwrap();
+    job.claim(2, at(60_000), &by(3)).unwrap();
+    job.complete(1, json!({"summary": "late"}), CallReport::default(), &by(4))
+        .unwrap();
+    let settled = job.settles_at().expect("succeeded");
+    assert_eq!(settled, at(4));
+    let id = event_id(&job, settled);
+    job.mark_unknown(2, &by(50)).unwrap();
+    assert_eq!(job.settles_at(), Some(settled), "time-out of the orphan");
+    job.fail(
+        2,
+        provider_error(),
+        CallReport::default(),
+        &to(&["c"]),
+        &by(60),
+    )
+    .unwrap();
+    assert_eq!(job.settles_at(), Some(settled), "failure of the orphan");
+    assert_eq!(event_id(&job, job.settles_at().unwrap()), id);
+    assert_eq!(job.live_attempt(), None, "nothing queued after a win");
+
+    // A failed job waits out its cancelled attempt's lease; the answer that comes after it is discarded, and the
+    // settle stays at the lease's end.
+    let mut job = super::job();
+    job.claim(1, at(30_000), &by(1)).unwrap();
+    job.cancel_attempt(1, &nowhere(), &by(2)).unwrap();
+    assert_eq!(job.settles_at(), Some(at(30_000)));
+    job.complete(
+        1,
+        json!({"summary": "late"}),
+        CallReport::default(),
+        &by(40_000),
+    )
+    .unwrap();
+    assert_eq!(job.attempt(1).unwrap().state, AttemptState::Discarded);
+    assert_eq!(job.settles_at(), Some(at(30_000)));
+}

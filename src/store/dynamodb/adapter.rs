@@ -10,16 +10,13 @@ use chrono::Duration;
 use serde_json::Value;
 
 use super::item::{
-    ANSWERED, Decoded, Slot, breaker_key, created_key, decode_breaker, decode_item,
-    decode_qualification, encode, encode_breaker, encode_input, encode_qualification,
-    json_attribute, qualification_key,
+    ANSWERED, Decoded, Slot, created_key, decode_item, encode, encode_input, json_attribute,
 };
 use super::update::{Sweep, Update};
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    AttemptCancel, AttemptRef, AttemptState, Breaker, CallReport, Completion, ErrorInfo, Failover,
-    Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification, Stamp,
-    Timestamp,
+    AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover, Job,
+    JobCancel, JobId, NewJob, Owner, ProviderName, Stamp, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 
@@ -368,69 +365,6 @@ impl JobStore for DynamoStore {
     async fn purge_expired(&self, _now: Timestamp, _limit: usize) -> Result<usize, StoreError> {
         // DynamoDB's TTL deletes expired items; until it does, every request here treats them as gone.
         Ok(0)
-    }
-
-    async fn put_qualification(&self, evidence: &Qualification) -> Result<(), StoreError> {
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(encode_qualification(evidence)))
-            .send()
-            .await
-            .map_err(sdk)?;
-        Ok(())
-    }
-
-    async fn breaker(&self, provider: &ProviderName) -> Result<(Breaker, u64), StoreError> {
-        match self.get(&breaker_key(provider)).await? {
-            None => Ok((Breaker::default(), 0)),
-            Some(item) => decode_breaker(&item),
-        }
-    }
-
-    async fn put_breaker(
-        &self,
-        provider: &ProviderName,
-        breaker: &Breaker,
-        rev: u64,
-    ) -> Result<bool, StoreError> {
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(encode_breaker(provider, breaker, rev + 1)))
-            .condition_expression("attribute_not_exists(pk) OR rev = :rev")
-            .expression_attribute_values(":rev", n(rev as i64))
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(true),
-            Err(e) => match e.into_service_error() {
-                PutItemError::ConditionalCheckFailedException(_) => Ok(false),
-                other => Err(StoreError::backend(other)),
-            },
-        }
-    }
-
-    async fn qualification(
-        &self,
-        contract: &Fingerprint,
-        provider: &Fingerprint,
-    ) -> Result<Option<Qualification>, StoreError> {
-        let key = qualification_key(contract, provider);
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(&key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk)?;
-        let Some(item) = out.item else {
-            return Ok(None);
-        };
-        decode_qualification(&item).map(Some)
     }
 
     async fn cancel_job(

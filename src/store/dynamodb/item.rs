@@ -17,8 +17,7 @@
 //! | `created_at`, `updated_at` | N | milliseconds; `updated_at` absent until a write after the create |
 //! | `expires_at` | N | seconds: the end of the retention, and the table's TTL attribute |
 //!
-//! Qualification evidence lives in the same table, one item per (contract fingerprint, provider fingerprint):
-//! `pk = qualification#<contract fp>#<provider fp>`, `passed` (BOOL), `evidence` (S, JSON). It has no TTL.
+//! Qualification evidence and breakers live in the same table too (see `providers`).
 //!
 //! `version` is not stored: it is 1 once the slot is taken (by a result or a cancel) and 0 before, which is exactly
 //! "bumped by job-level transitions only". An attempt that delivered a result is stored as `answered`; it reads as
@@ -41,8 +40,8 @@ use serde_json::Value;
 use super::update::{Sweep, sweep_key, sweep_kind};
 use super::{DynamoError, Item};
 use crate::domain::{
-    Attempt, AttemptState, Breaker, CallReport, ContractRef, ErrorInfo, Fingerprint,
-    IdempotencyKey, Job, JobId, Owner, ProviderName, Qualification, Timestamp, WriteToken,
+    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
+    JobId, Owner, ProviderName, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -192,41 +191,6 @@ impl Slot {
             token: Some(token.clone()),
         })
     }
-}
-
-/// A qualification's item.
-#[derive(Debug, Serialize, Deserialize)]
-struct QualificationItem {
-    pk: String,
-    passed: bool,
-    #[serde(with = "json_text")]
-    evidence: Qualification,
-}
-
-/// A provider's breaker's item, `breaker#<provider>`, guarded by `rev`.
-#[derive(Debug, Serialize, Deserialize)]
-struct BreakerItem {
-    pk: String,
-    rev: u64,
-    #[serde(with = "json_text")]
-    breaker: Breaker,
-}
-
-pub(super) fn breaker_key(provider: &ProviderName) -> String {
-    format!("breaker#{provider}")
-}
-
-pub(super) fn encode_breaker(provider: &ProviderName, breaker: &Breaker, rev: u64) -> Item {
-    serde_dynamo::to_item(BreakerItem {
-        pk: breaker_key(provider),
-        rev,
-        breaker: breaker.clone(),
-    })
-    .expect("a breaker always encodes")
-}
-
-pub(super) fn decode_breaker(item: &Item) -> Result<(Breaker, u64), StoreError> {
-    read::<BreakerItem>(item).map(|b| (b.breaker, b.rev))
 }
 
 /// What a read of an item needs besides the job: the guard of a read-then-write, the sweep entry's time, and
@@ -552,23 +516,6 @@ fn read_state(
     })
 }
 
-/// The item holding a qualification's evidence.
-pub(super) fn encode_qualification(evidence: &Qualification) -> Item {
-    serde_dynamo::to_item(QualificationItem {
-        pk: qualification_key(
-            &evidence.contract_fingerprint,
-            &evidence.provider_fingerprint,
-        ),
-        passed: evidence.passed,
-        evidence: evidence.clone(),
-    })
-    .expect("evidence always encodes")
-}
-
-pub(super) fn decode_qualification(item: &Item) -> Result<Qualification, StoreError> {
-    read::<QualificationItem>(item).map(|q| q.evidence)
-}
-
 /// Reads an item as `T`, naming the attribute that does not read.
 pub(super) fn read<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
     let value = serde_dynamo::AttributeValue::M(serde_dynamo::Item::from(item.clone()).into());
@@ -590,12 +537,6 @@ fn corrupt(pk: &str, attribute: &str, detail: &dyn std::fmt::Display) -> StoreEr
 /// The sort key of the `by_owner` index: newest first when read backwards.
 pub(super) fn created_key(created_at_ms: i64, id: &JobId) -> String {
     format!("{created_at_ms:013}#{id}")
-}
-
-/// The key of the item holding qualification evidence for a pair of fingerprints. It cannot be a job id (those
-/// start `job_`), and it carries neither `owner` nor `sweep_pk`, so no index sees it.
-pub(super) fn qualification_key(contract: &Fingerprint, provider: &Fingerprint) -> String {
-    format!("qualification#{contract}#{provider}")
 }
 
 /// A value kept as JSON text (an `S`), as the input, results, errors and reports are.

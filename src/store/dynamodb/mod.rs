@@ -7,6 +7,7 @@
 //! - `table`: the table itself: key schema, both indexes, TTL, point-in-time recovery.
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on all of it.
 //! - `events`: the [`EventStore`](crate::store::EventStore) port: endpoints' and deliveries' items.
+//! - `providers`: the [`ProviderStore`](crate::store::ProviderStore) port: qualification evidence and breakers.
 //!
 //! # Retention
 //!
@@ -40,6 +41,7 @@ mod adapter;
 mod capacity;
 mod events;
 mod item;
+mod providers;
 mod table;
 mod update;
 
@@ -219,13 +221,16 @@ impl DynamoStore {
             if after == job {
                 return Ok((out, job));
             }
+            // Guarded by the incarnation as well as the revision: a later job under the same key (this one past
+            // its retention) counts its revisions from 1 again.
             let written = self
                 .client
                 .put_item()
                 .table_name(&self.table)
                 .set_item(Some(encode(&after, rev + 1)))
-                .condition_expression("rev = :rev")
+                .condition_expression("rev = :rev AND created_at = :created")
                 .expression_attribute_values(":rev", n(rev))
+                .expression_attribute_values(":created", n(job.created_at.timestamp_millis()))
                 .send()
                 .await;
             match written {

@@ -12,9 +12,12 @@
 //! - `rows`: jobs and attempts as rows: reading, inserting and writing back a transition's changes.
 //! - `writer`: the one writer, committing many writes per transaction (group commit).
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on them, each write whole or not at all.
+//! - `events`: the [`EventStore`](crate::store::EventStore) port: endpoints and deliveries.
+//! - `providers`: the [`ProviderStore`](crate::store::ProviderStore) port: qualification evidence and breakers.
 
 mod adapter;
 mod events;
+mod providers;
 mod rows;
 mod schema;
 mod writer;
