@@ -191,3 +191,48 @@ async fn a_server_given_a_bus_puts_each_settled_job_on_it() {
     );
     assert!(detail["id"].as_str().unwrap().starts_with("evt_"));
 }
+
+/// A server behind an egress proxy (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`) still resolves an endpoint itself,
+/// with its vetted resolver: a name that does not resolve is not sent to, and the proxy hears nothing — it would
+/// have resolved the name itself, past the address guard.
+#[tokio::test]
+async fn deliveries_never_go_through_an_environment_proxy() {
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HTTP_PROXY", proxy_url.as_str()),
+        ("HTTPS_PROXY", proxy_url.as_str()),
+        ("ALL_PROXY", proxy_url.as_str()),
+        ("http_proxy", proxy_url.as_str()),
+    ];
+    let (_server, url) = serve_with(dir.path(), &[], &env).await.unwrap();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let endpoint = as_alice(
+        client
+            .put(format!("{url}/v1/endpoint"))
+            .json(&json!({"url": "http://hooks.onejob-test.invalid/events"})),
+    )
+    .await;
+    assert_eq!(endpoint["url"], "http://hooks.onejob-test.invalid/events");
+    let created = create(&url, "behind-a-proxy").await;
+    let id = created["id"].as_str().unwrap();
+    // The real-time bound only turns a hang into a failure.
+    let tried = async {
+        loop {
+            let list = as_alice(client.get(format!("{url}/v1/jobs/{id}/events"))).await;
+            let events = list["events"].as_array().cloned().unwrap_or_default();
+            if events.iter().any(|e| e["tries"].as_u64() >= Some(1)) {
+                break events;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let events = tokio::time::timeout(std::time::Duration::from_secs(20), tried)
+        .await
+        .expect("the event was tried");
+    assert!(events[0]["delivered_at"].is_null(), "{events:?}");
+    let accepted =
+        tokio::time::timeout(std::time::Duration::from_millis(200), proxy.accept()).await;
+    assert!(accepted.is_err(), "the proxy was reached");
+}

@@ -203,7 +203,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
         &conn,
         "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')",
     );
-    assert_eq!((version, columns.len()), (7, 2));
+    assert_eq!((version, columns.len()), (8, 2));
     let indexes = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name",
@@ -223,6 +223,66 @@ async fn a_version_4_file_gains_the_retry_columns() {
         store.get_job(&owner, &job.id, later()).await.unwrap(),
         Some(cancelled)
     );
+}
+
+/// A file of schema 7 (no `Idempotency-Key` on manual attempts and cancels yet) gains the attempts' `request` and
+/// `cancelled_by` on open, keeps its jobs, and a keyed cancel of one of its attempts answers as it did when sent
+/// again.
+#[tokio::test]
+async fn a_version_7_file_gains_the_keyed_requests_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onejob.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let created = store
+        .create_job(
+            new_job("alice", "k", json!({"text": "x"})),
+            RETENTION,
+            &by(1),
+        )
+        .await
+        .unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE attempts DROP COLUMN request;
+         ALTER TABLE attempts DROP COLUMN cancelled_by;
+         PRAGMA user_version = 7;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path).unwrap();
+    let job = created.job();
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let read = store.get_job(&owner, &job.id, later()).await.unwrap();
+    assert_eq!(read.as_ref(), Some(job));
+    let nowhere = onejob::domain::Failover {
+        qualified: Default::default(),
+        max_attempts: 10,
+        retry: None,
+        jitter_permille: 0,
+    };
+    let stamp = by(2);
+    for _ in 0..2 {
+        let (cancel, after) = store
+            .cancel_attempt(&owner, &job.id, 1, &nowhere, &stamp)
+            .await
+            .unwrap();
+        assert_eq!(cancel, onejob::domain::AttemptCancel::Cancelled);
+        assert_eq!(
+            after.attempt(1).unwrap().cancelled_by,
+            Some(stamp.token.clone())
+        );
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    let columns = strings(
+        &conn,
+        "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('request', 'cancelled_by')",
+    );
+    assert_eq!((version, columns.len()), (8, 2));
 }
 
 /// A file of schema 5 — the job id a unique column of its own — is made again on open with jobs found by
@@ -291,7 +351,7 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
     let events = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('endpoints', 'deliveries') ORDER BY name",

@@ -243,6 +243,15 @@ impl Client {
         Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
     }
 
+    /// The caller's job that `key` names, if any: found by the key alone, nothing resent.
+    pub async fn find_job(&self, key: &str) -> Result<Option<Value>, ClientError> {
+        let mut url = reqwest::Url::parse("http://onejob/v1/jobs").expect("a valid URL");
+        url.query_pairs_mut().append_pair("idempotency_key", key);
+        let path = format!("/v1/jobs?{}", url.query().unwrap_or_default());
+        let mut page = self.send(Method::GET, &path, None, &[], true).await?.body;
+        Ok(page["jobs"].as_array_mut().and_then(|jobs| jobs.pop()))
+    }
+
     pub async fn list_jobs(
         &self,
         status: Option<JobStatus>,
@@ -255,28 +264,40 @@ impl Client {
         Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
     }
 
-    pub async fn cancel_job(&self, id: &str) -> Result<Value, ClientError> {
+    /// Cancels a job under `key`, retried with it until the server answers.
+    pub async fn cancel_job(&self, id: &str, key: &str) -> Result<Value, ClientError> {
         let path = format!("/v1/jobs/{id}/cancel");
-        Ok(self.send(Method::POST, &path, None, &[], true).await?.body)
+        let key = [("idempotency-key", key)];
+        Ok(self.send(Method::POST, &path, None, &key, true).await?.body)
     }
 
-    /// Queues a new attempt by hand. Sent once: a repeat after a lost answer would only meet the first one.
+    /// Queues a new attempt by hand under `key`, retried with it until the server answers: a repeat after a lost
+    /// answer (or a second click) answers with the attempt the first queued.
     pub async fn add_attempt(
         &self,
         id: &str,
         provider: Option<&str>,
+        key: &str,
     ) -> Result<Value, ClientError> {
         let path = format!("/v1/jobs/{id}/attempts");
         let body = provider.map(|p| json!({"provider": p}));
+        let key = [("idempotency-key", key)];
         Ok(self
-            .send(Method::POST, &path, body.as_ref(), &[], false)
+            .send(Method::POST, &path, body.as_ref(), &key, true)
             .await?
             .body)
     }
 
-    pub async fn cancel_attempt(&self, id: &str, number: u32) -> Result<Value, ClientError> {
+    /// Cancels attempt `number` under `key`, retried with it until the server answers.
+    pub async fn cancel_attempt(
+        &self,
+        id: &str,
+        number: u32,
+        key: &str,
+    ) -> Result<Value, ClientError> {
         let path = format!("/v1/jobs/{id}/attempts/{number}/cancel");
-        Ok(self.send(Method::POST, &path, None, &[], true).await?.body)
+        let key = [("idempotency-key", key)];
+        Ok(self.send(Method::POST, &path, None, &key, true).await?.body)
     }
 
     /// The job's completion events and where each delivery stands.
@@ -479,7 +500,7 @@ pub fn is_settled(job: &Value) -> bool {
 }
 
 /// A fresh idempotency key for one intent: a UUIDv7 (time-ordered, so keys sort by when they were made).
-fn new_key() -> String {
+pub fn new_key() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 

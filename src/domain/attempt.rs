@@ -88,6 +88,11 @@ pub struct Attempt {
     pub origin: Option<WriteToken>,
     /// The token of the last write that moved its state (claim, time-out, completion, failure, cancel).
     pub writer: Option<WriteToken>,
+    /// The caller's request that queued it by hand under an `Idempotency-Key` (see `WriteToken::for_request`).
+    pub request: Option<WriteToken>,
+    /// The token of the attempt cancel that cancelled it by hand, kept when a late answer moves it on: that cancel
+    /// sent again answers as it did.
+    pub cancelled_by: Option<WriteToken>,
 }
 
 /// Names one attempt: what a queue message carries, and what the sweeper finds.
@@ -116,6 +121,8 @@ impl Attempt {
             report: None,
             origin: Some(stamp.token.clone()),
             writer: None,
+            request: None,
+            cancelled_by: None,
         }
     }
 

@@ -192,12 +192,16 @@ impl JobId {
     /// The id of the job that (owner, key) names, created at `created_at`. Length-prefixed, so no two pairs share
     /// an input.
     pub fn derive(owner: &Owner, key: &IdempotencyKey, created_at: Timestamp) -> Self {
+        Self::incarnation(&Self::intent_of(owner, key), created_at.timestamp_millis())
+    }
+
+    /// The intent part (see [`JobId::intent`]) of every job (owner, key) names, whenever it was created.
+    pub fn intent_of(owner: &Owner, key: &IdempotencyKey) -> String {
         let mut hash = Sha256::new();
         hash.update((owner.as_str().len() as u64).to_be_bytes());
         hash.update(owner.as_str());
         hash.update(key.as_str());
-        let intent = format!("{}{}", Self::PREFIX, hex::encode(&hash.finalize()[..16]));
-        Self::incarnation(&intent, created_at.timestamp_millis())
+        format!("{}{}", Self::PREFIX, hex::encode(&hash.finalize()[..16]))
     }
 
     /// The id of the job of `intent` (an [`JobId::intent`]) created at `created_at_ms`.
@@ -260,7 +264,8 @@ string_newtype!(
     /// finds its own token already applied is a success, never another writer's. 32 lowercase hex digits.
     ///
     /// A worker step makes one for its claim and the writes that follow it; the engine makes one per API call and
-    /// keeps it across its own retries; a redelivered message or a client's new request has a new one.
+    /// keeps it across its own retries; a redelivered message or a client's new request has a new one — unless the
+    /// request carries an `Idempotency-Key` ([`WriteToken::for_request`]): then its token is the request's.
     WriteToken
 );
 
@@ -269,6 +274,32 @@ impl WriteToken {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// The token of a caller's write to job `job` sent under `key` (invariant 17): its first half names the intent
+    /// — the owner, the job and the key — and its second half what was asked (`request`: the write and its
+    /// body). The same request sent again carries the same token, so it finds its own write and acts once; another
+    /// request under the same key shares the first half only ([`WriteToken::same_intent`]): a conflict.
+    pub fn for_request(owner: &Owner, job: &JobId, key: &IdempotencyKey, request: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let intent = Sha256::new()
+            .chain_update(owner.as_str())
+            .chain_update(b"\0")
+            .chain_update(job.as_str())
+            .chain_update(b"\0")
+            .chain_update(key.as_str())
+            .finalize();
+        let asked = Sha256::digest(request.as_bytes());
+        Self(format!(
+            "{}{}",
+            hex::encode(&intent[..8]),
+            hex::encode(&asked[..8])
+        ))
+    }
+
+    /// Whether `other` was made for the same intent as this token (the same owner, job and key), whatever it asked.
+    pub fn same_intent(&self, other: &WriteToken) -> bool {
+        self.0[..16] == other.0[..16]
     }
 
     pub fn parse(raw: &str) -> Result<Self, ParseError> {

@@ -296,7 +296,9 @@ impl Job {
 
     /// Queues a new attempt by hand: on `provider`, else on the next untried provider of the chain that is
     /// qualified, else on the primary. Refused while another attempt is live, once the job has its outcome, and at
-    /// the attempt limit. Returns its number.
+    /// the attempt limit. Returns its number. A caller's request sent again under its `Idempotency-Key`
+    /// (`stamp.request`) is refused as done ([`Refusal::RequestDone`], naming its attempt); another request under
+    /// a key used on this job is refused ([`Refusal::KeyReused`]).
     pub fn add_attempt(
         &mut self,
         provider: Option<ProviderName>,
@@ -305,6 +307,18 @@ impl Job {
     ) -> Result<u32, Refusal> {
         if let Some(mine) = self.attempts.iter().find(|a| stamp.is(a.origin.as_ref())) {
             return Ok(mine.number);
+        }
+        if let Some(request) = &stamp.request {
+            if let Some(done) = self
+                .attempts
+                .iter()
+                .find(|a| a.request.as_ref() == Some(request))
+            {
+                return Err(Refusal::RequestDone {
+                    number: done.number,
+                });
+            }
+            self.ensure_key_unused(request)?;
         }
         self.ensure_open()?;
         if let Some(live) = self.live_attempt() {
@@ -325,8 +339,26 @@ impl Job {
                 .clone()
         });
         let number = self.queue(provider, stamp);
+        self.attempt_mut(number).expect("just queued").request = stamp.request.clone();
         self.updated_at = stamp.now;
         Ok(number)
+    }
+
+    /// Refuses `request` if another request under its key was made on this job (invariant 17): the tokens of the
+    /// caller's keyed writes kept on the job are its manual attempts' requests, its attempt cancels and its cancel.
+    fn ensure_key_unused(&self, request: &WriteToken) -> Result<(), Refusal> {
+        let keyed = self
+            .attempts
+            .iter()
+            .flat_map(|a| [a.request.as_ref(), a.cancelled_by.as_ref()])
+            .chain([self.cancelled_by.as_ref()])
+            .flatten();
+        for token in keyed {
+            if token != request && token.same_intent(request) {
+                return Err(Refusal::KeyReused);
+            }
+        }
+        Ok(())
     }
 
     /// A worker takes a queued attempt: `queued` → `started`, remembering the job's version. Refused once the job
@@ -481,6 +513,14 @@ impl Job {
         failover: &Failover,
         stamp: &Stamp,
     ) -> Result<AttemptCancel, Refusal> {
+        // This very cancel, sent again: it answers as it did, whatever its attempt did since (a late answer).
+        if self
+            .attempt(number)
+            .is_some_and(|a| stamp.is(a.cancelled_by.as_ref()))
+        {
+            return Ok(AttemptCancel::Cancelled);
+        }
+        self.ensure_key_unused(&stamp.token)?;
         let attempt = self.attempt_mut(number)?;
         if attempt.state == AttemptState::Cancelled {
             return Ok(if stamp.is(attempt.writer.as_ref()) {
@@ -495,6 +535,7 @@ impl Job {
         attempt.state = AttemptState::Cancelled;
         attempt.finished_at = Some(stamp.now);
         attempt.writer = Some(stamp.token.clone());
+        attempt.cancelled_by = Some(stamp.token.clone());
         self.fail_over(failover, stamp);
         self.updated_at = stamp.now;
         Ok(AttemptCancel::Cancelled)

@@ -24,6 +24,12 @@ pub enum Refusal {
     AttemptLimitReached { limit: u32 },
     #[error("attempt {number} may not start before {not_before}")]
     NotYet { number: u32, not_before: Timestamp },
+    /// The request (its `Idempotency-Key` and body) was made before and queued attempt `number`: answered with it.
+    #[error("this request queued attempt {number} before")]
+    RequestDone { number: u32 },
+    /// The request's `Idempotency-Key` was used on this job for another request.
+    #[error("this Idempotency-Key was used on this job for another request")]
+    KeyReused,
 }
 
 /// What a completion did.
@@ -59,11 +65,23 @@ pub enum AttemptCancel {
 pub struct Stamp {
     pub token: WriteToken,
     pub now: Timestamp,
+    /// The caller's request a manual attempt serves, when it came with an `Idempotency-Key`
+    /// ([`WriteToken::for_request`]): kept on the attempt, so the same request sent again answers with it.
+    pub request: Option<WriteToken>,
 }
 
 impl Stamp {
     pub fn new(token: WriteToken, now: Timestamp) -> Self {
-        Self { token, now }
+        Self {
+            token,
+            now,
+            request: None,
+        }
+    }
+
+    /// This stamp, for a write that serves the caller's `request`.
+    pub fn serving(self, request: Option<WriteToken>) -> Self {
+        Self { request, ..self }
     }
 
     /// A stamp with a fresh token: a write that nobody will repeat under the same token.

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use super::Engine;
 use super::in_flight::{Turn, followed};
 use crate::domain::{
-    AttemptCancel, AttemptState, Job, JobCancel, JobId, NewJob, Owner, ProviderName, WriteToken,
+    AttemptCancel, AttemptState, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner,
+    ProviderName, Refusal, WriteToken,
 };
 use crate::metrics::CreateKind;
 use crate::store::{CreateOutcome, StoreError};
@@ -74,45 +75,81 @@ impl Engine {
     }
 
     /// Queues a new attempt by hand: on `provider`, or on the next untried provider of the chain that is qualified
-    /// (else the primary). The caller's explicit choice needs no qualification.
+    /// (else the primary). The caller's explicit choice needs no qualification. Sent under an `Idempotency-Key`
+    /// (`key`), the request acts once (invariant 17): sent again, it answers with the attempt it queued
+    /// (`replayed`), whatever that attempt did since; another request under the key is refused.
     pub async fn add_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
         provider: Option<ProviderName>,
-    ) -> Result<(u32, Job), StoreError> {
+        key: Option<&IdempotencyKey>,
+    ) -> Result<AddedAttempt, StoreError> {
         let job = self.existing_job(owner, id).await?;
         let failover = match &provider {
             Some(_) => self.failover_to(BTreeSet::new()),
             None => self.failover(&job).await?,
         };
+        let asked = format!("attempt {}", provider.as_ref().map_or("", |p| p.as_str()));
+        let request = key.map(|key| WriteToken::for_request(owner, id, key, &asked));
+        // A fresh token of its own, and the request kept apart: a repeat of this write after a lost answer finds
+        // its token (created, 201); the same request sent again finds its request (replayed, 200).
         let token = WriteToken::new();
-        let (number, job) = self
+        let written = self
             .persist("add attempt", &token, self.write_deadline(), |stamp| {
                 let (provider, failover) = (provider.clone(), &failover);
+                let stamp = stamp.serving(request.clone());
                 async move {
                     self.store
                         .add_attempt(owner, id, provider, failover, &stamp)
                         .await
                 }
             })
-            .await?;
+            .await;
+        let (number, job, replayed) = match written {
+            Ok((number, job)) => (number, job, false),
+            Err(StoreError::Refused(Refusal::RequestDone { number })) => {
+                (number, self.existing_job(owner, id).await?, true)
+            }
+            Err(e) => return Err(e),
+        };
         self.changed(&job).await?;
-        self.dispatch_queued(&job).await;
-        Ok((number, job))
+        if !replayed {
+            self.dispatch_queued(&job).await;
+        }
+        Ok(AddedAttempt {
+            number,
+            job,
+            replayed,
+        })
+    }
+
+    /// The token of an API write to job `id`: the request's own when it came under an `Idempotency-Key`, so that
+    /// the same request sent again finds its write (invariant 17); else a fresh one.
+    fn caller_token(
+        owner: &Owner,
+        id: &JobId,
+        key: Option<&IdempotencyKey>,
+        asked: &str,
+    ) -> WriteToken {
+        key.map_or_else(WriteToken::new, |key| {
+            WriteToken::for_request(owner, id, key, asked)
+        })
     }
 
     /// Resolves a live attempt out of band; automatic failover follows, decided on the state written.
-    /// Cancelling a cancelled attempt answers the job as it is.
+    /// Cancelling a cancelled attempt answers the job as it is; so does this cancel sent again under its
+    /// `Idempotency-Key` (`key`), whatever its attempt did since.
     pub async fn cancel_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
         number: u32,
+        key: Option<&IdempotencyKey>,
     ) -> Result<Job, StoreError> {
         let job = self.existing_job(owner, id).await?;
         let failover = self.failover(&job).await?;
-        let token = WriteToken::new();
+        let token = Self::caller_token(owner, id, key, &format!("cancel attempt {number}"));
         let (outcome, job) = self
             .persist("cancel attempt", &token, self.write_deadline(), |stamp| {
                 let failover = &failover;
@@ -136,8 +173,14 @@ impl Engine {
         Ok(job)
     }
 
-    pub async fn cancel_job(&self, owner: &Owner, id: &JobId) -> Result<Job, StoreError> {
-        let token = WriteToken::new();
+    /// Cancels the job; idempotent, and under an `Idempotency-Key` (`key`) its repeat is this cancel's.
+    pub async fn cancel_job(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Job, StoreError> {
+        let token = Self::caller_token(owner, id, key, "cancel");
         let (outcome, job) = self
             .persist(
                 "cancel job",
@@ -154,4 +197,13 @@ impl Engine {
         self.changed(&job).await?;
         Ok(job)
     }
+}
+
+/// What a manual attempt came to.
+#[derive(Debug, Clone)]
+pub struct AddedAttempt {
+    pub number: u32,
+    pub job: Job,
+    /// The request was sent before under its `Idempotency-Key`: nothing new was queued.
+    pub replayed: bool,
 }

@@ -29,14 +29,16 @@ use futures_util::future::try_join_all;
 use crate::clock::Clock;
 use crate::contracts::Contracts;
 use crate::domain::{
-    AttemptRef, AttemptState, ContractRef, ContractStanding, ErrorInfo, Failover, Fingerprint, Job,
-    JobId, Owner, ProviderName, Qualification, RetryPolicy, Stamp, Standing, Timestamp, WriteToken,
+    AttemptRef, AttemptState, ContractRef, ContractStanding, ErrorInfo, Failover, Fingerprint,
+    IdempotencyKey, Job, JobId, Owner, ProviderName, Qualification, RetryPolicy, Stamp, Standing,
+    Timestamp, WriteToken,
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::queue::{Dispatcher, Message};
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
 use crate::telemetry::trace;
+pub use api::AddedAttempt;
 pub use changes::JobWatch;
 pub use events::{EndpointRefused, EventSettings, is_private};
 use recent::Recent;
@@ -275,6 +277,15 @@ impl Engine {
     /// One of the owner's jobs, unless it is gone.
     pub async fn get_job(&self, owner: &Owner, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.store.get_job(owner, id, self.clock.now()).await
+    }
+
+    /// The owner's job that `key` names, unless it is gone.
+    pub async fn find_job(
+        &self,
+        owner: &Owner,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Job>, StoreError> {
+        self.store.find_job(owner, key, self.clock.now()).await
     }
 
     pub async fn list_jobs(&self, owner: &Owner, query: &ListQuery) -> Result<JobPage, StoreError> {

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -13,7 +13,8 @@ use super::auth::Caller;
 use super::body;
 use super::error::ApiError;
 use super::jobs::{AttemptView, JobView, job_id, job_response};
-use crate::domain::ProviderName;
+use crate::domain::{JobId, ProviderName, Refusal};
+use crate::store::StoreError;
 
 /// The optional body of `POST /v1/jobs/{id}/attempts`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -23,17 +24,21 @@ pub struct AddAttemptRequest {
     pub provider: Option<String>,
 }
 
-/// Queues a new attempt, when none is live and the job has no result.
+/// Queues a new attempt, when none is live and the job has no result. Under an `Idempotency-Key` a manual retry is
+/// one intent: sent again, it answers with the attempt it queued (200, `Idempotent-Replayed: true`), whatever that
+/// attempt did since; another request under the same key on this job is 409 `idempotency_key_reused`.
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/attempts", tag = "attempts",
-    params(("id" = String, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job's id"), ("Idempotency-Key" = Option<String>, Header, description = "Optional: the same request sent again under it acts once (1-255 visible ASCII characters, bare or as a quoted string)")),
     request_body(content = Option<AddAttemptRequest>, description = "Optional: no body (or an empty one) is `{}`, the next provider"),
     responses(
         (status = 201, description = "The new attempt, queued", body = AttemptView),
-        (status = 400, description = "malformed_json, json_too_deep"),
+        (status = 200, description = "This request (its Idempotency-Key) queued the attempt before: that attempt as it is now", body = AttemptView,
+         headers(("Idempotent-Replayed" = bool, description = "`true`: this key queued the attempt before"))),
+        (status = 400, description = "malformed_json, json_too_deep, invalid_idempotency_key"),
         (status = 401, description = "unauthorized"),
         (status = 404, description = "job_not_found"),
-        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished, attempt_limit_reached"),
+        (status = 409, description = "attempt_in_progress (one is queued, started or unknown), job_finished, attempt_limit_reached, idempotency_key_reused"),
         (status = 413, description = "body_too_large"),
         (status = 415, description = "unsupported_media_type"),
         (status = 422, description = "invalid_request, unknown_provider"),
@@ -48,6 +53,7 @@ pub async fn add_attempt(
     body: Body,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
+    let key = body::optional_idempotency_key(&headers)?;
     let request: AddAttemptRequest =
         match body::optional_json_value(&headers, body, app.body_limit).await? {
             None => AddAttemptRequest::default(),
@@ -62,23 +68,51 @@ pub async fn add_attempt(
                 .ok_or(ApiError::UnknownProvider(name))
         })
         .transpose()?;
-    let (number, job) = app.engine.add_attempt(&owner, &id, provider).await?;
-    let attempt = job.attempt(number).expect("the new attempt is in the job");
-    tracing::info!(job_id = %job.id, attempt = number, provider = %attempt.provider, "attempt added by hand");
-    Ok((StatusCode::CREATED, Json(AttemptView::from(attempt))).into_response())
+    let added = app
+        .engine
+        .add_attempt(&owner, &id, provider, key.as_ref())
+        .await
+        .map_err(|e| keyed(e, &id))?;
+    let attempt = added
+        .job
+        .attempt(added.number)
+        .expect("the attempt is in the job");
+    let view = Json(AttemptView::from(attempt));
+    if added.replayed {
+        tracing::info!(job_id = %id, attempt = added.number, "manual attempt replayed");
+        return Ok((
+            StatusCode::OK,
+            [("idempotent-replayed", HeaderValue::from_static("true"))],
+            view,
+        )
+            .into_response());
+    }
+    tracing::info!(job_id = %id, attempt = added.number, provider = %attempt.provider, "attempt added by hand");
+    Ok((StatusCode::CREATED, view).into_response())
+}
+
+/// A store's answer to a write under an `Idempotency-Key`: a key used on job `id` for another request is 409
+/// `idempotency_key_reused`, naming the job.
+pub(super) fn keyed(e: StoreError, id: &JobId) -> ApiError {
+    match e {
+        StoreError::Refused(Refusal::KeyReused) => {
+            ApiError::IdempotencyKeyReused { job_id: id.clone() }
+        }
+        other => other.into(),
+    }
 }
 
 /// Resolves a live attempt out of band ("stop waiting"): it becomes `cancelled` and failover goes on. If its
 /// provider still delivers while the result slot is free, that result wins; later it would be discarded.
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/attempts/{number}/cancel", tag = "attempts",
-    params(("id" = String, Path, description = "The job's id"), ("number" = u32, Path, description = "The attempt's number")),
+    params(("id" = String, Path, description = "The job's id"), ("number" = u32, Path, description = "The attempt's number"), ("Idempotency-Key" = Option<String>, Header, description = "Optional: the same request sent again under it acts once (1-255 visible ASCII characters, bare or as a quoted string)")),
     responses(
-        (status = 200, description = "The job (also when the attempt was already cancelled: idempotent)", body = JobView),
-        (status = 400, description = "invalid_parameter: not an attempt number"),
+        (status = 200, description = "The job (also when the attempt was already cancelled, or this cancel was sent before under its Idempotency-Key)", body = JobView),
+        (status = 400, description = "invalid_parameter: not an attempt number; invalid_idempotency_key"),
         (status = 401, description = "unauthorized"),
         (status = 404, description = "job_not_found, attempt_not_found"),
-        (status = 409, description = "attempt_not_cancellable: it already ended"),
+        (status = 409, description = "attempt_not_cancellable: it already ended; idempotency_key_reused"),
     ),
     security(("bearer" = []))
 )]
@@ -86,11 +120,17 @@ pub async fn cancel_attempt(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path((id, number)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
+    let key = body::optional_idempotency_key(&headers)?;
     let number: u32 = number
         .parse()
         .map_err(|_| ApiError::InvalidParameter(format!("not an attempt number: {number:?}")))?;
-    let job = app.engine.cancel_attempt(&owner, &id, number).await?;
+    let job = app
+        .engine
+        .cancel_attempt(&owner, &id, number, key.as_ref())
+        .await
+        .map_err(|e| keyed(e, &id))?;
     Ok(job_response(&app, StatusCode::OK, &job))
 }

@@ -14,11 +14,20 @@ use crate::domain::IdempotencyKey;
 /// Arrays and objects nested deeper than this are refused before parsing.
 pub const MAX_JSON_DEPTH: usize = 64;
 
+/// The request's `Idempotency-Key`; a create must send one.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+    optional_idempotency_key(headers)?.ok_or(ApiError::MissingIdempotencyKey)
+}
+
+/// The request's `Idempotency-Key`, if it sent one: a Structured Field string as the IETF draft writes it
+/// (`"order-42"`), or the bare key clients already send (`order-42`) — the same key either way. Sent twice, it is
+/// refused: two keys name two intents, or one said twice, and a proxy may keep either.
+pub fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
     let mut sent = headers.get_all("idempotency-key").iter();
-    let raw = sent.next().ok_or(ApiError::MissingIdempotencyKey)?;
+    let Some(raw) = sent.next() else {
+        return Ok(None);
+    };
     if sent.next().is_some() {
-        // Two keys name two intents, or one said twice; a proxy may keep either. Neither is guessed.
         return Err(ApiError::InvalidIdempotencyKey(
             "send exactly one Idempotency-Key header".into(),
         ));
@@ -28,7 +37,40 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> 
             "the Idempotency-Key may hold only visible ASCII characters (0x21-0x7E)".into(),
         )
     })?;
-    IdempotencyKey::parse(text).map_err(|e| ApiError::InvalidIdempotencyKey(e.to_string()))
+    let key = match text.strip_prefix('"') {
+        Some(quoted) => structured_string(quoted)?,
+        None => text.to_owned(),
+    };
+    IdempotencyKey::parse(&key)
+        .map(Some)
+        .map_err(|e| ApiError::InvalidIdempotencyKey(e.to_string()))
+}
+
+/// The text of a Structured Field string (RFC 8941 §3.3.3) after its opening quote: up to the closing quote, with
+/// `\"` and `\\` unescaped. Nothing may follow it (no parameters).
+fn structured_string(quoted: &str) -> Result<String, ApiError> {
+    let refuse = |why: &str| {
+        ApiError::InvalidIdempotencyKey(format!(
+            "a quoted Idempotency-Key is a Structured Field string (\"…\"): {why}"
+        ))
+    };
+    let mut text = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    loop {
+        match chars.next() {
+            None => return Err(refuse("it has no closing quote")),
+            Some('"') => break,
+            Some('\\') => match chars.next() {
+                Some(escaped @ ('"' | '\\')) => text.push(escaped),
+                _ => return Err(refuse("only \\\" and \\\\ may be escaped")),
+            },
+            Some(c) => text.push(c),
+        }
+    }
+    if chars.next().is_some() {
+        return Err(refuse("nothing may follow the closing quote"));
+    }
+    Ok(text)
 }
 
 /// The body as a JSON value, if it is declared as JSON, fits `limit` bytes and nests at most

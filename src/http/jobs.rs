@@ -18,10 +18,10 @@ use super::auth::Caller;
 use super::body;
 use super::error::ApiError;
 use crate::domain::{
-    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, Job, JobId, JobStatus,
-    MAX_INPUT_BYTES, NewJob, ProviderName, Timestamp,
+    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
+    JobId, JobStatus, MAX_INPUT_BYTES, NewJob, ProviderName, Timestamp,
 };
-use crate::store::{CreateOutcome, Cursor, ListQuery};
+use crate::store::{CreateOutcome, Cursor, JobPage, ListQuery};
 
 /// The body of `POST /v1/jobs`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -426,6 +426,9 @@ pub struct ListParams {
     limit: Option<usize>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// Only the job this `Idempotency-Key` names (the key as it was sent, unquoted): the page holds it, or nothing.
+    /// For a client that kept the key and lost the rest; no body is resent, nothing is created.
+    idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -469,7 +472,26 @@ pub async fn list_jobs(
         limit,
         cursor,
     };
-    let page = app.engine.list_jobs(&owner, &query).await?;
+    let page = match params.idempotency_key {
+        None => app.engine.list_jobs(&owner, &query).await?,
+        Some(_) if query.cursor.is_some() => {
+            return Err(ApiError::InvalidParameter(
+                "idempotency_key names one job: it takes no cursor".into(),
+            ));
+        }
+        Some(key) => {
+            let key = IdempotencyKey::parse(&key)
+                .map_err(|e| ApiError::InvalidParameter(format!("idempotency_key: {e}")))?;
+            let found = app.engine.find_job(&owner, &key).await?;
+            JobPage {
+                jobs: found
+                    .into_iter()
+                    .filter(|job| query.status.is_none_or(|s| job.status() == s))
+                    .collect(),
+                next_cursor: None,
+            }
+        }
+    };
     let now = app.engine.clock.now();
     Ok(Json(JobList {
         jobs: page.jobs.iter().map(|job| JobView::new(job, now)).collect(),
@@ -480,9 +502,10 @@ pub async fn list_jobs(
 /// Cancels the job: every live attempt is cancelled and any later result discarded. Idempotent.
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/cancel", tag = "jobs",
-    params(("id" = String, Path, description = "The job's id")),
+    params(("id" = String, Path, description = "The job's id"), ("Idempotency-Key" = Option<String>, Header, description = "Optional: the same request sent again under it acts once (1-255 visible ASCII characters, bare or as a quoted string)")),
     responses(
         (status = 200, description = "The job, cancelled", body = JobView),
+        (status = 400, description = "invalid_idempotency_key"),
         (status = 401, description = "unauthorized"),
         (status = 404, description = "job_not_found"),
         (status = 409, description = "job_finished: it already succeeded"),
@@ -493,7 +516,10 @@ pub async fn cancel_job(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let job = app.engine.cancel_job(&owner, &job_id(&id)?).await?;
+    let id = job_id(&id)?;
+    let key = body::optional_idempotency_key(&headers)?;
+    let job = app.engine.cancel_job(&owner, &id, key.as_ref()).await?;
     Ok(job_response(&app, StatusCode::OK, &job))
 }

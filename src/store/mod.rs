@@ -17,8 +17,8 @@ use chrono::Duration;
 
 use crate::domain::{
     AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint, ErrorInfo,
-    Failover, Fingerprint, Job, JobCancel, JobId, JobStatus, NewJob, Owner, ParseError,
-    ProviderName, Qualification, Refusal, Stamp, Timestamp, WriteToken,
+    Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, Owner,
+    ParseError, ProviderName, Qualification, Refusal, Stamp, Timestamp, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -161,6 +161,15 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
             .await?
             .filter(|job| job.owner == *owner))
     }
+
+    /// The owner's job that `key` names, unless it expired by `now`: for a client that kept the key and lost the
+    /// rest.
+    async fn find_job(
+        &self,
+        owner: &Owner,
+        key: &IdempotencyKey,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError>;
 
     /// The owner's jobs that have not expired by `now`, newest first.
     async fn list_jobs(

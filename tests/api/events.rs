@@ -218,6 +218,21 @@ async fn endpoints_on_private_addresses_are_refused_and_nothing_is_registered() 
         "http://[::ffff:127.0.0.1]/hook",
         "http://[fd00::1]/hook",
         "http://0.0.0.0/hook",
+        // Addresses that carry a private IPv4 one (NAT64, 6to4, IPv4-compatible), and the ranges that are not
+        // globally routable unicast: Teredo, site-local, local-use NAT64, IETF assignments, benchmarking,
+        // reserved, documentation.
+        "http://[64:ff9b::7f00:1]/hook",
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data",
+        "http://[2002:a9fe:a9fe::1]/hook",
+        "http://[::127.0.0.1]/hook",
+        "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook",
+        "http://[fec0::1]/hook",
+        "http://[64:ff9b:1::808:808]/hook",
+        "http://[2001:db8::1]/hook",
+        "http://192.0.0.170/hook",
+        "http://198.18.0.1/hook",
+        "http://240.0.0.1/hook",
+        "http://203.0.113.7/hook",
     ] {
         let refused =
             assert_problem(register(&app, ALICE, url).await, 422, "endpoint_refused").await;
@@ -230,6 +245,7 @@ async fn endpoints_on_private_addresses_are_refused_and_nothing_is_registered() 
         "ftp://example.com/",
         "not a url",
         "https://user:pw@example.com/",
+        "http://93.184.215.14:0/hook",
     ] {
         assert_problem(register(&app, ALICE, url).await, 422, "endpoint_refused").await;
     }

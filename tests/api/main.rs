@@ -5,6 +5,7 @@ mod create;
 mod engine;
 mod events;
 mod helpers;
+mod intents;
 mod own_faults;
 mod read;
 #[path = "../support/mod.rs"]

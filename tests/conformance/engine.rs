@@ -69,6 +69,7 @@ pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStor
             &job.owner,
             &job.id,
             Some(ProviderName::parse("fallback").unwrap()),
+            None,
         )
         .await;
     assert!(matches!(
@@ -164,7 +165,10 @@ pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobSto
     let (job, message) = rig.create("k").await;
     let step = rig.process_in_background(&message);
     primary.received(1).await;
-    rig.engine.cancel_job(&job.owner, &job.id).await.unwrap();
+    rig.engine
+        .cancel_job(&job.owner, &job.id, None)
+        .await
+        .unwrap();
     gate.open(summary("late"));
     assert_eq!(step.await.unwrap(), Processed::Discarded { winner: None });
     let after = rig.job(&job).await;
@@ -762,7 +766,7 @@ pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc
     for i in 0..jobs {
         let job = rig.engine.create_job(rig.intent(&format!("k{i}"))).await;
         let job = job.unwrap().job().clone();
-        rig.engine.cancel_job(&owner, &job.id).await.unwrap();
+        rig.engine.cancel_job(&owner, &job.id, None).await.unwrap();
     }
     let engine = &rig.engine;
     let delivered =

@@ -398,7 +398,7 @@ pub async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at
         faulty.plan(&[(Call::CancelAttempt, fault)]);
         let cancelled = rig
             .engine
-            .cancel_attempt(&job.owner, &job.id, 1)
+            .cancel_attempt(&job.owner, &job.id, 1, None)
             .await
             .unwrap();
         assert!(faulty.spent());
@@ -411,8 +411,8 @@ pub async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at
     }
 }
 
-/// A manual retry that fails on either side of its write answers its attempt (not 409 for its own success), adds
-/// one attempt, and dispatches it at once.
+/// A manual retry that fails on either side of its write answers its attempt (not 409 for its own success, nor a
+/// replay under its key), adds one attempt, and dispatches it at once.
 pub async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt(
     store: Arc<dyn JobStore>,
 ) {
@@ -425,13 +425,19 @@ pub async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt
         assert_eq!(rig.process(&first).await, Processed::Failed);
         assert!(rig.no_message());
         faulty.plan(&[(Call::AddAttempt, fault)]);
-        let (number, after) = rig
+        let key = onejob::domain::IdempotencyKey::parse(&format!("retry-click-{i}")).unwrap();
+        let added = rig
             .engine
-            .add_attempt(&job.owner, &job.id, Some(fallback_provider()))
+            .add_attempt(&job.owner, &job.id, Some(fallback_provider()), Some(&key))
             .await
             .unwrap();
         assert!(faulty.spent());
-        assert_eq!((number, after.attempts.len()), (2, 2), "{fault:?}");
+        assert!(!added.replayed, "{fault:?}: its own write, not a replay");
+        assert_eq!(
+            (added.number, added.job.attempts.len()),
+            (2, 2),
+            "{fault:?}"
+        );
         let second = rig.next_message();
         assert_eq!(second.number, 2, "{fault:?}: dispatched at once");
         assert_eq!(rig.process(&second).await, Processed::Succeeded);
@@ -447,7 +453,11 @@ pub async fn a_job_cancel_that_fails_either_side_of_its_write_cancels(store: Arc
     for (i, fault) in FAULTS.into_iter().enumerate() {
         let job = create(&mut rig, &format!("cancel-job-{i}")).await;
         faulty.plan(&[(Call::CancelJob, fault)]);
-        let cancelled = rig.engine.cancel_job(&job.owner, &job.id).await.unwrap();
+        let cancelled = rig
+            .engine
+            .cancel_job(&job.owner, &job.id, None)
+            .await
+            .unwrap();
         assert!(faulty.spent());
         assert_eq!(cancelled.status(), JobStatus::Cancelled, "{fault:?}");
         assert_eq!(rig.job(&job).await.status(), JobStatus::Cancelled);

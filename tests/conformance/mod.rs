@@ -8,6 +8,7 @@ pub mod events;
 pub mod faults;
 pub mod identity;
 pub mod model;
+pub mod promise;
 pub mod results;
 pub mod transitions;
 
@@ -17,6 +18,7 @@ pub use events::*;
 pub use faults::*;
 pub use identity::*;
 pub use model::*;
+pub use promise::*;
 pub use results::*;
 pub use transitions::*;
 
@@ -106,6 +108,16 @@ macro_rules! conformance_suite {
             deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap,
             the_sweeper_delivers_batch_after_batch_until_none_is_due,
             the_sweeper_expires_and_dispatches_again_batch_after_batch,
+            one_settle_is_one_event_whatever_its_orphan_does,
+            refusals_the_input_caused_never_open_a_breaker,
+            production_breaches_only_suspect_and_the_samples_decide,
+            a_note_on_old_evidence_never_overwrites_a_newer_qualification,
+            an_answer_that_comes_while_the_time_out_write_stalls_is_kept,
+            the_answer_is_written_before_the_breaker_and_the_ledger,
+            jobs_waiting_on_a_probe_are_called_once_it_answers,
+            a_cancelled_attempts_answer_is_in_time_by_when_it_came,
+            a_key_echoed_in_an_answer_is_scrubbed_from_what_onejob_keeps,
+            a_prompt_of_separator_lines_is_answered_not_called_truncated,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

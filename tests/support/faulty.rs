@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use chrono::Duration;
 use onejob::domain::{
     AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint, ErrorInfo,
-    Failover, Fingerprint, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Qualification,
-    Stamp, Timestamp,
+    Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName,
+    Qualification, Stamp, Timestamp,
 };
 use onejob::store::{
     CreateOutcome, EventStore, JobPage, JobStore, ListQuery, ProviderStore, StoreError,
@@ -72,7 +72,7 @@ pub enum Fault {
     /// The call goes through untouched: a plan passes over it to strike a later call of the same kind.
     Pass,
     /// The call stalls before reaching the store (a write lock held, a throttled table) until the test releases
-    /// it ([`FaultyStore::release`]), then goes through.
+    /// it ([`FaultyStore::release`]) after it stalled, then goes through.
     Stall,
 }
 
@@ -86,8 +86,8 @@ pub struct FaultyStore {
     plan: Mutex<VecDeque<(Call, Fault)>>,
     /// Every call made, in order, with whether a fault struck it.
     seen: tokio::sync::watch::Sender<Vec<(Call, Option<Fault>)>>,
-    /// Opened by [`FaultyStore::release`]: stalled calls go on.
-    released: tokio::sync::watch::Sender<bool>,
+    /// Moved on by [`FaultyStore::release`]: the calls stalled before it go on.
+    released: tokio::sync::watch::Sender<u64>,
 }
 
 impl fmt::Debug for FaultyStore {
@@ -102,13 +102,13 @@ impl FaultyStore {
             inner,
             plan: Mutex::new(plan.into()),
             seen: tokio::sync::watch::Sender::new(Vec::new()),
-            released: tokio::sync::watch::Sender::new(false),
+            released: tokio::sync::watch::Sender::new(0),
         })
     }
 
-    /// Lets every stalled call (and every later one planned to stall) go on.
+    /// Lets every call stalled so far go on (a stall planned later stalls until the next release).
     pub fn release(&self) {
-        self.released.send_replace(true);
+        self.released.send_modify(|generation| *generation += 1);
     }
 
     /// Waits (on the store's own record, not on time) until `n` calls of this kind were made.
@@ -159,12 +159,14 @@ impl FaultyStore {
         call: Call,
         op: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        // Read before the call is recorded: a release the test makes once it sees the call is a later one.
+        let stalled = *self.released.borrow();
         match self.take(call) {
             None | Some(Fault::Pass) => op.await,
             Some(Fault::Stall) => {
                 let mut released = self.released.subscribe();
                 released
-                    .wait_for(|open| *open)
+                    .wait_for(|generation| *generation > stalled)
                     .await
                     .expect("the store lives");
                 op.await
@@ -274,6 +276,16 @@ impl JobStore for FaultyStore {
 
     async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
         self.through(Call::Get, self.inner.read_job(id, now)).await
+    }
+
+    async fn find_job(
+        &self,
+        owner: &Owner,
+        key: &IdempotencyKey,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        self.through(Call::Get, self.inner.find_job(owner, key, now))
+            .await
     }
 
     async fn list_jobs(

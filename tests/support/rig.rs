@@ -14,11 +14,11 @@ use onejob::engine::Engine;
 use onejob::metrics::Metrics;
 use onejob::providers::ProviderConfig;
 use onejob::providers::keys::ProviderKeys;
-use onejob::queue::Delivery;
 use onejob::queue::local::LocalQueue;
+use onejob::queue::{Delivery, Message};
 use onejob::startup;
 use onejob::store::JobStore;
-use onejob::worker::{Processed, process_attempt};
+use onejob::worker::{Processed, process_attempt, process_message};
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
@@ -78,9 +78,16 @@ impl Rig {
 
     /// Creates a summarize job on the chain primary → fallback; returns it and its dispatched message.
     pub async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
+        let (job, sent) = self.create_sent(key).await;
+        (job, sent.attempt)
+    }
+
+    /// [`Rig::create`], with the message as the engine sent it (naming the attempt's provider).
+    pub async fn create_sent(&mut self, key: &str) -> (Job, Message) {
         let new = self.intent(key);
         let job = self.engine.create_job(new).await.unwrap().job().clone();
-        (job, self.next_message())
+        let sent = self.queue.try_recv().expect("a dispatched message");
+        (job, sent.message)
     }
 
     /// The intent [`Rig::create`] sends: a summarize job on the chain primary → fallback, under `key`.
@@ -117,6 +124,21 @@ impl Rig {
             .expect("the queue is open")
             .message
             .attempt
+    }
+
+    /// The next message as the engine sent it (naming the attempt's provider), waiting for it.
+    pub async fn sent(&mut self) -> Message {
+        tokio::time::timeout(StdDuration::from_secs(20), self.queue.recv())
+            .await
+            .expect("a message in time")
+            .expect("the queue is open")
+            .message
+    }
+
+    /// Runs the step for a message as the engine sent it, in the background.
+    pub fn process_sent_in_background(&self, message: &Message) -> JoinHandle<Processed> {
+        let (engine, message) = (self.engine.clone(), message.clone());
+        tokio::spawn(async move { process_message(&engine, &message, None).await.unwrap() })
     }
 
     pub fn no_message(&mut self) -> bool {
@@ -169,7 +191,7 @@ impl Rig {
 
     pub async fn cancel_attempt(&self, job: &Job, number: u32) -> Job {
         self.engine
-            .cancel_attempt(&self.owner, &job.id, number)
+            .cancel_attempt(&self.owner, &job.id, number, None)
             .await
             .unwrap()
     }

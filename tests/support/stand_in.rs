@@ -57,6 +57,9 @@ pub enum Reply {
     Prose(&'static str),
     /// 200 with this JSON as the answer, reporting 1 prompt token (it read a fraction of the prompt).
     Truncated(Value),
+    /// 200 with a summary that quotes the `Authorization` header it was sent, padded to this many characters
+    /// (longer than the contract allows: the check's message quotes it).
+    EchoKey(usize),
     /// 200 with this JSON as the answer, reporting a prompt token for every this many bytes of what it was sent
     /// (an honest count of text that packs many bytes a token: separator lines, runs of spaces).
     Packed(Value, u64),
@@ -246,6 +249,19 @@ async fn respond(
         Reply::Answer(output) => Json(answer(wire, Answer::Json(output), honest)).into_response(),
         Reply::Prose(text) => Json(answer(wire, Answer::Prose(text), honest)).into_response(),
         Reply::Truncated(output) => Json(answer(wire, Answer::Json(output), 1)).into_response(),
+        Reply::EchoKey(width) => {
+            let sent = headers_of(&script)["authorization"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let summary = format!("{sent:<width$}");
+            Json(answer(
+                wire,
+                Answer::Json(json!({"summary": summary})),
+                honest,
+            ))
+            .into_response()
+        }
         Reply::Packed(output, bytes) => {
             Json(answer(wire, Answer::Json(output), honest.div_ceil(bytes))).into_response()
         }
@@ -275,6 +291,16 @@ async fn respond(
             Json(answer(wire, Answer::Json(output), honest)).into_response()
         }
     }
+}
+
+/// The headers of the last call the stand-in received.
+fn headers_of(script: &Script) -> HeaderMap {
+    let calls = script.calls.borrow();
+    calls
+        .last()
+        .expect("the call being answered")
+        .headers
+        .clone()
 }
 
 /// A server that reads each request and closes the connection without a word: the request was sent, no answer

@@ -65,6 +65,8 @@ pub enum JobsCommand {
     },
     /// Show a job.
     Get { id: String },
+    /// Show the job your idempotency key names (for a client that kept the key and lost the rest); exit 1 if none.
+    Find { key: String },
     /// List your jobs, newest first.
     List {
         /// Only jobs with this status.
@@ -73,8 +75,12 @@ pub enum JobsCommand {
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
-    /// Cancel a job (idempotent).
-    Cancel { id: String },
+    /// Cancel a job (idempotent; sent under one key per invocation unless --key names one).
+    Cancel {
+        id: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
     /// Follow a job live until it is settled (nothing can change its outcome any more).
     Watch { id: String },
     /// Show a job's completion events and where each delivery stands.
@@ -97,14 +103,27 @@ pub enum EndpointCommand {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum AttemptsCommand {
-    /// Queue a new attempt by hand (on --provider, else the next untried provider of the chain).
+    /// Queue a new attempt by hand (on --provider, else the next untried provider of the chain). Sent under one
+    /// key per invocation (a UUIDv7) unless --key names one, and retried with it: it queues one attempt.
     Retry {
         job: String,
         #[arg(long)]
         provider: Option<String>,
+        #[arg(long)]
+        key: Option<String>,
     },
-    /// Resolve a live attempt out of band; failover follows.
-    Cancel { job: String, number: u32 },
+    /// Resolve a live attempt out of band; failover follows (one key per invocation unless --key names one).
+    Cancel {
+        job: String,
+        number: u32,
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+/// The key a caller's write is sent under: the one named, else one of this invocation's own.
+fn key_or_new(key: Option<String>) -> String {
+    key.unwrap_or_else(onejob::client::new_key)
 }
 
 impl Remote {
@@ -194,6 +213,16 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
             remote.print(&client.get_job(&id).await?);
             Ok(0)
         }
+        JobsCommand::Find { key } => match client.find_job(&key).await? {
+            Some(job) => {
+                remote.print(&job);
+                Ok(0)
+            }
+            None => {
+                eprintln!("no job of yours has the key {key:?}");
+                Ok(1)
+            }
+        },
         JobsCommand::List { status, limit } => {
             let page = client.list_jobs(status, limit).await?;
             if remote.json {
@@ -203,8 +232,8 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
             }
             Ok(0)
         }
-        JobsCommand::Cancel { id } => {
-            remote.print(&client.cancel_job(&id).await?);
+        JobsCommand::Cancel { id, key } => {
+            remote.print(&client.cancel_job(&id, &key_or_new(key)).await?);
             Ok(0)
         }
         JobsCommand::Watch { id } => Ok(watch(&client, &id, remote.json).await?),
@@ -248,10 +277,16 @@ pub async fn endpoint(command: EndpointCommand, remote: &Remote) -> Result<u8, C
 pub async fn attempts(command: AttemptsCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;
     let answer = match command {
-        AttemptsCommand::Retry { job, provider } => {
-            client.add_attempt(&job, provider.as_deref()).await?
+        AttemptsCommand::Retry { job, provider, key } => {
+            client
+                .add_attempt(&job, provider.as_deref(), &key_or_new(key))
+                .await?
         }
-        AttemptsCommand::Cancel { job, number } => client.cancel_attempt(&job, number).await?,
+        AttemptsCommand::Cancel { job, number, key } => {
+            client
+                .cancel_attempt(&job, number, &key_or_new(key))
+                .await?
+        }
     };
     if remote.json || answer.get("attempts").is_none() {
         println!("{answer:#}");

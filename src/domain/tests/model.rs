@@ -60,6 +60,7 @@ fn apply(job: &mut Job, step: &Step, stamp: &Stamp, winners: &mut usize) -> Resu
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
     #[test]
     fn no_sequence_of_transitions_breaks_the_invariants(steps in prop::collection::vec(arb_step(), 0..40)) {
         let mut job = job();
@@ -88,7 +89,7 @@ proptest! {
             if outcome.is_err() || before.is_final() {
                 prop_assert_eq!(&job, &before, "a refusal, or a write on a final job, changed it");
             }
-            last = Some((step, stamp, outcome, job.clone()));
+            last = Some((step.clone(), stamp, outcome, job.clone()));
             let live = job.attempts.iter().filter(|a| a.state.is_live()).count();
             prop_assert!(live <= 1, "{} live attempts", live);
             let succeeded = job.attempts.iter().filter(|a| a.state == AttemptState::Succeeded).count();
@@ -100,6 +101,12 @@ proptest! {
                 "a queued attempt in a succeeded job");
             if before.completed_by.is_some() {
                 prop_assert_eq!(&job.result, &before.result, "a result was replaced");
+            }
+            // Invariant 14: a job that stays settled with the same outcome keeps its settle (its event id).
+            if let (Some(was), Some(is)) = (before.settles_at(), job.settles_at())
+                && before.status() == job.status()
+            {
+                prop_assert_eq!(was, is, "{:?} moved the settle of a {:?} job", step, job.status());
             }
         }
     }

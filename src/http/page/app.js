@@ -310,9 +310,13 @@ function render(job, limits = providerTimeouts ?? new Map()) {
     : job.error ? `${job.error.code}: ${job.error.message}` : "—";
 }
 
+/** How many attempts the job had when its actions were last shown: part of each action's key. */
+let shownAttempts = 0;
+
 /** What a person can do about the job now, each a plain API call whose result is shown and then seen on the
  * timeline (the long poll brings the change). */
 function renderActions(job) {
+  shownAttempts = job.attempts.length;
   const live = job.attempts.find((a) => ["queued", "started", "unknown"].includes(a.state));
   const open = !["succeeded", "cancelled"].includes(job.status);
   const stop = $("action-stop");
@@ -329,9 +333,12 @@ function renderActions(job) {
   }
 }
 
+/** Each action is one intent: its `Idempotency-Key` names the action, what it asks and the job as the person saw
+ * it, so a double click acts once, and the same button after the job moved on is a new intent. */
 async function act(label, path, body) {
   const id = $("job-title").textContent;
-  const answer = await api(`/v1/jobs/${id}${path}`, { method: "POST", body });
+  const key = `page:${id}${path}:${body?.provider ?? ""}:after-${shownAttempts}`;
+  const answer = await api(`/v1/jobs/${id}${path}`, { method: "POST", body, headers: { "Idempotency-Key": key } });
   $("action-result").textContent = answer.status < 300
     ? `${label}: done (HTTP ${answer.status})`
     : `${label}: HTTP ${answer.status} · ${answer.body?.code}: ${answer.body?.detail}`;

@@ -15,8 +15,8 @@ use super::item::{
 use super::update::{Sweep, Update};
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover, Job,
-    JobCancel, JobId, NewJob, Owner, ProviderName, Stamp, Timestamp,
+    AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover,
+    IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Stamp, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 
@@ -104,6 +104,22 @@ impl JobStore for DynamoStore {
         let decoded = decode_item(&item)?;
         let job = &decoded.job;
         if job.id != *id || job.is_expired(now) {
+            return Ok(None);
+        }
+        Ok(Some(self.with_input(decoded).await?.job))
+    }
+
+    async fn find_job(
+        &self,
+        owner: &Owner,
+        key: &IdempotencyKey,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        let Some(item) = self.get(&JobId::intent_of(owner, key)).await? else {
+            return Ok(None);
+        };
+        let decoded = decode_item(&item)?;
+        if decoded.job.owner != *owner || decoded.job.is_expired(now) {
             return Ok(None);
         }
         Ok(Some(self.with_input(decoded).await?.job))

@@ -9,7 +9,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S, B, S | the intent (the fingerprint's 32 bytes; its hex text on items written before) |
 //! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
@@ -153,6 +153,10 @@ struct AttemptItem {
     origin: Option<WriteToken>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     writer: Option<WriteToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request: Option<WriteToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cancelled_by: Option<WriteToken>,
 }
 
 /// The result slot: taken once, by a result (`attempt` > 0) or by the job's cancel (`attempt` 0).
@@ -403,6 +407,8 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         report: a.report.clone(),
         origin: a.origin.clone(),
         writer: a.writer.clone(),
+        request: a.request.clone(),
+        cancelled_by: a.cancelled_by.clone(),
     }
 }
 
@@ -459,6 +465,8 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
             report: a.report,
             origin: a.origin,
             writer: a.writer,
+            request: a.request,
+            cancelled_by: a.cancelled_by,
         });
     }
     attempts.sort_by_key(|a| a.number);

@@ -11,8 +11,8 @@ use super::rows::{
 };
 use super::{SqliteError, SqliteStore};
 use crate::domain::{
-    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, Job, JobCancel, JobId,
-    JobStatus, NewJob, Owner, ProviderName, Stamp, Timestamp,
+    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, IdempotencyKey, Job,
+    JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Stamp, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
 
@@ -56,6 +56,17 @@ impl JobStore for SqliteStore {
     async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
         let id = id.clone();
         self.read(move |conn| Ok(load_job(conn, &id, now)?.map(|(_, job)| job)))
+            .await
+    }
+
+    async fn find_job(
+        &self,
+        owner: &Owner,
+        key: &IdempotencyKey,
+        now: Timestamp,
+    ) -> Result<Option<Job>, StoreError> {
+        let (owner, key) = (owner.clone(), key.clone());
+        self.read(move |conn| job_for_key(conn, &owner, &key, now))
             .await
     }
 

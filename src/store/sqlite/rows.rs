@@ -17,7 +17,8 @@ pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, c
 pub(super) const JOB_ROW: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by, seq";
 pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
-                               finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of";
+                               finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of, \
+                               request, cancelled_by";
 
 /// The condition that finds the job whose id is parameter `p`, through `jobs_by_id`: that index is ordered by how
 /// the id ends — `_` and its job's creation time in base 36 (`substr(id, 37)`; empty for the ids from before
@@ -161,7 +162,7 @@ pub(super) fn write_back(
                 let changed = tx.prepare_cached(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
-                                         writer = ?9, not_before = ?13 \
+                                         writer = ?9, not_before = ?13, cancelled_by = ?14 \
                      WHERE job = ?10 AND number = ?11 AND state = ?12")?
         .execute(params![
                         attempt.state.as_str(),
@@ -177,6 +178,7 @@ pub(super) fn write_back(
                         attempt.number,
                         old.state.as_str(),
                         attempt.not_before.map(|t| t.timestamp_millis()),
+                        attempt.cancelled_by.as_ref().map(WriteToken::as_str),
                     ])?;
                 if changed != 1 {
                     return Err(SqliteError::GuardFailed("attempts").into());
@@ -190,7 +192,7 @@ pub(super) fn write_back(
 
 fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"))?
         .execute(params![
             seq,
             a.number,
@@ -208,6 +210,8 @@ fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), Sto
             a.writer.as_ref().map(WriteToken::as_str),
             a.not_before.map(|t| t.timestamp_millis()),
             a.retry_of,
+            a.request.as_ref().map(WriteToken::as_str),
+            a.cancelled_by.as_ref().map(WriteToken::as_str),
         ])?;
     Ok(())
 }
@@ -361,6 +365,8 @@ struct AttemptRow {
     writer: Option<String>,
     not_before: Option<i64>,
     retry_of: Option<u32>,
+    request: Option<String>,
+    cancelled_by: Option<String>,
 }
 
 impl AttemptRow {
@@ -381,6 +387,8 @@ impl AttemptRow {
             writer: row.get(12)?,
             not_before: row.get(13)?,
             retry_of: row.get(14)?,
+            request: row.get(15)?,
+            cancelled_by: row.get(16)?,
         })
     }
 
@@ -404,6 +412,8 @@ impl AttemptRow {
             retry_of: self.retry_of,
             origin: self.origin.as_deref().map(token).transpose()?,
             writer: self.writer.as_deref().map(token).transpose()?,
+            request: self.request.as_deref().map(token).transpose()?,
+            cancelled_by: self.cancelled_by.as_deref().map(token).transpose()?,
         })
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::SqliteError;
-use super::rows::{ATTEMPT_COLUMNS, JOB_COLUMNS, id_is};
+use super::rows::{JOB_COLUMNS, id_is};
 use crate::store::StoreError;
 
 /// The tables of a new file. A job's attempts name it by `seq`, the job's row number, which grows with each new
@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     writer           TEXT,
     not_before       INTEGER,
     retry_of         INTEGER,
+    request          TEXT,
+    cancelled_by     TEXT,
     PRIMARY KEY (job, number)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS qualifications (
@@ -186,14 +188,25 @@ fn schema_5_to_6(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     set_aside(tx, "v5")?;
     tx.execute_batch(&format!(
         "INSERT INTO jobs (seq, status, {JOB_COLUMNS}) SELECT seq, status, {JOB_COLUMNS} FROM jobs_v5;
-         INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) SELECT job, {ATTEMPT_COLUMNS} FROM attempts_v5;
+         INSERT INTO attempts (job, {V5_ATTEMPT_COLUMNS}) SELECT job, {V5_ATTEMPT_COLUMNS} FROM attempts_v5;
          DROP TABLE attempts_v5;
          DROP TABLE jobs_v5;"
     ))
 }
 
+/// The columns an attempt had from version 5 to 7.
+const V5_ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
+                                  finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of";
+
+/// What version 8 added to version 7: the caller's request a manual attempt served, and the cancel that cancelled
+/// an attempt by hand (`Idempotency-Key` on those calls).
+const SCHEMA_7_TO_8: &str = "
+ALTER TABLE attempts ADD COLUMN request TEXT;
+ALTER TABLE attempts ADD COLUMN cancelled_by TEXT;
+";
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -206,7 +219,13 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             tx.execute_batch(INDEXES)?;
             tx.execute_batch(EVENTS)?;
         }
-        1..=6 => from_before_events(&tx, version)?,
+        // Up to version 5 the tables are made again, as they are now; versions 6 and 7 gain version 8's columns.
+        1..=5 => from_before_events(&tx, version)?,
+        6 => {
+            from_before_events(&tx, version)?;
+            tx.execute_batch(SCHEMA_7_TO_8)?;
+        }
+        7 => tx.execute_batch(SCHEMA_7_TO_8)?,
         SCHEMA_VERSION => {}
         newer => {
             return Err(SqliteError::Corrupt(

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::Duration;
+use onejob::domain::event::event_id;
 use onejob::domain::{
     AttemptRef, AttemptState, CallReport, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job,
-    JobId, JobStatus, NewJob, Owner, ProviderName, Refusal, Stamp, Timestamp,
+    JobId, JobStatus, NewJob, Owner, ProviderName, Refusal, Stamp, Timestamp, WriteToken,
 };
 use onejob::store::{CreateOutcome, JobStore, ListQuery, StoreError};
 use proptest::prelude::*;
@@ -61,15 +62,18 @@ enum Write {
         attempt: u32,
         qualified: u8,
     },
+    /// `keyed`: sent under one of a few `Idempotency-Key`s, so that sequences send one twice, or reuse a key.
     CancelAttempt {
         key: usize,
         attempt: u32,
         qualified: u8,
+        keyed: Option<u8>,
     },
     Retry {
         key: usize,
         provider: Option<usize>,
         qualified: u8,
+        keyed: Option<u8>,
     },
     CancelJob {
         key: usize,
@@ -103,10 +107,10 @@ fn write() -> impl Strategy<Value = Write> {
         3 => (key.clone(), attempt.clone()).prop_map(|(key, attempt)| Write::Complete { key, attempt }),
         2 => (key.clone(), attempt.clone(), mask.clone())
             .prop_map(|(key, attempt, qualified)| Write::Fail { key, attempt, qualified }),
-        1 => (key.clone(), attempt.clone(), mask.clone())
-            .prop_map(|(key, attempt, qualified)| Write::CancelAttempt { key, attempt, qualified }),
-        1 => (key.clone(), proptest::option::of(0..PROVIDERS.len()), mask)
-            .prop_map(|(key, provider, qualified)| Write::Retry { key, provider, qualified }),
+        1 => (key.clone(), attempt.clone(), mask.clone(), proptest::option::of(0..2u8))
+            .prop_map(|(key, attempt, qualified, keyed)| Write::CancelAttempt { key, attempt, qualified, keyed }),
+        2 => (key.clone(), proptest::option::of(0..PROVIDERS.len()), mask, proptest::option::of(0..2u8))
+            .prop_map(|(key, provider, qualified, keyed)| Write::Retry { key, provider, qualified, keyed }),
         1 => key.clone().prop_map(|key| Write::CancelJob { key }),
         1 => (key, attempt).prop_map(|(key, attempt)| Write::Redispatch { key, attempt }),
     ]
@@ -200,6 +204,7 @@ async fn on_store(
             key,
             attempt,
             qualified,
+            ..
         } => answer(
             &store
                 .cancel_attempt(owner, &model.id(key), attempt, &failover(qualified), stamp)
@@ -209,6 +214,7 @@ async fn on_store(
             key,
             provider: p,
             qualified,
+            ..
         } => answer(
             &store
                 .add_attempt(
@@ -263,7 +269,7 @@ async fn step(store: &FaultyStore, model: &mut Model, op: &Op) {
     if !same_ms {
         model.now += Duration::milliseconds(1);
     }
-    let stamp = Stamp::fresh(model.now);
+    let stamp = stamp_of(model, write);
     if let Some(fault) = fault {
         // Before the write nothing happens; after it, the write lands and its answer is lost. Either way the
         // caller sees a failure, and repeats the write with the same token (below): it must answer as the write
@@ -290,11 +296,53 @@ async fn step(store: &FaultyStore, model: &mut Model, op: &Op) {
     assert_eq!(stored.as_ref(), model.live(key), "{op:?}: the stored job");
     if let Some(job) = &stored {
         check_invariants(job);
+        one_settle_one_event(model, job, op);
         assert_eq!(
             listed_status(store, model, job).await,
             job.status(),
             "{op:?}: the listing's status"
         );
+    }
+}
+
+/// The stamp of a write: a fresh token, or for a caller's write under an `Idempotency-Key` the request's own (a
+/// manual attempt keeps it apart from its token, as the engine does; a cancel's token is the request's).
+fn stamp_of(model: &Model, write: &Write) -> Stamp {
+    let fresh = Stamp::fresh(model.now);
+    let request = |key: usize, keyed: u8, asked: String| {
+        let idempotency_key = IdempotencyKey::parse(&format!("click-{keyed}")).unwrap();
+        WriteToken::for_request(&model.owner, &model.id(key), &idempotency_key, &asked)
+    };
+    match *write {
+        Write::Retry {
+            key,
+            provider: p,
+            keyed: Some(keyed),
+            ..
+        } => fresh.serving(Some(request(key, keyed, format!("attempt {p:?}")))),
+        Write::CancelAttempt {
+            key,
+            attempt,
+            keyed: Some(keyed),
+            ..
+        } => Stamp::new(
+            request(key, keyed, format!("cancel attempt {attempt}")),
+            model.now,
+        ),
+        _ => fresh,
+    }
+}
+
+/// Invariant 14: while a job stays settled with the same outcome, its settle (and so its event id) stays where it
+/// was, whatever is written to it; a new settle comes only with a new outcome or after the job was open again.
+fn one_settle_one_event(model: &mut Model, job: &Job, op: &Op) {
+    let now = (job.status(), job.settles_at());
+    match (model.settles.insert(job.id.clone(), now), now) {
+        (Some((status, Some(before))), (same, Some(after))) if status == same => {
+            assert_eq!(before, after, "{op:?}: the settle of {:?} moved", job.id);
+            assert_eq!(event_id(job, before), event_id(job, after));
+        }
+        _ => {}
     }
 }
 
@@ -386,6 +434,7 @@ pub async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>) 
                 owner: Owner::parse(&format!("model-{n}")).unwrap(),
                 jobs: BTreeMap::new(),
                 now: at(0),
+                settles: BTreeMap::new(),
             };
             runtime.block_on(async {
                 for op in &ops {

@@ -9,6 +9,8 @@ pub(super) struct Model {
     pub(super) owner: Owner,
     pub(super) jobs: BTreeMap<usize, Job>,
     pub(super) now: Timestamp,
+    /// Each job's outcome and settle as last seen (invariant 14).
+    pub(super) settles: BTreeMap<JobId, (JobStatus, Option<Timestamp>)>,
 }
 
 impl Model {
@@ -152,6 +154,7 @@ pub(super) fn on_model(model: &mut Model, write: &Write, stamp: &Stamp) -> (usiz
             key,
             attempt,
             qualified,
+            ..
         } => (
             key,
             model.apply(key, |j| {
@@ -163,6 +166,7 @@ pub(super) fn on_model(model: &mut Model, write: &Write, stamp: &Stamp) -> (usiz
             key,
             provider: p,
             qualified,
+            ..
         } => (
             key,
             model.apply(key, |j| {

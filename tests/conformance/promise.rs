@@ -1,0 +1,505 @@
+//! The promise kept in the features added last (invariants 14–16), on every store: one settle makes one event id
+//! whatever its orphaned attempts do; a breaker or a standing moves only on evidence no owner's inputs make; an
+//! answer the worker holds is written first and heard while its time-out is written; a job waiting on a breaker is
+//! not charged a try; a cancelled attempt's answer is in time by when it came.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use onejob::clock::Clock;
+use onejob::domain::{AttemptState, ErrorInfo, JobStatus, Owner, ProviderName, Standing};
+use onejob::store::JobStore;
+use onejob::worker::Processed;
+use onejob::worker::sweeper::sweep;
+use serde_json::{Value, json};
+
+use crate::support::faulty::{Call, Fault, FaultyStore};
+use crate::support::record_qualified;
+use crate::support::rig::Rig;
+use crate::support::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, openai};
+
+fn summary(text: &str) -> Value {
+    json!({"summary": text})
+}
+
+/// A stand-in that holds each call until its gate opens.
+async fn held_twice() -> (Gate, Gate, StandIn) {
+    let (first, second) = (Gate::new(), Gate::new());
+    let stand_in = StandIn::spawn(
+        vec![Reply::Held(first.clone()), Reply::Held(second.clone())],
+        Reply::Answer(summary("unused")),
+    )
+    .await;
+    (first, second, stand_in)
+}
+
+/// Invariant 14. Attempt 1 is cancelled by hand while it runs, attempt 2 (the failover) is claimed, then attempt
+/// 1's late answer wins: the job succeeds, and its event goes out. Attempt 2, orphaned, then times out and is
+/// cancelled by hand: neither write settles the job again, so the endpoint hears one event id, once.
+pub async fn one_settle_is_one_event_whatever_its_orphan_does(store: Arc<dyn JobStore>) {
+    let receiver = StandIn::answering(summary("heard")).await;
+    let (first, _, primary) = held_twice().await;
+    let (_, orphan, fallback) = held_twice().await;
+    let mut rig = Rig::configured(
+        store,
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+        |config| config.allow_private_endpoints = true,
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let owner = Owner::parse("alice").unwrap();
+    let url = format!("{}/chat/completions", receiver.base_url());
+    let url = rig.engine.check_endpoint(&url).await.unwrap();
+    rig.engine.put_endpoint(&owner, url).await.unwrap();
+
+    let (job, message) = rig.create("orphan").await;
+    let one = rig.process_in_background(&message);
+    primary.received(1).await;
+    rig.cancel_attempt(&job, 1).await;
+    let to_fallback = rig.next_message();
+    let two = rig.process_in_background(&to_fallback);
+    fallback.received(1).await;
+    first.open(summary("A, late"));
+    assert_eq!(one.await.unwrap(), Processed::Succeeded);
+    let won = rig.job(&job).await;
+    assert_eq!(
+        (
+            won.status(),
+            won.completed_by,
+            won.attempt(2).unwrap().state
+        ),
+        (JobStatus::Succeeded, Some(1), AttemptState::Started)
+    );
+    assert_eq!(rig.engine.deliver_due().await.unwrap(), 1);
+
+    // The orphan times out (its late window passes with nothing), then is cancelled by hand.
+    rig.advance(TIMEOUT_MS);
+    rig.until(&job, |j| {
+        j.attempt(2).unwrap().state == AttemptState::Unknown
+    })
+    .await;
+    assert_eq!(rig.engine.deliver_due().await.unwrap(), 0);
+    rig.advance(LATE_MS);
+    assert_eq!(two.await.unwrap(), Processed::Unknown);
+    rig.cancel_attempt(&job, 2).await;
+    orphan.open(summary("B, later still"));
+    rig.advance(60_000);
+    assert_eq!(rig.engine.deliver_due().await.unwrap(), 0);
+    let ids: BTreeSet<String> = receiver
+        .calls()
+        .iter()
+        .map(|c| c.body["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!((receiver.call_count(), ids.len()), (1, 1), "{ids:?}");
+    assert_eq!(
+        receiver.calls()[0].body["job"]["status"],
+        "succeeded",
+        "the settle's own status"
+    );
+}
+
+/// Invariant 15: refusals the request caused (a 400, a 422) describe the input, not the provider: however many
+/// one owner sends, the shared breaker stays closed and another owner's job is called. Keys the provider refuses
+/// (401) describe the deployment: five of them open it.
+pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobStore>) {
+    let refusing = StandIn::spawn(
+        vec![Reply::Status(400, "bad input"); 4]
+            .into_iter()
+            .chain(vec![Reply::Status(422, "unprocessable"); 4])
+            .collect(),
+        Reply::Answer(summary("A")),
+    )
+    .await;
+    let unused = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store.clone(),
+        openai(refusing.base_url()),
+        openai(unused.base_url()),
+    );
+    let primary = ProviderName::parse("primary").unwrap();
+    for i in 0..8 {
+        let (job, message) = rig.create(&format!("refused-{i}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed);
+        let error = rig
+            .job(&job)
+            .await
+            .attempt(1)
+            .unwrap()
+            .error
+            .clone()
+            .unwrap();
+        assert_eq!(error.code, "provider_refused");
+    }
+    let (breaker, _) = store.breaker(&primary).await.unwrap();
+    assert!(breaker.is_clean(), "{breaker:?}");
+    let (job, message) = rig.create("next").await;
+    assert_eq!(rig.process(&message).await, Processed::Succeeded);
+    assert_eq!(rig.job(&job).await.completed_by, Some(1));
+    assert_eq!(refusing.call_count(), 9);
+
+    let unauthorized = StandIn::spawn(vec![], Reply::Status(401, "invalid api key")).await;
+    let mut rig = Rig::new(
+        store.clone(),
+        openai(unauthorized.base_url()),
+        openai(unused.base_url()),
+    );
+    for i in 0..5 {
+        let (_, message) = rig.create(&format!("unauthorized-{i}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed);
+    }
+    let (breaker, _) = store.breaker(&primary).await.unwrap();
+    assert_eq!(breaker.trips, 1, "{breaker:?}");
+}
+
+/// Invariant 15: one owner's inputs make a qualified fallback answer in prose three times. That is suspicion, not
+/// proof: the fallback keeps its standing and another owner's job fails over to it; the sweeper qualifies it
+/// again on the contract's own samples, and only their failure takes the standing away.
+pub async fn production_breaches_only_suspect_and_the_samples_decide(store: Arc<dyn JobStore>) {
+    let down = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
+    let prose = Reply::Prose("Sure! Here is a summary, in prose as you asked.");
+    let mut replies = vec![prose.clone(); 3];
+    // Bob's job gets a good answer; then the nine runs of the requalification answer in prose.
+    replies.push(Reply::Answer(summary("B")));
+    let fallback = StandIn::spawn(replies, prose).await;
+    let mut rig = Rig::configured(
+        store,
+        openai(down.base_url()),
+        openai(fallback.base_url()),
+        |config| {
+            config.requalify_stale = true;
+            config.breaker_threshold = 0;
+        },
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let standing = |rig: &Rig| {
+        let engine = rig.engine.clone();
+        async move {
+            let contract = onejob::domain::ContractRef::parse("summarize@1").unwrap();
+            let fallback = ProviderName::parse("fallback").unwrap();
+            let evidence = engine.qualification(&contract, &fallback).await.unwrap();
+            let now = engine.clock.now();
+            (
+                Standing::of(
+                    evidence.as_ref(),
+                    now,
+                    engine.settings.qualification_max_age,
+                ),
+                evidence,
+            )
+        }
+    };
+    for i in 0..3 {
+        let (job, message) = rig.create(&format!("prose-{i}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed);
+        let to_fallback = rig.next_message();
+        assert_eq!(rig.process(&to_fallback).await, Processed::Failed);
+        let failed = rig.job(&job).await;
+        assert_eq!(
+            failed.attempt(2).unwrap().error.as_ref().unwrap().code,
+            "output_not_json"
+        );
+    }
+    let (now, evidence) = standing(&rig).await;
+    assert_eq!(now, Standing::Qualified);
+    let suspicion = evidence.unwrap().suspected.unwrap();
+    assert_eq!(suspicion.reason.code, "contract_broken");
+    assert_eq!(suspicion.attempts.len(), 3);
+
+    let bob = Owner::parse("bob").unwrap();
+    let intent = onejob::domain::NewJob {
+        owner: bob.clone(),
+        ..rig.intent("bob")
+    };
+    let job = rig.engine.create_job(intent).await.unwrap().job().clone();
+    let first = rig.next_message();
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let to_fallback = rig.next_message();
+    assert_eq!(rig.process(&to_fallback).await, Processed::Succeeded);
+    let done = rig.engine.get_job(&bob, &job.id).await.unwrap().unwrap();
+    assert_eq!(
+        done.completed_by,
+        Some(2),
+        "another owner still fails over to it"
+    );
+
+    let swept = sweep(&rig.engine, None).await.unwrap();
+    assert_eq!(swept.requalified, 1);
+    let (now, evidence) = standing(&rig).await;
+    assert_eq!(now, Standing::Failed, "{evidence:?}");
+    assert_eq!(fallback.call_count(), 4 + 9);
+}
+
+/// A note on evidence is a compare-and-swap on the evidence as read: a strike made on an old pass never
+/// overwrites a qualification that failed meanwhile.
+pub async fn a_note_on_old_evidence_never_overwrites_a_newer_qualification(
+    store: Arc<dyn JobStore>,
+) {
+    let unused = StandIn::answering(summary("A")).await;
+    let rig = Rig::new(
+        store.clone(),
+        openai(unused.base_url()),
+        openai(unused.base_url()),
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let contract = onejob::domain::ContractRef::parse("summarize@1").unwrap();
+    let fallback = ProviderName::parse("fallback").unwrap();
+    let passed = rig
+        .engine
+        .qualification(&contract, &fallback)
+        .await
+        .unwrap()
+        .unwrap();
+    let bad = ErrorInfo::new("output_invalid", "extra key");
+    let mut struck = passed.clone();
+    assert!(struck.observe("job_1#1", None, Some(&bad), rig.clock.now()));
+    assert!(store.replace_qualification(&passed, &struck).await.unwrap());
+    let mut again = passed.clone();
+    again.observe("job_2#1", None, Some(&bad), rig.clock.now());
+    assert!(
+        !store.replace_qualification(&passed, &again).await.unwrap(),
+        "the stored evidence is no longer what this writer read"
+    );
+    let failed = onejob::domain::Qualification {
+        passed: false,
+        strikes: Vec::new(),
+        ..passed.clone()
+    };
+    store.put_qualification(&failed).await.unwrap();
+    let mut late = struck.clone();
+    late.observe("job_3#1", None, Some(&bad), rig.clock.now());
+    assert!(!store.replace_qualification(&struck, &late).await.unwrap());
+    let stored = rig
+        .engine
+        .qualification(&contract, &fallback)
+        .await
+        .unwrap();
+    assert_eq!(stored, Some(failed));
+}
+
+/// Invariant 16: after the timeout the step writes the attempt `unknown` while it goes on listening. A store
+/// that stalls that write (a held write lock, a throttled table) never keeps the answer that comes meanwhile from
+/// being heard and written.
+pub async fn an_answer_that_comes_while_the_time_out_write_stalls_is_kept(
+    store: Arc<dyn JobStore>,
+) {
+    let (gate, _, primary) = held_twice().await;
+    let unused = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(store, vec![(Call::MarkUnknown, Fault::Stall)]);
+    let mut rig = Rig::new(
+        faulty.clone(),
+        openai(primary.base_url()),
+        openai(unused.base_url()),
+    );
+    let (job, message) = rig.create("stalled").await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    rig.advance(TIMEOUT_MS);
+    faulty.made(Call::MarkUnknown, 1).await;
+    gate.open(summary("A, while the store stalls"));
+    assert_eq!(step.await.unwrap(), Processed::Succeeded);
+    faulty.release();
+    let done = rig
+        .until(&job, |j| j.status() == JobStatus::Succeeded)
+        .await;
+    assert_eq!(done.result, Some(summary("A, while the store stalls")));
+    assert_eq!(primary.call_count(), 1);
+}
+
+/// Invariant 16: a provider's breaker and its evidence are advisory, read and written after the answer: with
+/// either stalled, the answer (a result, a failure and its failover) is already in the store.
+pub async fn the_answer_is_written_before_the_breaker_and_the_ledger(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(
+        vec![Reply::Answer(summary("A"))],
+        Reply::Status(500, "down"),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    // The first breaker read (the admission) passes; the evidence read after the answer stalls.
+    let faulty = FaultyStore::new(store, vec![(Call::Qualification, Fault::Stall)]);
+    let mut rig = Rig::new(
+        faulty.clone(),
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("answered").await;
+    let step = rig.process_in_background(&message);
+    rig.until(&job, |j| j.status() == JobStatus::Succeeded)
+        .await;
+    faulty.made(Call::Qualification, 1).await;
+    assert!(!step.is_finished(), "still stalled on the ledger");
+    faulty.release();
+    assert_eq!(step.await.unwrap(), Processed::Succeeded);
+
+    // A failure is counted on the stored breaker: with that write stalled, the failure and its failover are
+    // written.
+    record_qualified(&rig.engine, "fallback").await;
+    let breaker_writes = faulty.calls(Call::PutBreaker);
+    faulty.plan(&[(Call::PutBreaker, Fault::Stall)]);
+    let (job, message) = rig.create("failed").await;
+    let step = rig.process_in_background(&message);
+    let failed = rig
+        .until(&job, |j| {
+            j.attempts.len() == 2 && j.attempt(1).unwrap().state == AttemptState::Failed
+        })
+        .await;
+    assert_eq!(failed.attempt(2).unwrap().provider.as_str(), "fallback");
+    faulty.made(Call::PutBreaker, breaker_writes + 1).await;
+    assert!(!step.is_finished(), "still stalled on the breaker");
+    faulty.release();
+    assert_eq!(step.await.unwrap(), Processed::Failed);
+}
+
+/// A breaker opens; its probe runs (held). The other jobs on the provider, with nowhere else to go, are not
+/// claimed and not charged a try: their attempts stay queued and their messages come back within the probe's own
+/// timeout. Once the probe answers, each of them is called once and succeeds; none failed
+/// `fallback_not_qualified`.
+pub async fn jobs_waiting_on_a_probe_are_called_once_it_answers(store: Arc<dyn JobStore>) {
+    let probe = Gate::new();
+    let replies = vec![Reply::Status(500, "down"); 5]
+        .into_iter()
+        .chain([Reply::Held(probe.clone())])
+        .collect();
+    let primary = StandIn::spawn(replies, Reply::Answer(summary("A"))).await;
+    let unqualified = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        openai(primary.base_url()),
+        openai(unqualified.base_url()),
+    );
+    for i in 0..5 {
+        let (_, message) = rig.create(&format!("down-{i}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed);
+    }
+    rig.advance(rig.engine.settings.breaker_cooldown.num_milliseconds() as u64);
+    let (probed, probe_message) = rig.create_sent("probe").await;
+    let probing = rig.process_sent_in_background(&probe_message);
+    primary.received(6).await;
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        let (job, message) = rig.create_sent(&format!("waiting-{i}")).await;
+        assert_eq!(
+            rig.process_sent_in_background(&message).await.unwrap(),
+            Processed::Waiting
+        );
+        let queued = rig.job(&job).await;
+        assert_eq!(queued.attempts.len(), 1, "no try charged: {queued:?}");
+        assert_eq!(queued.attempt(1).unwrap().state, AttemptState::Queued);
+        waiting.push(job);
+    }
+    assert_eq!(primary.call_count(), 6);
+    probe.open(summary("the probe's answer"));
+    assert_eq!(probing.await.unwrap(), Processed::Succeeded);
+    assert_eq!(rig.job(&probed).await.completed_by, Some(1));
+    // Within the provider's timeout, the waiting messages come back.
+    rig.advance(TIMEOUT_MS);
+    for _ in &waiting {
+        let message = rig.sent().await;
+        assert_eq!(
+            rig.process_sent_in_background(&message).await.unwrap(),
+            Processed::Succeeded
+        );
+    }
+    for job in &waiting {
+        let done = rig.job(job).await;
+        assert_eq!((done.completed_by, done.attempts.len()), (Some(1), 1));
+    }
+    assert_eq!(primary.call_count(), 10);
+    assert_eq!(unqualified.call_count(), 0);
+}
+
+/// A cancelled attempt's answer that came before its lease ended wins a free slot, even when the store took its
+/// write only after the lease: it is judged by when it came, not by when its write landed.
+pub async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(store: Arc<dyn JobStore>) {
+    let (gate, _, primary) = held_twice().await;
+    let unused = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(store, Vec::new());
+    let mut rig = Rig::new(
+        faulty.clone(),
+        openai(primary.base_url()),
+        openai(unused.base_url()),
+    );
+    let (job, message) = rig.create("cancelled").await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    let cancelled = rig.cancel_attempt(&job, 1).await;
+    assert_eq!(
+        cancelled.status(),
+        JobStatus::Failed,
+        "no qualified fallback"
+    );
+    faulty.plan(&[
+        (Call::Complete, Fault::Before),
+        (Call::Complete, Fault::Before),
+    ]);
+    let completes = faulty.calls(Call::Complete);
+    gate.open(summary("A, in time"));
+    faulty.made(Call::Complete, completes + 2).await;
+    // The store is back only after the lease has ended.
+    rig.advance(rig.engine.lease().num_milliseconds() as u64);
+    assert_eq!(step.await.unwrap(), Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(
+        (done.status(), done.completed_by),
+        (JobStatus::Succeeded, Some(1))
+    );
+    assert!(rig.no_message());
+}
+
+/// A key the provider echoes in its answer is scrubbed from everything onejob derives from the answer: the message
+/// of the check that quotes it (an owner reads it on the attempt) and a result that carries it.
+pub async fn a_key_echoed_in_an_answer_is_scrubbed_from_what_onejob_keeps(
+    store: Arc<dyn JobStore>,
+) {
+    // The stand-ins' key is read from `CARGO_PKG_NAME`: "onejob".
+    let echoing = StandIn::spawn(vec![Reply::EchoKey(2_100)], Reply::EchoKey(0)).await;
+    let unused = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(store, openai(echoing.base_url()), openai(unused.base_url()));
+    let (job, message) = rig.create("echo-invalid").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let failed = rig.job(&job).await;
+    let error = failed.attempt(1).unwrap().error.clone().unwrap();
+    assert_eq!(error.code, "output_invalid");
+    assert!(error.message.contains("Bearer [redacted]"), "{error:?}");
+    assert!(!error.message.contains("Bearer onejob"), "{error:?}");
+    let (job, message) = rig.create("echo-valid").await;
+    assert_eq!(rig.process(&message).await, Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(done.result, Some(summary("Bearer [redacted]")));
+}
+
+/// A prompt of separator lines counts far fewer tokens than a quarter of its bytes. The provider's honest count
+/// is no truncation: the answer is kept, the fallback is not paid, and the report carries a note.
+pub async fn a_prompt_of_separator_lines_is_answered_not_called_truncated(
+    store: Arc<dyn JobStore>,
+) {
+    let packed = StandIn::spawn(vec![], Reply::Packed(summary("A report."), 64)).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        openai(packed.base_url()),
+        openai(fallback.base_url()),
+    );
+    record_qualified(&rig.engine, "fallback").await;
+    let report = format!("{}\nQ3 REPORT\n{}\n", "=".repeat(79), "=".repeat(79)).repeat(40);
+    let intent = onejob::domain::NewJob {
+        input: json!({"text": report}),
+        fingerprint: onejob::domain::Fingerprint::of_value(&json!("separator lines")),
+        ..rig.intent("separators")
+    };
+    let job = rig.engine.create_job(intent).await.unwrap().job().clone();
+    let message = rig.next_message();
+    assert_eq!(rig.process(&message).await, Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(done.completed_by, Some(1));
+    let note = done
+        .attempt(1)
+        .unwrap()
+        .report
+        .as_ref()
+        .and_then(|r| r.note.clone());
+    assert!(
+        note.is_some_and(|n| n.contains("prompt tokens")),
+        "{done:?}"
+    );
+    assert_eq!(fallback.call_count(), 0);
+}
