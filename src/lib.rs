@@ -5,8 +5,9 @@
 //! - [`domain`]: pure types and rules — idempotency keys, job ids, the intent's fingerprint, jobs, attempts and
 //!   every state transition (all in `domain/job.rs`), failover's decision, the writer's stamp. No I/O, no async.
 //!   Start here to learn what the service promises.
-//! - [`store`]: the `JobStore` port (each method one atomic operation) and its adapters; [`store::sqlite`] is the
-//!   embedded default.
+//! - [`store`]: the `JobStore` port (each method one atomic operation), with its `EventStore` (endpoints,
+//!   deliveries) and `ProviderStore` (breakers, qualification evidence) sides, and their adapters;
+//!   [`store::sqlite`] is the embedded default.
 //! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
 //!   input checks, prompt rendering, output checks.
 //! - [`engine`]: the parts an attempt's life touches, and every write of a job's life — the API's, the worker's
@@ -50,6 +51,10 @@
 //! | 11 own writes repeated safely, answers kept, caps | `domain/write.rs`, `engine/mod.rs` (`persist`), `domain/report.rs`, `domain/job.rs` (`MAX_INPUT_BYTES`) |
 //! | 12 settled | `domain/job.rs` (`settles_at`) |
 //! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |
+//! | 14 one settle, one event id | `domain/job.rs` (`settles_at`), `domain/event.rs` (`event_id`) |
+//! | 15 shared state moved only by evidence no owner makes | `providers/mod.rs` (`Reply::provider_failing`), `domain/qualification.rs` (suspicion), `http/providers.rs` (what owners see) |
+//! | 16 an answer outranks timers and advisory writes | `worker/mod.rs` (`call`, `settle`, `advise`) |
+//! | 17 every caller-driven write is one intent | `domain/ids.rs` (`WriteToken::for_request`), `domain/job.rs` (`add_attempt`, `cancel_attempt`) |
 //! | statuses and `code`s of every error | `http/error.rs` |
 //!
 //! The binary `onejob` (in `src/bin/onejob/`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`

@@ -49,8 +49,8 @@ enum Command {
         /// The provider's name in the config.
         #[arg(required_unless_present = "stale")]
         provider: Option<String>,
-        /// Qualify again every pair that passed once and no longer stands (older than
-        /// qualification_max_age_days, or lost in production: another model, broken contracts).
+        /// Qualify again every pair that passed and is suspected in production (another model, broken contracts)
+        /// or older than qualification_max_age_days.
         #[arg(long, conflicts_with_all = ["contract", "provider"])]
         stale: bool,
         /// Runs of each sample input.

@@ -42,8 +42,8 @@ pub async fn run_qualify(
     })
 }
 
-/// `onejob qualify --stale`: every pair whose qualification passed once and no longer stands (too old, or lost in
-/// production) is qualified again. Exit status 0 when all pass (or none needed it), 1 when one fails.
+/// `onejob qualify --stale`: every pair whose qualification passed and that production suspects, or that grew too
+/// old, is qualified again. Exit status 0 when all pass (or none needed it), 1 when one fails.
 pub async fn requalify_stale(runs: u32, ledger: &Ledger) -> Result<ExitCode, CliError> {
     let (engine, place) = ledger.engine().await?;
     let needed = engine.needing_requalification().await?;
@@ -127,10 +127,18 @@ pub async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
                         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 },
             );
-            let problem = row
-                .reason
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |p| format!("{}: {}", p.code, p.message));
+            // The operator's view: what production suspects (other owners' jobs) shows beside the standing.
+            let suspicion = row.evidence.as_ref().and_then(|q| q.suspected.as_ref());
+            let problem = match (&row.reason, suspicion) {
+                (Some(p), _) => format!("{}: {}", p.code, p.message),
+                (None, Some(s)) => format!(
+                    "suspected, to be qualified again ({}): {} [{}]",
+                    s.reason.code,
+                    s.reason.message,
+                    s.attempts.join(", ")
+                ),
+                (None, None) => "-".to_owned(),
+            };
             println!(
                 "{:<16} {:<10} {:<14} {:<12} {:<25} {problem}",
                 name.as_str(),

@@ -188,19 +188,13 @@ async function showProviders() {
   const answer = await api("/v1/providers");
   if (answer.status !== 200) return;
   const rows = answer.body.providers.flatMap((p) => p.contracts.map((c, i) =>
-    el("tr", { dataset: { provider: p.name, contract: c.contract, standing: c.standing, breaker: p.breaker.state } },
+    el("tr", { dataset: { provider: p.name, contract: c.contract, standing: c.standing } },
       el("td", {}, i === 0 ? `${p.name} (${p.kind})` : ""),
-      el("td", {}, i === 0 ? breakerText(p.breaker) : ""),
       el("td", {}, c.contract),
       el("td", {}, el("span", { className: `standing ${c.standing}` }, c.standing)),
       el("td", {}, c.checked_at ? new Date(c.checked_at).toLocaleString() : "—"),
       el("td", {}, c.problem ? `${c.problem.code}: ${c.problem.message}` : ""))));
   $("providers-table").tBodies[0].replaceChildren(...rows);
-}
-
-function breakerText(breaker) {
-  const until = breaker.open_until ? ` until ${new Date(breaker.open_until).toLocaleTimeString()}` : "";
-  return `${breaker.state}${until} · ${breaker.recent_failures} recent failures · opened ${breaker.trips}×`;
 }
 
 // ---- one job, its timeline -----------------------------------------------------------------------------------
