@@ -344,7 +344,24 @@ mod tests {
         }
     }
 
+    fn key_of(value: &str) -> Result<Option<IdempotencyKey>, ApiError> {
+        let mut headers = HeaderMap::new();
+        headers.insert("idempotency-key", value.parse().unwrap());
+        optional_idempotency_key(&headers)
+    }
+
     proptest! {
+        /// A key sent as a Structured Field string (its quotes and backslashes escaped) is the bare key.
+        #[test]
+        fn a_quoted_key_is_the_bare_key(raw in "[!-~]{1,200}") {
+            let quoted = format!("\"{}\"", raw.replace('\\', "\\\\").replace('"', "\\\""));
+            let bare = IdempotencyKey::parse(&raw).unwrap();
+            prop_assert_eq!(key_of(&quoted).unwrap(), Some(bare.clone()));
+            if !raw.starts_with('"') {
+                prop_assert_eq!(key_of(&raw).unwrap(), Some(bare));
+            }
+        }
+
         #[test]
         fn the_scanner_agrees_with_the_parsed_depth(value in arb_json()) {
             prop_assert_eq!(nesting_depth(value.to_string().as_bytes()), depth_of(&value));

@@ -222,6 +222,11 @@ pub async fn production_breaches_only_suspect_and_the_samples_decide(store: Arc<
         "another owner still fails over to it"
     );
 
+    // A sweep whose deadline leaves no time for the nine runs (each bounded by the provider's timeout) does not
+    // start them; one with the time does.
+    let no_time = sweep(&rig.engine, Some(rig.clock.now())).await.unwrap();
+    assert_eq!(no_time.requalified, 0);
+    assert_eq!(fallback.call_count(), 4);
     let swept = sweep(&rig.engine, None).await.unwrap();
     assert_eq!(swept.requalified, 1);
     let (now, evidence) = standing(&rig).await;
