@@ -358,6 +358,15 @@ pub(crate) fn failed(code: &str, message: impl Into<String>) -> ProviderOutcome 
     ProviderOutcome::Failed(ErrorInfo::new(code, message))
 }
 
+/// The code of a failed reply; panics on any other.
+#[cfg(test)]
+pub(crate) fn failure_code(reply: &Reply) -> &str {
+    match &reply.outcome {
+        ProviderOutcome::Failed(e) => &e.code,
+        other => panic!("not a failure: {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,14 +424,5 @@ mod tests {
             assert_eq!(failure_code(&reply), "provider_refused", "{status}");
             assert_eq!(reply.provider_failing, failing, "{status}");
         }
-    }
-}
-
-/// The code of a failed reply; panics on any other.
-#[cfg(test)]
-pub(crate) fn failure_code(reply: &Reply) -> &str {
-    match &reply.outcome {
-        ProviderOutcome::Failed(e) => &e.code,
-        other => panic!("not a failure: {other:?}"),
     }
 }
