@@ -128,7 +128,7 @@ pub fn aws_config(env: impl Fn(&str) -> Option<String>) -> Result<SdkConfig, Sta
 /// The engine of one Lambda container: DynamoDB (arming every ended job's deliveries if the config names a bus),
 /// SQS, the compiled-in contracts on the config's chains, the configured providers with the keys of the secret.
 pub async fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
-    Ok(Arc::new(function_engine(settings, aws).await?))
+    Ok(Arc::new(engine_with(settings, aws, None).await?))
 }
 
 /// The sweeper's engine: [`engine`]'s, and if the config names a bus, the EventBridge client that puts each
@@ -139,12 +139,15 @@ pub async fn sweeper_engine(
 ) -> Result<Arc<Engine>, StartError> {
     let client =
         (settings.config.event_bus.as_ref()).map(|_| aws_sdk_eventbridge::Client::new(aws));
-    Ok(Arc::new(
-        function_engine(settings, aws).await?.with_bus(client),
-    ))
+    Ok(Arc::new(engine_with(settings, aws, client).await?))
 }
 
-async fn function_engine(settings: &Settings, aws: &SdkConfig) -> Result<Engine, StartError> {
+/// [`engine`], putting events on the config's bus (if it names one) with `bus`.
+pub async fn engine_with(
+    settings: &Settings,
+    aws: &SdkConfig,
+    bus: Option<aws_sdk_eventbridge::Client>,
+) -> Result<Engine, StartError> {
     let keys = startup::provider_keys(aws, settings.secret_arn.as_deref()).await?;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table)
         .arming_every_job(settings.config.event_bus.is_some());
@@ -155,6 +158,7 @@ async fn function_engine(settings: &Settings, aws: &SdkConfig) -> Result<Engine,
         Arc::new(store),
         Arc::new(SystemClock),
         Arc::new(queue),
+        bus,
         Metrics::emf(),
     )
 }

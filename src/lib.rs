@@ -64,7 +64,6 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod contracts;
-pub mod domain;
 pub mod engine;
 pub mod http;
 pub mod lambda;
@@ -73,7 +72,10 @@ pub mod providers;
 pub mod queue;
 pub mod retry;
 pub mod server;
+pub mod sinks;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod worker;
+
+pub use onejob_core::{domain, json, requests};

@@ -69,17 +69,15 @@ pub fn start(
         source,
     })?;
     let (queue, messages) = LocalQueue::new(clock.clone());
-    let engine = Arc::new(
-        startup::engine(
-            config,
-            keys,
-            store,
-            clock,
-            Arc::new(queue),
-            Metrics::prometheus(),
-        )?
-        .with_bus(bus),
-    );
+    let engine = Arc::new(startup::engine(
+        config,
+        keys,
+        store,
+        clock,
+        Arc::new(queue),
+        bus,
+        Metrics::prometheus(),
+    )?);
     let state = AppState {
         engine: engine.clone(),
         auth: Arc::new(Auth::Tokens(tokens)),

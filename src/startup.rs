@@ -16,6 +16,9 @@ use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::providers::keys::{KeysError, ProviderKeys};
 use crate::queue::Dispatcher;
+use crate::sinks::Sinks;
+use crate::sinks::bus::BusSink;
+use crate::sinks::endpoint::EndpointSink;
 use crate::store::{JobStore, StoreError};
 
 /// The environment variable naming the Secrets Manager secret that holds the provider keys.
@@ -46,25 +49,34 @@ pub enum StartError {
     },
 }
 
-/// The engine `config` describes, on `store`, with `clock`, `dispatcher` and `metrics` (the exporter): its contracts (built in, and its own
-/// files) on the chains it names, its providers with `keys`, its limits.
+/// The engine `config` describes, on `store`, with `clock`, `dispatcher` and `metrics` (the exporter): its contracts
+/// (built in, and its own files) on the chains it names, its providers with `keys`, its sinks (the owners'
+/// endpoints; the bus it names, put on with `bus` in a process that delivers), its limits.
 pub fn engine(
     config: &Config,
     keys: &ProviderKeys,
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     dispatcher: Arc<dyn Dispatcher>,
+    bus: Option<aws_sdk_eventbridge::Client>,
     metrics: Metrics,
 ) -> Result<Engine, StartError> {
     let contracts = config.contracts()?;
     let providers = Providers::from_config(&config.providers, keys, clock.clone());
+    let settings = config.engine_settings();
+    let events = &settings.events;
+    let sinks = Sinks {
+        endpoint: EndpointSink::new(events.timeout, events.allow_private, clock.clone()),
+        bus: (events.bus.clone()).map(|name| BusSink::new(name, bus, events.timeout)),
+    };
     Ok(Engine::new(
         store,
         clock,
         Arc::new(contracts),
         Arc::new(providers),
         dispatcher,
-        config.engine_settings(),
+        sinks,
+        settings,
         metrics,
     ))
 }

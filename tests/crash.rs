@@ -157,6 +157,7 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
         store.clone(),
         clock.clone(),
         Arc::new(queue),
+        None,
         Metrics::prometheus(),
     )
     .unwrap();

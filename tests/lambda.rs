@@ -10,10 +10,12 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_http::request::LambdaRequest;
 use lambda_http::{Adapter, Context, LambdaEvent, Service};
 use onejob::config::Config;
-use onejob::domain::{JobId, ProviderName, Sink};
+use onejob::domain::{JobId, ProviderName, SinkKind};
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
 use onejob::providers::ProviderConfig;
+use onejob::store::EventStore;
+use onejob::store::dynamodb::DynamoStore;
 use onejob::telemetry::otlp::Traces;
 use onejob::telemetry::trace;
 use onejob::worker::sweeper::sweep;
@@ -45,6 +47,8 @@ fn event_for(name: &str, id: &str) -> Value {
 
 struct Functions {
     engine: Arc<Engine>,
+    /// The functions' table, for what a test looks at behind their back.
+    store: DynamoStore,
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
     provider: StandIn,
@@ -90,8 +94,10 @@ async fn functions_with(
     })
     .unwrap();
     let engine = lambda::engine(&settings, &functions_aws).await.unwrap();
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), &settings.table);
     Some(Functions {
         engine,
+        store,
         sqs,
         queue_url,
         provider,
@@ -656,13 +662,7 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     // The worker armed both; it delivers nothing.
     for id in &ids {
         let id = JobId::parse(id.as_str().unwrap()).unwrap();
-        let (armed, _) = f
-            .engine
-            .store
-            .deliveries(&id)
-            .await
-            .unwrap()
-            .expect("armed");
+        let (armed, _) = f.store.deliveries(&id).await.unwrap().expect("armed");
         assert!(armed.events.is_empty());
     }
 
@@ -673,8 +673,8 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     sweep(&sweeper, None).await.unwrap();
     assert_eq!(receiver.call_count(), 1);
     let alices = JobId::parse(ids[0].as_str().unwrap()).unwrap();
-    let (tried, _) = f.engine.store.deliveries(&alices).await.unwrap().unwrap();
-    let by_sink = |sink: Sink| {
+    let (tried, _) = f.store.deliveries(&alices).await.unwrap().unwrap();
+    let by_sink = |sink: SinkKind| {
         tried
             .events
             .iter()
@@ -683,10 +683,10 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
             .clone()
     };
     assert_eq!(
-        by_sink(Sink::Endpoint).last_error.as_deref(),
+        by_sink(SinkKind::Endpoint).last_error.as_deref(),
         Some("HTTP 500")
     );
-    let bus_error = by_sink(Sink::Bus).last_error.unwrap();
+    let bus_error = by_sink(SinkKind::Bus).last_error.unwrap();
     assert!(bus_error.contains("ResourceNotFound"), "{bus_error}");
 
     // Now the bus is there, routing onejob's events to a queue.
@@ -738,13 +738,16 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     sweep(&sweeper, None).await.unwrap();
     assert_eq!(receiver.call_count(), 2);
     assert!(drain(&sqs, &heard).await.is_empty());
-    let (delivered, _) = f.engine.store.deliveries(&alices).await.unwrap().unwrap();
+    let (delivered, _) = f.store.deliveries(&alices).await.unwrap().unwrap();
     let tries: Vec<_> = delivered
         .events
         .iter()
         .map(|e| (e.sink, e.tries, e.delivered_at.is_some()))
         .collect();
-    assert_eq!(tries, [(Sink::Endpoint, 2, true), (Sink::Bus, 2, true)]);
+    assert_eq!(
+        tries,
+        [(SinkKind::Endpoint, 2, true), (SinkKind::Bus, 2, true)]
+    );
     let metrics = sweeper.metrics.drain_emf(0).join("\n");
     assert!(metrics.contains("\"sink\":\"bus\""), "{metrics}");
 }
@@ -771,8 +774,9 @@ async fn a_put_on_the_bus_that_fails_at_the_wire_is_delivered_at_least_once_unde
         let config = aws_sdk_eventbridge::config::Builder::from(&f.functions_aws);
         let client =
             aws_sdk_eventbridge::Client::from_conf(config.interceptor(fault.clone()).build());
-        let engine = lambda::engine(&f.settings, &f.functions_aws).await.unwrap();
-        let sweeper = Arc::into_inner(engine).unwrap().with_bus(Some(client));
+        let sweeper = lambda::engine_with(&f.settings, &f.functions_aws, Some(client))
+            .await
+            .unwrap();
         let first = sweep(&sweeper, None).await.unwrap();
         assert!(fault.fired());
         assert_eq!(first.delivered, usize::from(lose_answer));
@@ -790,14 +794,14 @@ async fn a_put_on_the_bus_that_fails_at_the_wire_is_delivered_at_least_once_unde
                 .all(|e| e["detail"]["job"]["id"] == created["id"])
         );
         let id = JobId::parse(created["id"].as_str().unwrap()).unwrap();
-        let (deliveries, _) = f.engine.store.deliveries(&id).await.unwrap().unwrap();
+        let (deliveries, _) = f.store.deliveries(&id).await.unwrap().unwrap();
         let tries: Vec<_> = (deliveries.events.iter())
             .map(|e| (e.sink, e.tries, e.delivered_at.is_some()))
             .collect();
         let expected = if lose_answer { 1 } else { 2 };
         assert_eq!(
             tries,
-            [(Sink::Bus, expected, true)],
+            [(SinkKind::Bus, expected, true)],
             "lose_answer: {lose_answer}"
         );
     }

@@ -358,6 +358,7 @@ fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig)
         store,
         clock,
         Arc::new(queue),
+        None,
         onejob::metrics::Metrics::prometheus(),
     )
     .unwrap()

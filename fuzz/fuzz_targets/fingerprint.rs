@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use onejob::domain::Fingerprint;
-use onejob::domain::fingerprint::canonical_json;
+use onejob_core::domain::Fingerprint;
+use onejob_core::domain::fingerprint::canonical_json;
 use serde_json::{Value, json};
 
 fuzz_target!(|bytes: &[u8]| {

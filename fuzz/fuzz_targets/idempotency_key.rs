@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use onejob::domain::{IdempotencyKey, JobId, Owner};
+use onejob_core::domain::{IdempotencyKey, JobId, Owner};
 
 fuzz_target!(|raw: &str| {
     let Ok(key) = IdempotencyKey::parse(raw) else {

@@ -5,12 +5,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use onejob::http::body::{MAX_JSON_DEPTH, json_from_bytes, shaped};
-use onejob::http::error::ApiError;
-use onejob::http::jobs::CreateJobRequest;
+use onejob_core::json::{JsonError, MAX_JSON_DEPTH, read, shaped};
+use onejob_core::requests::CreateJobRequest;
 
 fuzz_target!(|bytes: &[u8]| {
-    match json_from_bytes(bytes) {
+    match read(bytes) {
         Ok(value) => {
             assert_eq!(serde_json::from_slice::<serde_json::Value>(bytes).unwrap(), value);
             if let Ok(request) = shaped::<CreateJobRequest>(value.clone()) {
@@ -19,8 +18,8 @@ fuzz_target!(|bytes: &[u8]| {
                 assert_eq!(object["contract"].as_str(), Some(request.contract.as_str()));
             }
         }
-        Err(ApiError::JsonTooDeep { limit }) => assert_eq!(limit, MAX_JSON_DEPTH),
-        Err(ApiError::MalformedJson(message)) => {
+        Err(JsonError::TooDeep { limit }) => assert_eq!(limit, MAX_JSON_DEPTH),
+        Err(JsonError::Malformed(message)) => {
             assert!(
                 serde_json::from_slice::<serde_json::Value>(bytes).is_err()
                     || message.contains("appears twice"),

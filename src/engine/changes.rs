@@ -89,7 +89,7 @@ mod tests {
     use std::future::Future;
 
     use super::*;
-    use crate::domain::tests::job;
+    use crate::domain::fixtures::job;
 
     fn id(n: u8) -> JobId {
         JobId::parse(&format!("job_{n:0>32}")).unwrap()

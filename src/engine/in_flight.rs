@@ -66,7 +66,7 @@ impl Drop for Lead<'_> {
 }
 
 /// The job the leading create made or found; `None` if it ended without one.
-pub(super) async fn followed(mut leader: watch::Receiver<Option<Job>>) -> Option<Job> {
+pub(super) async fn led_by(mut leader: watch::Receiver<Option<Job>>) -> Option<Job> {
     leader
         .wait_for(Option::is_some)
         .await

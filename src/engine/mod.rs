@@ -1,6 +1,18 @@
-//! The engine: the parts an attempt's life touches (store, clock, contracts, providers, queue, metrics, change
-//! feed) and every write of a job's life — the API's, the worker's and the sweeper's — each followed by the same
-//! dispatch, count and change notice.
+//! The engine: the parts a job's life touches (store, clock, contracts, providers, queue, sinks, metrics, change
+//! feed), and every write of that life, by concept:
+//!
+//! - [`writes`](self#writes): a caller's writes — create, manual attempt, cancels;
+//! - `attempts`: a worker's writes — the claim and the answer (result, failure, time-out);
+//! - `sweep`: the sweeper's writes and queries — expired leases, attempts dispatched again, retention;
+//! - `follow_up`: what follows every write, in one order (count, dispatch, change notice, event armed);
+//! - `breakers`: each provider's breaker, and waiting one out;
+//! - `qualification`: the qualification ledger — failover's gate, standings, production's suspicions;
+//! - `deliveries`: endpoints and the deliverer of completion events (to the `sinks`);
+//! - `intake`: the rules a create must pass before it is written;
+//! - `changes`, `in_flight`, `recent`: what one process keeps for a moment (who waits for which job, creates
+//!   being written, provider state read a moment ago).
+//!
+//! The store and the queue are the engine's own: every other part of onejob reaches them through it.
 //!
 //! # Writes that may be repeated
 //!
@@ -12,37 +24,39 @@
 //! worker's. An answer a worker holds is written for as long as it can still matter, and logged at ERROR with the
 //! result if it cannot be.
 
-mod api;
+mod attempts;
+mod breakers;
 mod changes;
-mod events;
+mod deliveries;
+mod follow_up;
 mod in_flight;
+mod intake;
+mod qualification;
 mod recent;
-mod worker;
+mod sweep;
+mod writes;
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
 use chrono::Duration;
-use futures_util::future::try_join_all;
 
 use crate::clock::Clock;
 use crate::contracts::Contracts;
 use crate::domain::{
-    AttemptRef, AttemptState, ContractRef, ContractStanding, ErrorInfo, Failover, Fingerprint,
-    IdempotencyKey, Job, JobId, Owner, ProviderName, Qualification, RetryPolicy, Stamp, Standing,
-    Timestamp, WriteToken,
+    Failover, Fingerprint, IdempotencyKey, Job, JobId, Owner, ProviderName, Qualification,
+    RetryPolicy, Stamp, Timestamp, WriteToken,
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
-use crate::queue::{Dispatcher, Message};
+use crate::queue::Dispatcher;
+use crate::sinks::Sinks;
 use crate::store::{JobPage, JobStore, ListQuery, StoreError};
-use crate::telemetry::trace;
-pub use api::AddedAttempt;
 pub use changes::JobWatch;
-pub use events::{EndpointRefused, EventSettings, is_private};
+pub use deliveries::EventSettings;
+pub use intake::{Intake, Refused};
 use recent::Recent;
-use tracing::Instrument;
+pub use writes::AddedAttempt;
 
 /// What one batch of a sweep's work came to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,9 +134,6 @@ impl Default for EngineSettings {
     }
 }
 
-/// Reads and compare-and-swaps of a provider's evidence before a production note on it is given up.
-const NOTE_TRIES: usize = 3;
-
 /// Backoff between tries of one store write: the first repeat at once (the store's client has already waited),
 /// then full jitter from this base up to the cap.
 const WRITE_BACKOFF_BASE: std::time::Duration = std::time::Duration::from_millis(50);
@@ -130,11 +141,13 @@ const WRITE_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(2)
 
 #[derive(Debug)]
 pub struct Engine {
-    pub store: Arc<dyn JobStore>,
+    store: Arc<dyn JobStore>,
     pub clock: Arc<dyn Clock>,
     pub contracts: Arc<Contracts>,
     pub providers: Arc<Providers>,
-    pub dispatcher: Arc<dyn Dispatcher>,
+    dispatcher: Arc<dyn Dispatcher>,
+    /// Where completion events go: the owners' endpoints, the deployment's bus.
+    sinks: Sinks,
     pub metrics: Metrics,
     pub settings: EngineSettings,
     /// Who in this process waits for which job (long polls).
@@ -149,12 +162,6 @@ pub struct Engine {
     evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
     /// Woken when this process armed deliveries (the local deliverer waits on it).
     deliveries_due: tokio::sync::Notify,
-    /// The deliverer's HTTP client (`events::client`), made when it first delivers: the API and worker functions
-    /// never do, and do not carry its code.
-    event_client: std::sync::OnceLock<reqwest::Client>,
-    /// The EventBridge client that puts events on the settings' bus ([`Engine::with_bus`]): only a process that
-    /// delivers has one.
-    bus: Option<aws_sdk_eventbridge::Client>,
 }
 
 /// What a worker's answer write did when the store kept failing: the answer could not be kept — or it was, and
@@ -172,12 +179,15 @@ pub struct AnswerLost {
 }
 
 impl Engine {
+    /// The engine on `store`, its messages sent through `dispatcher`, its events through `sinks`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<dyn JobStore>,
         clock: Arc<dyn Clock>,
         contracts: Arc<Contracts>,
         providers: Arc<Providers>,
         dispatcher: Arc<dyn Dispatcher>,
+        sinks: Sinks,
         settings: EngineSettings,
         metrics: Metrics,
     ) -> Self {
@@ -187,22 +197,15 @@ impl Engine {
             contracts,
             providers,
             dispatcher,
+            sinks,
             metrics,
             changes: changes::Changes::default(),
             creating: in_flight::InFlight::default(),
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
             deliveries_due: tokio::sync::Notify::new(),
-            event_client: std::sync::OnceLock::new(),
-            bus: None,
             settings,
         }
-    }
-
-    /// This engine, putting events on the bus its settings name (`events.bus`) with `bus`, the EventBridge client
-    /// (`None`: this process does not put them).
-    pub fn with_bus(self, bus: Option<aws_sdk_eventbridge::Client>) -> Self {
-        Self { bus, ..self }
     }
 
     /// How long a claim owns its attempt: long enough for the worker to hear a late answer.
@@ -214,15 +217,6 @@ impl Engine {
     /// change is missed.
     pub fn watch(&self, id: &JobId) -> JobWatch<'_> {
         self.changes.watch(id)
-    }
-
-    /// After every write of a job: its watchers hear of it, and if it ended, its owner's endpoint will. An `Err`
-    /// (the store would not arm the event through a write's budget) is for the caller to pass on as a failure: its
-    /// client's retry, or its message's redelivery, arms it again.
-    async fn changed(&self, job: &Job) -> Result<(), StoreError> {
-        self.changes
-            .changed(&job.id, || job.is_final().then(|| job.clone()));
-        self.arm_deliveries(job).await
     }
 
     /// The end of an API write's budget, from now.
@@ -294,263 +288,5 @@ impl Engine {
 
     async fn existing_job(&self, owner: &Owner, id: &JobId) -> Result<Job, StoreError> {
         self.get_job(owner, id).await?.ok_or(StoreError::NotFound)
-    }
-
-    /// What failover may do for `job`: the providers of its chain not tried yet that are qualified for the
-    /// contract's current fingerprint (invariant 9), one read of the ledger each, and the attempt limit. Providers
-    /// are only ever tried, never untried, so this stays right for any later state of the job.
-    pub async fn failover(&self, job: &Job) -> Result<Failover, StoreError> {
-        let untried: Vec<&ProviderName> = job.untried_providers().collect();
-        let standings = try_join_all(
-            untried
-                .iter()
-                .map(|provider| self.qualification(&job.contract, provider)),
-        )
-        .await?;
-        let qualified = untried
-            .into_iter()
-            .zip(standings)
-            .filter(|(_, evidence)| self.standing(evidence.as_ref()).0 == Standing::Qualified)
-            .map(|(provider, _)| provider.clone())
-            .collect();
-        Ok(self.failover_to(qualified))
-    }
-
-    fn failover_to(&self, qualified: BTreeSet<ProviderName>) -> Failover {
-        Failover {
-            qualified,
-            max_attempts: self.settings.max_attempts,
-            retry: None,
-            jitter_permille: 0,
-        }
-    }
-
-    /// The stored qualification of `provider` for `contract`'s current fingerprint, if any.
-    pub async fn qualification(
-        &self,
-        contract: &ContractRef,
-        provider: &ProviderName,
-    ) -> Result<Option<Qualification>, StoreError> {
-        let (Some(contract), Some(provider)) =
-            (self.contracts.get(contract), self.providers.get(provider))
-        else {
-            return Ok(None);
-        };
-        self.store
-            .qualification(&contract.fingerprint, &provider.fingerprint)
-            .await
-    }
-    /// Each provider's standing for each contract, as the ledger holds it for their current fingerprints.
-    pub async fn standings(
-        &self,
-    ) -> Result<Vec<(ProviderName, Vec<ContractStanding>)>, StoreError> {
-        let mut out = Vec::new();
-        for (name, provider) in self.providers.iter() {
-            let mut rows = Vec::new();
-            for contract in self.contracts.iter() {
-                let evidence = self
-                    .store
-                    .qualification(&contract.fingerprint, &provider.fingerprint)
-                    .await?;
-                let (standing, reason) = self.standing(evidence.as_ref());
-                rows.push(ContractStanding {
-                    contract: contract.reference.clone(),
-                    standing,
-                    reason,
-                    evidence,
-                });
-            }
-            out.push((name.clone(), rows));
-        }
-        Ok(out)
-    }
-
-    /// Where `evidence` leaves its provider now, and why not qualified.
-    fn standing(&self, evidence: Option<&Qualification>) -> (Standing, Option<ErrorInfo>) {
-        evidence.map_or((Standing::Unqualified, None), |q| {
-            q.standing(self.clock.now(), self.settings.qualification_max_age)
-        })
-    }
-
-    /// What production attempt `number` of `job` showed about its provider's qualification for the job's contract:
-    /// the model it answered as, and whether its answer broke the contract. A provider that answers as a model its
-    /// qualification never saw, or breaks the contract [`Qualification::STRIKES`] times, becomes suspected (kept in
-    /// the ledger, with the attempts): cause to qualify it again, never a loss of standing (invariant 15). The note
-    /// is a compare-and-swap on the evidence as read, so it never overwrites a qualification written meanwhile. A
-    /// ledger that fails is logged: watching never fails an attempt.
-    pub async fn observe(
-        &self,
-        job: &Job,
-        number: u32,
-        model: Option<&str>,
-        broke: Option<&ErrorInfo>,
-    ) {
-        let (Some(attempt), Some(contract)) =
-            (job.attempt(number), self.contracts.get(&job.contract))
-        else {
-            return;
-        };
-        let Some(provider) = self.providers.get(&attempt.provider) else {
-            return;
-        };
-        let pair = (contract.fingerprint, provider.fingerprint);
-        let name = format!("{}#{number}", job.id);
-        let unchanged = |evidence: &Option<Qualification>| {
-            evidence
-                .as_ref()
-                .is_none_or(|q| !q.notices(&name, model, broke))
-        };
-        if self
-            .evidence
-            .get(&pair)
-            .is_some_and(|seen| unchanged(&seen))
-        {
-            return;
-        }
-        for _ in 0..NOTE_TRIES {
-            let read = match self.store.qualification(&pair.0, &pair.1).await {
-                Ok(read) => read,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the ledger could not be read to watch the provider's standing");
-                    return;
-                }
-            };
-            if unchanged(&read) {
-                self.evidence.put(pair, Arc::new(read));
-                return;
-            }
-            let Some(seen) = read else {
-                return;
-            };
-            let mut evidence = seen.clone();
-            evidence.observe(&name, model, broke, self.clock.now());
-            self.evidence.forget(&pair);
-            match self.store.replace_qualification(&seen, &evidence).await {
-                Ok(true) => {
-                    if let Some(suspicion) = evidence
-                        .suspected
-                        .as_ref()
-                        .filter(|_| seen.suspected.is_none())
-                    {
-                        tracing::warn!(provider = %attempt.provider, contract = %job.contract, code = %suspicion.reason.code, "provider suspected, to be qualified again: {}", suspicion.reason.message);
-                    }
-                    return;
-                }
-                // The evidence changed meanwhile (a qualification, another note): noted on it as it is now.
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "the provider's standing could not be written");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// The pairs whose qualification passed and is now too old or suspected in production, with why: what the
-    /// sweeper qualifies again on the contract's samples (suspected ones first).
-    pub async fn needing_requalification(
-        &self,
-    ) -> Result<Vec<(ProviderName, ContractRef, ErrorInfo)>, StoreError> {
-        let (mut suspected, mut stale) = (Vec::new(), Vec::new());
-        for (name, rows) in self.standings().await? {
-            for row in rows {
-                let Some(evidence) = row.evidence.as_ref().filter(|q| q.passed) else {
-                    continue;
-                };
-                if let Some(suspicion) = &evidence.suspected {
-                    suspected.push((name.clone(), row.contract, suspicion.reason.clone()));
-                } else if let Some(why) = row.reason {
-                    stale.push((name.clone(), row.contract, why));
-                }
-            }
-        }
-        suspected.extend(stale);
-        Ok(suspected)
-    }
-
-    /// The longest a qualification of `provider` for `contract` may take, `runs` runs of each sample, each bounded
-    /// by the provider's timeout.
-    pub fn longest_qualification(
-        &self,
-        contract: &ContractRef,
-        provider: &ProviderName,
-        runs: u32,
-    ) -> Duration {
-        let (Some(contract), Some(provider)) =
-            (self.contracts.get(contract), self.providers.get(provider))
-        else {
-            return Duration::zero();
-        };
-        let calls =
-            i32::try_from(contract.samples.len() as u64 * u64::from(runs)).unwrap_or(i32::MAX);
-        provider.config.timeout() * calls
-    }
-
-    /// Qualifies `provider` for `contract` through its real client (`runs` runs of each sample, `progress` told of
-    /// each) and keeps the evidence in the ledger. `None` when either is not configured.
-    pub async fn requalify(
-        &self,
-        contract: &ContractRef,
-        provider: &ProviderName,
-        runs: u32,
-        progress: impl FnMut(&crate::domain::RunEvidence, usize, usize),
-    ) -> Result<Option<Qualification>, StoreError> {
-        let (Some(contract), Some(configured)) =
-            (self.contracts.get(contract), self.providers.get(provider))
-        else {
-            return Ok(None);
-        };
-        let evidence = crate::providers::qualify::qualify(
-            contract,
-            provider,
-            configured,
-            runs,
-            &*self.clock,
-            progress,
-        )
-        .await;
-        self.evidence
-            .forget(&(contract.fingerprint, configured.fingerprint));
-        self.store.put_qualification(&evidence).await?;
-        Ok(Some(evidence))
-    }
-
-    /// Dispatches the job's queued attempt, if the last write queued one. A failure to dispatch is logged, not
-    /// returned: the write stands, and the sweeper dispatches the attempt again.
-    async fn dispatch_queued(&self, job: &Job) {
-        let Some(attempt) = job
-            .live_attempt()
-            .filter(|a| a.state == AttemptState::Queued)
-        else {
-            return;
-        };
-        self.metrics
-            .attempt(job, attempt.number, AttemptState::Queued);
-        let message = Message::new(
-            AttemptRef {
-                job_id: job.id.clone(),
-                number: attempt.number,
-            },
-            Some(attempt.provider.clone()),
-        );
-        self.dispatch_at(&message, attempt.not_before).await;
-    }
-
-    /// Sends `message`, delivered no sooner than `not_before` (if given); a failure is logged, and the sweeper
-    /// sends it again later.
-    pub(crate) async fn dispatch_at(&self, message: &Message, not_before: Option<Timestamp>) {
-        let delay = not_before.map_or_else(Duration::zero, |t| t - self.clock.now());
-        let (job_id, attempt) = (&message.attempt.job_id, message.attempt.number);
-        let span =
-            tracing::info_span!("dispatch", %job_id, attempt, trace_id = tracing::field::Empty);
-        trace::join(&span, job_id, None);
-        let sent = self
-            .dispatcher
-            .dispatch(message, delay)
-            .instrument(span)
-            .await;
-        if let Err(e) = sent {
-            tracing::warn!(%job_id, attempt, error = %e, "dispatch failed; the sweeper will retry");
-        }
     }
 }

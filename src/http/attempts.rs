@@ -1,28 +1,18 @@
 //! The attempt endpoints: a manual retry, and the out-of-band cancel that unblocks an `unknown` attempt.
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Caller;
-use super::body;
+use super::body::{MaybeJson, MaybeKey};
 use super::error::ApiError;
 use super::jobs::{AttemptView, JobView, job_id, job_response};
-use crate::domain::{JobId, ProviderName, Refusal};
+use crate::domain::{JobId, Refusal};
+use crate::requests::AddAttemptRequest;
 use crate::store::StoreError;
-
-/// The optional body of `POST /v1/jobs/{id}/attempts`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AddAttemptRequest {
-    /// The provider to try; by default the next untried provider of the job's chain, else its primary.
-    pub provider: Option<String>,
-}
 
 /// Queues a new attempt, when none is live and the job has no result. Under an `Idempotency-Key` a manual retry is
 /// one intent: sent again, it answers with the attempt it queued (200, `Idempotent-Replayed: true`), whatever that
@@ -49,24 +39,13 @@ pub async fn add_attempt(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    MaybeKey(key): MaybeKey,
+    MaybeJson(request): MaybeJson<AddAttemptRequest>,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let key = body::optional_idempotency_key(&headers)?;
-    let request: AddAttemptRequest =
-        match body::optional_json_value(&headers, body, app.body_limit).await? {
-            None => AddAttemptRequest::default(),
-            Some(value) => body::shaped(value)?,
-        };
     let provider = request
         .provider
-        .map(|name| {
-            ProviderName::parse(&name)
-                .ok()
-                .filter(|p| app.engine.providers.contains(p))
-                .ok_or(ApiError::UnknownProvider(name))
-        })
+        .map(|name| app.engine.provider(&name))
         .transpose()?;
     let added = app
         .engine
@@ -120,10 +99,9 @@ pub async fn cancel_attempt(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path((id, number)): Path<(String, String)>,
-    headers: HeaderMap,
+    MaybeKey(key): MaybeKey,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let key = body::optional_idempotency_key(&headers)?;
     let number: u32 = number
         .parse()
         .map_err(|_| ApiError::InvalidParameter(format!("not an attempt number: {number:?}")))?;

@@ -1,28 +1,92 @@
-//! Reading what a request carries, in the order a client should learn about its mistakes: the Idempotency-Key
-//! header, the content type, the size, the nesting depth, then the JSON itself and its shape.
+//! What a request carries, read by axum extractors in the order a client should learn about its mistakes (axum runs
+//! a handler's header extractors before its body's): the credential (`auth`), the `Idempotency-Key` header
+//! ([`Key`], [`MaybeKey`]), then the body ([`StrictJson`], [`MaybeJson`]) — its content type, its size, its
+//! nesting depth, the JSON itself and its shape, through the core's strict reader (`json`). Each rejection is the
+//! problem its rule names.
 
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::AppState;
 use super::error::ApiError;
 use crate::domain::IdempotencyKey;
+use crate::json::{read, shaped};
 
-/// Arrays and objects nested deeper than this are refused before parsing.
-pub const MAX_JSON_DEPTH: usize = 64;
+/// The request's `Idempotency-Key`, which it must send (a create).
+#[derive(Debug, Clone)]
+pub struct Key(pub IdempotencyKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for Key {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        idempotency_key(&parts.headers).map(Key)
+    }
+}
+
+/// The request's `Idempotency-Key`, if it sent one (a manual attempt, a cancel): the same request sent again under
+/// it acts once.
+#[derive(Debug, Clone)]
+pub struct MaybeKey(pub Option<IdempotencyKey>);
+
+impl<S: Send + Sync> FromRequestParts<S> for MaybeKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        optional_idempotency_key(&parts.headers).map(MaybeKey)
+    }
+}
+
+/// A JSON body, shaped into `T`: declared as JSON (415), within the body limit (413), nested at most
+/// `json::MAX_JSON_DEPTH` levels and no member named twice (400), an object of `T`'s fields (422).
+#[derive(Debug)]
+pub struct StrictJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for StrictJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        let value = json_value(&parts.headers, body, state.body_limit).await?;
+        Ok(StrictJson(shaped(value)?))
+    }
+}
+
+/// An optional JSON body: an empty one (whatever its declared type) is `T`'s default, any other as
+/// [`StrictJson`].
+#[derive(Debug)]
+pub struct MaybeJson<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<AppState> for MaybeJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        let bytes = bytes(&parts.headers, body, state.body_limit).await?;
+        if bytes.is_empty() {
+            return Ok(MaybeJson(T::default()));
+        }
+        if !is_json(&parts.headers) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        Ok(MaybeJson(shaped(read(&bytes)?)?))
+    }
+}
 
 /// The request's `Idempotency-Key`; a create must send one.
-pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
     optional_idempotency_key(headers)?.ok_or(ApiError::MissingIdempotencyKey)
 }
 
 /// The request's `Idempotency-Key`, if it sent one: a Structured Field string as the IETF draft writes it
 /// (`"order-42"`), or the bare key clients already send (`order-42`) — the same key either way. Sent twice, it is
 /// refused: two keys name two intents, or one said twice, and a proxy may keep either.
-pub fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
     let mut sent = headers.get_all("idempotency-key").iter();
     let Some(raw) = sent.next() else {
         return Ok(None);
@@ -73,29 +137,12 @@ fn structured_string(quoted: &str) -> Result<String, ApiError> {
     Ok(text)
 }
 
-/// The body as a JSON value, if it is declared as JSON, fits `limit` bytes and nests at most
-/// [`MAX_JSON_DEPTH`] levels.
-pub async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
+/// The body as a JSON value, if it is declared as JSON, fits `limit` bytes and is read by the strict reader.
+async fn json_value(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
     if !is_json(headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    json_from_bytes(&bytes(headers, body, limit).await?)
-}
-
-/// An optional JSON body: `None` when the body is empty (whatever its declared type), else as [`json_value`].
-pub async fn optional_json_value(
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-) -> Result<Option<Value>, ApiError> {
-    let bytes = bytes(headers, body, limit).await?;
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    if !is_json(headers) {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    json_from_bytes(&bytes).map(Some)
+    Ok(read(&bytes(headers, body, limit).await?)?)
 }
 
 /// The body's bytes, refused past `limit` (by its declared length before reading it, else as it is read).
@@ -120,111 +167,6 @@ async fn bytes(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, A
         .to_bytes())
 }
 
-/// JSON text as a value, refused if it nests deeper than [`MAX_JSON_DEPTH`] levels (checked before parsing, so a
-/// hostile body never reaches the parser's recursion) or if any object names a member twice (parsers disagree on
-/// which one counts, so a proxy could read another intent than onejob does).
-pub fn json_from_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
-    if nesting_depth(bytes) > MAX_JSON_DEPTH {
-        return Err(ApiError::JsonTooDeep {
-            limit: MAX_JSON_DEPTH,
-        });
-    }
-    let mut parser = serde_json::Deserializer::from_slice(bytes);
-    let value = Strict::deserialize(&mut parser)
-        .and_then(|Strict(value)| parser.end().map(|()| value))
-        .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-    Ok(value)
-}
-
-/// A JSON value read with one rule more than `serde_json`'s: an object may not name a member twice.
-struct Strict(Value);
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor).map(Strict)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut members = serde_json::Map::new();
-        while let Some(name) = map.next_key::<String>()? {
-            if members.contains_key(&name) {
-                return Err(de::Error::custom(format!(
-                    "the member {name:?} appears twice in one object"
-                )));
-            }
-            let Strict(value) = map.next_value()?;
-            members.insert(name, value);
-        }
-        Ok(Value::Object(members))
-    }
-}
-
-/// Reads a JSON object into a request type; another kind of value, unknown fields, missing fields and wrong types
-/// answer 422. The object is checked first because serde also reads a struct from an array of its fields in order,
-/// which no request body of the API is.
-pub fn shaped<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    let kind = match &value {
-        Value::Object(_) => {
-            return serde_json::from_value(value)
-                .map_err(|e| ApiError::InvalidRequest(e.to_string()));
-        }
-        Value::Array(_) => "an array",
-        Value::String(_) => "a string",
-        Value::Number(_) => "a number",
-        Value::Bool(_) => "a boolean",
-        Value::Null => "null",
-    };
-    Err(ApiError::InvalidRequest(format!(
-        "the body must be a JSON object, not {kind}"
-    )))
-}
-
 fn is_json(headers: &HeaderMap) -> bool {
     let Some(content_type) = headers
         .get(header::CONTENT_TYPE)
@@ -242,67 +184,10 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The deepest nesting of arrays and objects in JSON text, brackets inside strings not counted. Malformed text
-/// gets some number back; the parser that runs next reports what is wrong with it.
-fn nesting_depth(bytes: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn depth_ignores_brackets_in_strings() {
-        assert_eq!(nesting_depth(br#"{"a": "[[[{{{", "b": [1, [2]]}"#), 3);
-        assert_eq!(nesting_depth(br#"{"a": "\"[[["}"#), 1);
-        assert_eq!(nesting_depth(b"1"), 0);
-    }
-
-    #[test]
-    fn a_member_named_twice_anywhere_is_refused() {
-        for body in [
-            r#"{"contract": "a@1", "contract": "b@1"}"#,
-            r#"{"input": {"text": "x", "text": "y"}}"#,
-            r#"[1, {"a": [{"k": 1, "k": 1}]}]"#,
-        ] {
-            let refused = json_from_bytes(body.as_bytes());
-            assert!(
-                matches!(refused, Err(ApiError::MalformedJson(_))),
-                "{body}: {refused:?}"
-            );
-        }
-        let fine =
-            json_from_bytes(br#"{"a": {"k": 1}, "b": {"k": 1.5, "n": null}, "c": [true, "s"]}"#);
-        assert_eq!(
-            fine.unwrap(),
-            serde_json::json!({"a": {"k": 1}, "b": {"k": 1.5, "n": null}, "c": [true, "s"]})
-        );
-        assert!(json_from_bytes(b"{} {}").is_err(), "trailing data");
-    }
 
     #[test]
     fn json_content_types() {
@@ -320,28 +205,6 @@ mod tests {
             assert_eq!(is_json(&headers), ok, "{value}");
         }
         assert!(!is_json(&HeaderMap::new()));
-    }
-
-    fn arb_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            "[\\[\\]{}\"\\\\a]{0,6}".prop_map(Value::from)
-        ];
-        leaf.prop_recursive(8, 64, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-                prop::collection::btree_map("[\\[{a\"]{0,3}", inner, 0..4)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
-
-    fn depth_of(value: &Value) -> usize {
-        match value {
-            Value::Array(items) => 1 + items.iter().map(depth_of).max().unwrap_or(0),
-            Value::Object(map) => 1 + map.values().map(depth_of).max().unwrap_or(0),
-            _ => 0,
-        }
     }
 
     fn key_of(value: &str) -> Result<Option<IdempotencyKey>, ApiError> {
@@ -362,14 +225,5 @@ mod tests {
             }
         }
 
-        #[test]
-        fn the_scanner_agrees_with_the_parsed_depth(value in arb_json()) {
-            prop_assert_eq!(nesting_depth(value.to_string().as_bytes()), depth_of(&value));
-        }
-
-        #[test]
-        fn the_strict_reader_reads_what_serde_json_writes(value in arb_json()) {
-            prop_assert_eq!(json_from_bytes(value.to_string().as_bytes()).unwrap(), value);
-        }
     }
 }

@@ -7,6 +7,8 @@ use serde::Serialize;
 
 use crate::contracts::InputError;
 use crate::domain::{AttemptState, JobId, JobStatus, Refusal};
+use crate::engine::Refused;
+use crate::json::JsonError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +201,28 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl From<JsonError> for ApiError {
+    fn from(e: JsonError) -> Self {
+        match e {
+            JsonError::TooDeep { limit } => Self::JsonTooDeep { limit },
+            JsonError::Malformed(why) => Self::MalformedJson(why),
+            JsonError::Shape(why) => Self::InvalidRequest(why),
+        }
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(e: Refused) -> Self {
+        match e {
+            Refused::InputTooLarge { size, limit } => Self::InputTooLarge { size, limit },
+            Refused::UnknownContract(name) => Self::UnknownContract(name),
+            Refused::UnknownProvider(name) => Self::UnknownProvider(name),
+            Refused::Chain(why) => Self::InvalidRequest(why),
+            Refused::InvalidInput(errors) => Self::InvalidInput(errors),
+        }
     }
 }
 

@@ -2,27 +2,19 @@
 //! (`GET /v1/jobs/{id}/events`).
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Caller;
-use super::body;
+use super::body::StrictJson;
 use super::error::ApiError;
 use super::jobs::{job_id, rfc3339};
 use crate::domain::{Endpoint, EventDelivery};
-
-/// The body of `PUT /v1/endpoint`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EndpointRequest {
-    /// Where completion events are POSTed: an http or https URL on a public address.
-    pub url: String,
-}
+use crate::requests::EndpointRequest;
 
 /// The owner's endpoint and the secret its events are signed with.
 #[derive(Debug, Serialize, ToSchema)]
@@ -71,11 +63,8 @@ pub struct EventList {
 pub async fn put_endpoint(
     State(app): State<AppState>,
     Caller(owner): Caller,
-    headers: HeaderMap,
-    body: Body,
+    StrictJson(request): StrictJson<EndpointRequest>,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let request: EndpointRequest =
-        body::shaped(body::json_value(&headers, body, app.body_limit).await?)?;
     let url = app
         .engine
         .check_endpoint(&request.url)
@@ -100,7 +89,7 @@ pub async fn get_endpoint(
     State(app): State<AppState>,
     Caller(owner): Caller,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let endpoint = app.engine.store.endpoint(&owner).await?;
+    let endpoint = app.engine.endpoint(&owner).await?;
     Ok(Json(endpoint.ok_or(ApiError::EndpointNotFound)?.into()))
 }
 
@@ -117,7 +106,7 @@ pub async fn delete_endpoint(
     State(app): State<AppState>,
     Caller(owner): Caller,
 ) -> Result<Response, ApiError> {
-    app.engine.store.put_endpoint(&owner, None).await?;
+    app.engine.remove_endpoint(&owner).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -138,16 +127,10 @@ pub async fn list_events(
     Path(id): Path<String>,
 ) -> Result<Json<EventList>, ApiError> {
     let id = job_id(&id)?;
-    app.engine
-        .get_job(&owner, &id)
-        .await?
-        .ok_or(ApiError::JobNotFound)?;
     let events = app
         .engine
-        .store
-        .deliveries(&id)
+        .job_events(&owner, &id)
         .await?
-        .map(|(d, _)| d.events)
-        .unwrap_or_default();
+        .ok_or(ApiError::JobNotFound)?;
     Ok(Json(EventList { events }))
 }

@@ -1,7 +1,6 @@
 //! The job endpoints (`docs/api.md`) and the JSON they answer with.
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -9,35 +8,20 @@ use axum::response::{IntoResponse, Response};
 use chrono::{Duration, SecondsFormat};
 use headers::{ETag, HeaderMapExt, IfNoneMatch};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::Caller;
-use super::body;
+use super::body::{Key, MaybeKey, StrictJson};
 use super::error::ApiError;
 use crate::domain::{
-    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
-    JobId, JobStatus, MAX_INPUT_BYTES, NewJob, ProviderName, Timestamp,
+    Attempt, AttemptState, CallReport, ErrorInfo, IdempotencyKey, Job, JobId, JobStatus, Timestamp,
 };
+use crate::engine::Intake;
+use crate::requests::CreateJobRequest;
 use crate::store::{CreateOutcome, Cursor, JobPage, ListQuery};
-
-/// The body of `POST /v1/jobs`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateJobRequest {
-    /// `name@version` of a contract from `GET /v1/contracts`.
-    #[schema(example = "summarize@1")]
-    pub contract: String,
-    /// Must satisfy the contract's input schema.
-    #[schema(value_type = Object, example = json!({"text": "A long text to summarise."}))]
-    pub input: Value,
-    /// Provider chain, primary first, no repeats; the contract's default chain when absent.
-    #[serde(default)]
-    #[schema(min_items = 1)]
-    pub providers: Option<Vec<String>>,
-}
 
 /// A job as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -172,46 +156,16 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
 pub async fn create_job(
     State(app): State<AppState>,
     Caller(owner): Caller,
-    headers: HeaderMap,
-    body: Body,
+    Key(key): Key,
+    StrictJson(request): StrictJson<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
-    let key = body::idempotency_key(&headers)?;
-    let request: CreateJobRequest =
-        body::shaped(body::json_value(&headers, body, app.body_limit).await?)?;
-    // What is stored is the input's own JSON text, which may be longer than it was sent (`1e5` is kept as
-    // `100000.0`): it must fit what every store keeps of a job.
-    let stored = request.input.to_string().len();
-    if stored > MAX_INPUT_BYTES {
-        return Err(ApiError::InputTooLarge {
-            size: stored,
-            limit: MAX_INPUT_BYTES,
-        });
-    }
-    let contract = ContractRef::parse(&request.contract)
-        .ok()
-        .and_then(|r| app.engine.contracts.get(&r))
-        .ok_or_else(|| ApiError::UnknownContract(request.contract.clone()))?;
-    let providers = match &request.providers {
-        None => contract.providers.clone(),
-        Some(names) => app.provider_chain(names)?,
-    };
-    let input_errors = contract.input_errors(&request.input);
-    if !input_errors.is_empty() {
-        return Err(ApiError::InvalidInput(input_errors));
-    }
-    let fingerprint = Fingerprint::of_intent(
-        &request.contract,
-        &request.input,
-        request.providers.as_ref().map(|p| json!(p)).as_ref(),
-    );
-    let new = NewJob {
+    let new = app.engine.intake(Intake {
         owner,
-        idempotency_key: key,
-        fingerprint,
-        contract: contract.reference.clone(),
+        key,
+        contract: request.contract,
         input: request.input,
-        providers,
-    };
+        providers: request.providers,
+    })?;
     match app.engine.create_job(new).await? {
         CreateOutcome::Created(job) => {
             tracing::info!(job_id = %job.id, contract = %job.contract, "job created");
@@ -233,32 +187,6 @@ pub async fn create_job(
             tracing::info!(job_id = %job.id, "idempotency key reused for another intent");
             Err(ApiError::IdempotencyKeyReused { job_id: job.id })
         }
-    }
-}
-
-impl AppState {
-    /// The providers a create names, each configured, none twice.
-    fn provider_chain(&self, names: &[String]) -> Result<Vec<ProviderName>, ApiError> {
-        if names.is_empty() {
-            return Err(ApiError::InvalidRequest(
-                "providers: name at least one provider, or leave the field out for the contract's default chain"
-                    .into(),
-            ));
-        }
-        let mut chain: Vec<ProviderName> = Vec::with_capacity(names.len());
-        for name in names {
-            let provider = ProviderName::parse(name)
-                .ok()
-                .filter(|p| self.engine.providers.contains(p))
-                .ok_or_else(|| ApiError::UnknownProvider(name.clone()))?;
-            if chain.contains(&provider) {
-                return Err(ApiError::InvalidRequest(format!(
-                    "providers: {name} is named twice"
-                )));
-            }
-            chain.push(provider);
-        }
-        Ok(chain)
     }
 }
 
@@ -516,10 +444,9 @@ pub async fn cancel_job(
     State(app): State<AppState>,
     Caller(owner): Caller,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    MaybeKey(key): MaybeKey,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let key = body::optional_idempotency_key(&headers)?;
     let job = app.engine.cancel_job(&owner, &id, key.as_ref()).await?;
     Ok(job_response(&app, StatusCode::OK, &job))
 }

@@ -15,13 +15,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::Problem;
-use super::{AppState, ContractList, attempts, events, jobs, providers};
+use super::{AppState, attempts, catalogue, events, jobs, meta};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
-    components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, jobs::CreateJobRequest, ContractList,
-                       providers::ProviderList, attempts::AddAttemptRequest, events::EndpointRequest,
+    components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, crate::requests::CreateJobRequest, catalogue::ContractList,
+                       catalogue::ProviderList, crate::requests::AddAttemptRequest, crate::requests::EndpointRequest,
                        events::EndpointView, events::EventList, crate::domain::EventDelivery)),
     modifiers(&BearerAuth),
 )]
@@ -30,10 +30,10 @@ struct ApiDoc;
 /// Every route of the API with its operation.
 pub fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(super::healthz))
-        .routes(routes!(super::metrics))
-        .routes(routes!(super::list_contracts))
-        .routes(routes!(super::providers::list_providers))
+        .routes(routes!(meta::healthz))
+        .routes(routes!(meta::metrics))
+        .routes(routes!(catalogue::list_contracts))
+        .routes(routes!(catalogue::list_providers))
         .routes(routes!(jobs::create_job, jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::cancel_job))

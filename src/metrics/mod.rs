@@ -16,7 +16,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName, Sink};
+use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName, SinkKind};
 
 /// One metric: its name, whether it is a histogram (else a counter) and its Prometheus buckets, its unit, its
 /// labels, what it counts.
@@ -355,7 +355,7 @@ impl Metrics {
     }
 
     /// A completion event's POST came to `outcome`; delivered, `since_settle` after its job settled.
-    pub fn event_try(&self, sink: Sink, outcome: EventTry, since_settle: Duration) {
+    pub fn event_try(&self, sink: SinkKind, outcome: EventTry, since_settle: Duration) {
         self.counter(&EVENT_TRIES, &[sink.as_str(), outcome.as_str()])
             .increment(1);
         if outcome == EventTry::Delivered {

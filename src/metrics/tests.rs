@@ -20,8 +20,8 @@ fn prometheus_text_has_each_histograms_buckets_under_its_labels() {
     metrics.provider_call(&openai(), "gpt-x", "answered", Duration::from_millis(1_200));
     metrics.breaker_trip(&openai());
     metrics.store_retry();
-    metrics.event_try(Sink::Endpoint, EventTry::Rejected, Duration::ZERO);
-    metrics.event_try(Sink::Bus, EventTry::Delivered, Duration::from_secs(90));
+    metrics.event_try(SinkKind::Endpoint, EventTry::Rejected, Duration::ZERO);
+    metrics.event_try(SinkKind::Bus, EventTry::Delivered, Duration::from_secs(90));
     let text = metrics.render().unwrap();
     for line in [
         "onejob_event_tries_total{sink=\"endpoint\",outcome=\"rejected\"} 1",

@@ -4,6 +4,7 @@
 use chrono::Duration;
 use onejob::domain::ProviderName;
 use onejob::providers::{DemoBehavior, ProviderConfig};
+use onejob::store::ProviderStore;
 use serde_json::{Value, json};
 
 use crate::helpers::{ALICE, OPERATOR, TestApp, assert_problem, config, json_with_status};
@@ -24,7 +25,7 @@ async fn app_with(primary: ProviderConfig, fallback: ProviderConfig) -> TestApp 
 /// An app whose `primary` and (qualified) `fallback` are these stand-ins.
 async fn app_on(primary: &StandIn, fallback: &StandIn) -> TestApp {
     let app = app_with(openai(primary.base_url()), openai(fallback.base_url())).await;
-    record_qualified(app.engine(), "fallback").await;
+    record_qualified(app.engine(), app.faults.as_ref(), "fallback").await;
     app
 }
 
@@ -519,7 +520,7 @@ async fn qualify_on(app: &TestApp, provider: &str) -> bool {
         |_, _, _| {},
     )
     .await;
-    engine.store.put_qualification(&evidence).await.unwrap();
+    app.faults.put_qualification(&evidence).await.unwrap();
     evidence.passed
 }
 

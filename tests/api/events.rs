@@ -6,7 +6,7 @@ use hmac::{Hmac, Mac};
 use onejob::clock::Clock;
 use onejob::config::Config;
 use onejob::domain::{AttemptRef, JobId, Owner, Stamp, WriteToken};
-use onejob::store::JobStore;
+use onejob::store::{EventStore, JobStore};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -453,7 +453,7 @@ async fn an_endpoint_private_at_delivery_time_is_not_reached() {
         ),
     ] {
         let endpoint = onejob::domain::Endpoint::new(url, app.clock.now());
-        let store = &app.engine().store;
+        let store = &app.faults;
         store.put_endpoint(&owner, Some(&endpoint)).await.unwrap();
         let id = settled_job(&app, key).await;
         app.engine().deliver_due().await.unwrap();

@@ -30,7 +30,7 @@ async fn app_on(primary: &StandIn, fallback: &StandIn, qualified: bool) -> TestA
     }
     let app = TestApp::spawn_with(config).await;
     if qualified {
-        record_qualified(app.engine(), "fallback").await;
+        record_qualified(app.engine(), app.faults.as_ref(), "fallback").await;
     }
     app
 }

@@ -42,7 +42,7 @@ async fn rig(store: Arc<dyn JobStore>, primary: &StandIn, fallback: &StandIn) ->
         openai(primary.base_url()),
         openai(fallback.base_url()),
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     rig
 }
 
@@ -259,7 +259,7 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
     // Closed without a word, or reset (RST) after the request arrived: the work may have been done.
     for (key, lost) in [("closed", hanging_up().await), ("reset", resetting().await)] {
         let mut rig = Rig::new(store.clone(), openai(lost), openai(fallback.base_url()));
-        record_qualified(&rig.engine, "fallback").await;
+        record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
         let (job, message) = rig.create(key).await;
         assert_eq!(rig.process(&message).await, Processed::Unknown, "{key}");
         let after = rig.job(&job).await;
@@ -344,8 +344,7 @@ pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dy
     // A worker claimed this one and died.
     let (crashed, message) = rig.create("crashed").await;
     let now = rig.clock.now();
-    rig.engine
-        .store
+    rig.store
         .claim_attempt(
             &crashed.id,
             message.number,
@@ -402,7 +401,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
             openai(fallback.base_url()),
             no_breaker,
         );
-        record_qualified(&rig.engine, "fallback").await;
+        record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
         let (job, message) = rig.create(&format!("gateway-{status}")).await;
         assert_eq!(rig.process(&message).await, Processed::Unknown, "{status}");
         let after = rig.job(&job).await;
@@ -420,7 +419,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
         openai(fallback.base_url()),
         no_breaker,
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let (job, message) = rig.create("unavailable").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
     // A 503 that does not say when to come back may have been the provider failing mid-work: failover.
@@ -439,7 +438,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
         openai(fallback.base_url()),
         no_breaker,
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let (job, message) = rig.create("maintenance").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
     let after = rig.job(&job).await;
@@ -460,7 +459,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
         ..endpoint(down.base_url())
     });
     let mut rig = Rig::new(store, no_retries, openai(fallback.base_url()));
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let (job, message) = rig.create("no-retries").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
     let next = rig.job(&job).await.attempt(2).unwrap().clone();
@@ -596,7 +595,13 @@ pub async fn a_fallback_that_answers_as_another_model_is_suspected_and_qualified
         |config| config.requalify_stale = true,
     );
     // Qualified while it answered as another model than the one it reports now.
-    record_qualified_as(&rig.engine, "fallback", "stand-in-model-2025-01").await;
+    record_qualified_as(
+        &rig.engine,
+        rig.store.as_ref(),
+        "fallback",
+        "stand-in-model-2025-01",
+    )
+    .await;
     let (job, first) = rig.create("first").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
     let to_fallback = rig.next_message();
@@ -660,8 +665,8 @@ pub async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure
         openai(fallback.base_url()),
         |config| config.provider_state_cache_ms = 60_000,
     );
-    record_qualified(&rig.engine, "primary").await;
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "primary").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let evidence_reads = faulty.calls(Call::Qualification);
     let before = (faulty.calls(Call::Breaker), faulty.calls(Call::PutBreaker));
     // Each job on the primary: what it came to, and the breaker's reads and writes so far.
@@ -801,7 +806,6 @@ pub async fn the_sweeper_expires_and_dispatches_again_batch_after_batch(store: A
         let lease = now + rig.engine.lease();
         let stamp = onejob::domain::Stamp::fresh(now);
         let claim = rig
-            .engine
             .store
             .claim_attempt(&job.id, message.number, lease, &stamp);
         claim.await.unwrap();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use onejob::domain::{Deliveries, Endpoint, EventDelivery, JobStatus, Sink};
+use onejob::domain::{Deliveries, Endpoint, EventDelivery, JobStatus, SinkKind};
 use onejob::store::JobStore;
 
 use super::*;
@@ -73,7 +73,7 @@ pub async fn deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap(
     let mut tried = armed.clone();
     let event = EventDelivery {
         id: "evt_0".into(),
-        sink: Sink::Bus,
+        sink: SinkKind::Bus,
         status: JobStatus::Cancelled,
         settled_at: settles_at,
         tries: 0,

@@ -38,7 +38,7 @@ async fn rig(
     let faulty = FaultyStore::new(store, Vec::new());
     let rig = Rig::new(faulty.clone(), openai(primary), openai(fallback));
     if qualified {
-        record_qualified(&rig.engine, "fallback").await;
+        record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     }
     (faulty, rig)
 }
@@ -224,7 +224,7 @@ pub async fn a_breaker_write_that_fails_either_side_never_decides_a_job(store: A
         openai(fallback.base_url()),
         |config| config.provider_state_cache_ms = 60_000,
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let name = ProviderName::parse("primary").unwrap();
     for (i, fault) in FAULTS.into_iter().enumerate() {
         faulty.plan(&[(Call::PutBreaker, fault)]);
@@ -248,7 +248,7 @@ pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Ar
     let primary = StandIn::spawn(Vec::new(), Reply::Prose("Sure! The meeting moved.")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
-    record_qualified(&rig.engine, "primary").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "primary").await;
     let (contract, name) = (
         rig.intent("any").contract,
         ProviderName::parse("primary").unwrap(),

@@ -46,7 +46,7 @@ pub async fn one_settle_is_one_event_whatever_its_orphan_does(store: Arc<dyn Job
         openai(fallback.base_url()),
         |config| config.allow_private_endpoints = true,
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let owner = Owner::parse("alice").unwrap();
     let url = format!("{}/chat/completions", receiver.base_url());
     let url = rig.engine.check_endpoint(&url).await.unwrap();
@@ -170,7 +170,7 @@ pub async fn production_breaches_only_suspect_and_the_samples_decide(store: Arc<
             config.breaker_threshold = 0;
         },
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let standing = |rig: &Rig| {
         let engine = rig.engine.clone();
         async move {
@@ -245,7 +245,7 @@ pub async fn a_note_on_old_evidence_never_overwrites_a_newer_qualification(
         openai(unused.base_url()),
         openai(unused.base_url()),
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let contract = onejob::domain::ContractRef::parse("summarize@1").unwrap();
     let fallback = ProviderName::parse("fallback").unwrap();
     let passed = rig
@@ -337,7 +337,7 @@ pub async fn the_answer_is_written_before_the_breaker_and_the_ledger(store: Arc<
 
     // A failure is counted on the stored breaker: with that write stalled, the failure and its failover are
     // written.
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let breaker_writes = faulty.calls(Call::PutBreaker);
     faulty.plan(&[(Call::PutBreaker, Fault::Stall)]);
     let (job, message) = rig.create("failed").await;
@@ -484,7 +484,7 @@ pub async fn a_prompt_of_separator_lines_is_answered_not_called_truncated(
         openai(packed.base_url()),
         openai(fallback.base_url()),
     );
-    record_qualified(&rig.engine, "fallback").await;
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let report = format!("{}\nQ3 REPORT\n{}\n", "=".repeat(79), "=".repeat(79)).repeat(40);
     let intent = onejob::domain::NewJob {
         input: json!({"text": report}),

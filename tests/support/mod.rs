@@ -11,15 +11,21 @@ pub mod stand_in;
 
 use onejob::domain::{CallReport, ProviderName, Qualification, RunEvidence};
 use onejob::engine::Engine;
+use onejob::store::JobStore;
 
-/// Records in the engine's ledger that `provider` passed qualification for every contract it knows, under their
+/// Records in `store`, the engine's, that `provider` passed qualification for every contract it knows, under their
 /// current fingerprints: the state a successful `onejob qualify` leaves behind.
-pub async fn record_qualified(engine: &Engine, provider: &str) {
-    record_qualified_runs(engine, provider, Vec::new()).await;
+pub async fn record_qualified(engine: &Engine, store: &dyn JobStore, provider: &str) {
+    record_qualified_runs(engine, store, provider, Vec::new()).await;
 }
 
 /// [`record_qualified`], with one passed run in which the provider reported `model`.
-pub async fn record_qualified_as(engine: &Engine, provider: &str, model: &str) {
+pub async fn record_qualified_as(
+    engine: &Engine,
+    store: &dyn JobStore,
+    provider: &str,
+    model: &str,
+) {
     let run = RunEvidence {
         sample: 0,
         run: 1,
@@ -31,10 +37,15 @@ pub async fn record_qualified_as(engine: &Engine, provider: &str, model: &str) {
             ..CallReport::default()
         }),
     };
-    record_qualified_runs(engine, provider, vec![run]).await;
+    record_qualified_runs(engine, store, provider, vec![run]).await;
 }
 
-async fn record_qualified_runs(engine: &Engine, provider: &str, runs: Vec<RunEvidence>) {
+async fn record_qualified_runs(
+    engine: &Engine,
+    store: &dyn JobStore,
+    provider: &str,
+    runs: Vec<RunEvidence>,
+) {
     let name = ProviderName::parse(provider).unwrap();
     let configured = engine.providers.get(&name).expect("a configured provider");
     for contract in engine.contracts.iter() {
@@ -50,7 +61,7 @@ async fn record_qualified_runs(engine: &Engine, provider: &str, runs: Vec<RunEvi
             strikes: Vec::new(),
             suspected: None,
         };
-        engine.store.put_qualification(&evidence).await.unwrap();
+        store.put_qualification(&evidence).await.unwrap();
     }
 }
 

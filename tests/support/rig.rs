@@ -26,6 +26,8 @@ use tokio::task::JoinHandle;
 /// An engine on `store`, with providers `primary` and `fallback`, its queue left for the test to drive.
 pub struct Rig {
     pub engine: Arc<Engine>,
+    /// The engine's store, for what a test sets up or looks at behind the engine's back.
+    pub store: Arc<dyn JobStore>,
     pub clock: Arc<ManualClock>,
     queue: UnboundedReceiver<Delivery>,
     owner: Owner,
@@ -62,14 +64,16 @@ impl Rig {
         let engine = startup::engine(
             &config,
             &ProviderKeys::default(),
-            store,
+            store.clone(),
             clock.clone(),
             Arc::new(queue),
+            None,
             Metrics::prometheus(),
         )
         .unwrap();
         Self {
             engine: Arc::new(engine),
+            store,
             clock,
             queue: messages,
             owner: Owner::parse("alice").unwrap(),

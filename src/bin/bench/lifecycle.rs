@@ -27,6 +27,7 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
             store,
             Arc::new(SystemClock),
             Arc::new(queue),
+            None,
             onejob::metrics::Metrics::prometheus(),
         )
         .unwrap(),

@@ -88,6 +88,7 @@ impl Ledger {
             store,
             Arc::new(SystemClock),
             Arc::new(queue),
+            None,
             Metrics::prometheus(),
         )?;
         Ok((engine, place))

@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 
 use super::item::{decode_input, decode_item, encode, encode_input};
-use crate::domain::tests::{at, by, job, nowhere};
+use crate::domain::fixtures::{at, by, job, nowhere};
 use crate::domain::{AttemptState, CallReport, ErrorInfo, Job};
 use crate::store::StoreError;
 

@@ -1,18 +1,70 @@
-//! `GET /v1/providers`: each configured provider and its standing per contract. Every owner reads it, so it shows
-//! what is the deployment's and no owner's: the provider's settings and what its qualification on the contract's
-//! own samples found. What other owners' jobs showed — a breaker's counters, production's suspicions and the
-//! attempts behind them — and where the provider is (its base URL) are the operators' view (invariant 15).
+//! The catalogue: the contracts this deployment runs (`GET /v1/contracts`) and its providers with their standing
+//! (`GET /v1/providers`). Every owner reads both, so they show what is the deployment's and no owner's: the
+//! providers' settings and what their qualification on the contracts' own samples found. What other owners' jobs
+//! showed — a breaker's counters, production's suspicions and the attempts behind them — and where a provider is
+//! (its base URL) are the operators' view (invariant 15).
 
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::auth::Viewer;
+use super::auth::{Caller, Viewer};
 use super::error::ApiError;
 use super::{AppState, jobs};
 use crate::domain::{ErrorInfo, Standing, Suspicion};
 use crate::providers::tokens::Encoding;
+
+#[derive(Debug, Serialize, ToSchema)]
+struct ContractView {
+    /// `name@version`.
+    contract: String,
+    description: String,
+    #[schema(value_type = Object)]
+    input_schema: Value,
+    #[schema(value_type = Object)]
+    output_schema: Value,
+    temperature: f64,
+    max_output_tokens: u32,
+    /// The default provider chain.
+    providers: Vec<String>,
+    #[schema(value_type = Vec<Object>)]
+    samples: Vec<Value>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContractList {
+    contracts: Vec<ContractView>,
+}
+
+/// The job contracts this server knows.
+#[utoipa::path(
+    get, path = "/v1/contracts", tag = "contracts",
+    responses(
+        (status = 200, body = ContractList),
+        (status = 401, description = "unauthorized"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_contracts(State(app): State<AppState>, _: Caller) -> Json<ContractList> {
+    let contracts = app
+        .engine
+        .contracts
+        .iter()
+        .map(|c| ContractView {
+            contract: c.reference.to_string(),
+            description: c.description.clone(),
+            input_schema: c.input_schema.clone(),
+            output_schema: c.output_schema.clone(),
+            temperature: c.temperature,
+            max_output_tokens: c.max_output_tokens,
+            providers: c.providers.iter().map(ToString::to_string).collect(),
+            samples: c.samples.clone(),
+        })
+        .collect();
+    Json(ContractList { contracts })
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProviderView {

@@ -20,12 +20,14 @@ pub mod qualification;
 pub mod report;
 pub mod write;
 
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
 pub use breaker::{Admission, Breaker, BreakerPolicy};
-pub use event::{Deliveries, Endpoint, EventDelivery, Sink};
+pub use event::{Deliveries, Endpoint, EventDelivery, SinkKind};
 pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};

@@ -58,7 +58,7 @@ pub struct Deliveries {
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
 )]
 #[serde(rename_all = "snake_case")]
-pub enum Sink {
+pub enum SinkKind {
     /// The owner's endpoint: a signed POST.
     #[default]
     Endpoint,
@@ -66,7 +66,7 @@ pub enum Sink {
     Bus,
 }
 
-impl Sink {
+impl SinkKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Endpoint => "endpoint",
@@ -82,7 +82,7 @@ pub struct EventDelivery {
     pub id: String,
     /// Where this delivery goes (records from before the bus have none: the endpoint).
     #[serde(default)]
-    pub sink: Sink,
+    pub sink: SinkKind,
     /// The job's status when it settled.
     pub status: JobStatus,
     #[schema(value_type = String, format = DateTime)]
@@ -142,7 +142,7 @@ impl Deliveries {
 
     /// What is due for `job` as it stands at `now`, its event going to `sinks`: each sink that has not taken it and
     /// is not waiting out a backoff.
-    pub fn due(&self, job: &Job, now: Timestamp, sinks: &[Sink]) -> Due {
+    pub fn due(&self, job: &Job, now: Timestamp, sinks: &[SinkKind]) -> Due {
         let Some(settled_at) = job.settles_at() else {
             return Due::Later(None);
         };
@@ -255,7 +255,7 @@ mod tests {
         cancelled.cancel(&by(1)).unwrap();
         let settled = cancelled.settles_at().unwrap();
         let mut deliveries = Deliveries::new(&cancelled, settled);
-        let both = [Sink::Endpoint, Sink::Bus];
+        let both = [SinkKind::Endpoint, SinkKind::Bus];
         assert_eq!(
             deliveries.due(&cancelled, settled - Duration::milliseconds(1), &both),
             Due::Later(Some(settled))
@@ -288,7 +288,7 @@ mod tests {
             panic!("the endpoint's next try is due");
         };
         assert_eq!(second.len(), 1);
-        assert_eq!((second[0].sink, second[0].tries), (Sink::Endpoint, 1));
+        assert_eq!((second[0].sink, second[0].tries), (SinkKind::Endpoint, 1));
         deliveries.record(
             &[(second[0].clone(), Some("HTTP 503".into()))],
             at(10_005),
@@ -306,14 +306,14 @@ mod tests {
             .iter()
             .map(|e| (e.sink, e.tries))
             .collect();
-        assert_eq!(tries, [(Sink::Endpoint, 3), (Sink::Bus, 1)]);
+        assert_eq!(tries, [(SinkKind::Endpoint, 3), (SinkKind::Bus, 1)]);
         // A record from before sinks were kept is the endpoint's.
         let old: EventDelivery = serde_json::from_value(serde_json::json!({
             "id": "evt_0", "status": "cancelled", "settled_at": "2027-01-15T08:00:00Z", "tries": 1,
             "delivered_at": null, "last_error": null, "next_try_at": null,
         }))
         .unwrap();
-        assert_eq!(old.sink, Sink::Endpoint);
+        assert_eq!(old.sink, SinkKind::Endpoint);
     }
 
     #[test]

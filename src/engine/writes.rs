@@ -1,12 +1,15 @@
-//! The writes an API call makes: create, a manual attempt, cancelling an attempt or the job.
+//! The writes a caller makes: a create, a manual attempt, cancelling an attempt or the job — each one intent,
+//! repeated under its token while the store fails (invariant 11), and under an `Idempotency-Key` acting once
+//! however often it is sent (invariants 2 and 17).
 
 use std::collections::BTreeSet;
 
 use super::Engine;
-use super::in_flight::{Turn, followed};
+use super::follow_up::Wrote;
+use super::in_flight::{Turn, led_by};
 use crate::domain::{
-    AttemptCancel, AttemptState, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner,
-    ProviderName, Refusal, WriteToken,
+    AttemptCancel, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Refusal,
+    WriteToken,
 };
 use crate::metrics::CreateKind;
 use crate::store::{CreateOutcome, StoreError};
@@ -26,7 +29,7 @@ impl Engine {
         let span = tracing::info_span!("create", contract = %new.contract, outcome = Empty, job_id = Empty, trace_id = Empty);
         let token = WriteToken::new();
         let outcome = match self.creating.join(&new.owner, &new.idempotency_key) {
-            Turn::Follow(leader) => match followed(leader).await {
+            Turn::Follow(leader) => match led_by(leader).await {
                 Some(job) => CreateOutcome::of_existing(job, &new.fingerprint, &token),
                 None => self.write_create(&new, &token).await?,
             },
@@ -41,13 +44,9 @@ impl Engine {
         let kind = match &outcome {
             CreateOutcome::Created(job) => {
                 trace::join_as_root(&span, &job.id);
-                async {
-                    self.changed(job).await?;
-                    self.dispatch_queued(job).await;
-                    Ok::<_, StoreError>(())
-                }
-                .instrument(span.clone())
-                .await?;
+                self.follow_up(job, Wrote::Created)
+                    .instrument(span.clone())
+                    .await?;
                 CreateKind::Created
             }
             CreateOutcome::Replayed(_) => CreateKind::Replayed,
@@ -113,10 +112,12 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        self.changed(&job).await?;
-        if !replayed {
-            self.dispatch_queued(&job).await;
-        }
+        let wrote = if replayed {
+            Wrote::Nothing
+        } else {
+            Wrote::Added
+        };
+        self.follow_up(&job, wrote).await?;
         Ok(AddedAttempt {
             number,
             job,
@@ -160,16 +161,17 @@ impl Engine {
                 }
             })
             .await?;
-        if outcome == AttemptCancel::Cancelled {
-            tracing::info!(job_id = %job.id, attempt = number, "attempt cancelled");
-            self.metrics.attempt(&job, number, AttemptState::Cancelled);
-            self.metrics.ended(&job);
-            self.dispatch_queued(&job).await;
-        }
         // Also when it was cancelled before, by this very call perhaps, whose first answer was lost before the
         // job's watchers and endpoint heard. If the event could not be armed, the call fails: the cancel stands,
         // and the client's repeat arms it.
-        self.changed(&job).await?;
+        let wrote = match outcome {
+            AttemptCancel::Cancelled => {
+                tracing::info!(job_id = %job.id, attempt = number, "attempt cancelled");
+                Wrote::AttemptCancelled(number)
+            }
+            AttemptCancel::AlreadyCancelled => Wrote::Nothing,
+        };
+        self.follow_up(&job, wrote).await?;
         Ok(job)
     }
 
@@ -189,12 +191,15 @@ impl Engine {
                 |stamp| async move { self.store.cancel_job(owner, id, &stamp).await },
             )
             .await?;
-        if outcome == JobCancel::Cancelled {
-            self.metrics.ended(&job);
-            tracing::info!(job_id = %job.id, "job cancelled");
-        }
         // Also when it was cancelled before: that may have been this very call, whose first answer was lost.
-        self.changed(&job).await?;
+        let wrote = match outcome {
+            JobCancel::Cancelled => {
+                tracing::info!(job_id = %job.id, "job cancelled");
+                Wrote::JobCancelled
+            }
+            JobCancel::AlreadyCancelled => Wrote::Nothing,
+        };
+        self.follow_up(&job, wrote).await?;
         Ok(job)
     }
 }

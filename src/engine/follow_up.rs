@@ -1,0 +1,170 @@
+//! What follows every write of a job's life, in one place and one order: the write is counted, the attempt it
+//! queued is dispatched, the job's watchers (long polls) hear of it, and if it ended the job its completion event is
+//! armed. Writers say what they did ([`Wrote`]); nothing else is written by hand after a write.
+
+use chrono::Duration;
+use tracing::Instrument;
+
+use super::Engine;
+use crate::domain::{AttemptRef, AttemptState, Job, JobId, Timestamp, WriteToken};
+use crate::queue::Message;
+use crate::store::StoreError;
+use crate::telemetry::trace;
+
+/// What a write did, for what follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wrote {
+    /// A create made the job, attempt 1 queued (counted with the create itself).
+    Created,
+    /// A manual attempt was queued.
+    Added,
+    /// Attempt `n` was claimed.
+    Claimed(u32),
+    /// Attempt `n` became `unknown`.
+    Unknown(u32),
+    /// Attempt `n`'s result won the slot.
+    Won(u32),
+    /// Attempt `n`'s result came too late and was discarded.
+    Lost(u32),
+    /// Attempt `n` failed; its retry or failover was queued in the same write.
+    Failed(u32),
+    /// Attempt `n` was cancelled by this write; failover was queued in the same write.
+    AttemptCancelled(u32),
+    /// The job was cancelled by this write.
+    JobCancelled,
+    /// Nothing new: the write found the job as it wanted it (a replay, a cancel of what was cancelled). Its
+    /// watchers and its event are told again all the same: this may be the repeat of a write whose answer was lost
+    /// before they heard.
+    Nothing,
+}
+
+impl Wrote {
+    /// The attempt the write moved, if it names one.
+    pub(super) fn attempt(self) -> Option<u32> {
+        match self {
+            Self::Claimed(n)
+            | Self::Unknown(n)
+            | Self::Won(n)
+            | Self::Lost(n)
+            | Self::Failed(n)
+            | Self::AttemptCancelled(n) => Some(n),
+            Self::Created | Self::Added | Self::JobCancelled | Self::Nothing => None,
+        }
+    }
+}
+
+impl Engine {
+    /// After every write of `job`: counted, its queued attempt dispatched (if the write queued one), its watchers
+    /// told, its completion event armed if it ended. An `Err` (the store would not arm the event through a write's
+    /// budget) is for the caller to pass on as a failure: the write stands, and its client's retry, or its
+    /// message's redelivery, arms it.
+    pub(super) async fn follow_up(&self, job: &Job, wrote: Wrote) -> Result<(), StoreError> {
+        let count = |state| {
+            if let Some(n) = wrote.attempt() {
+                self.metrics.attempt(job, n, state);
+            }
+        };
+        match wrote {
+            Wrote::Claimed(_) => count(AttemptState::Started),
+            Wrote::Unknown(_) => count(AttemptState::Unknown),
+            Wrote::Won(_) => count(AttemptState::Succeeded),
+            Wrote::Lost(_) => {
+                if let Some(n) = wrote.attempt() {
+                    self.metrics.race_lost(job, n);
+                }
+            }
+            Wrote::Failed(_) => count(AttemptState::Failed),
+            Wrote::AttemptCancelled(_) => count(AttemptState::Cancelled),
+            Wrote::Created | Wrote::Added | Wrote::JobCancelled | Wrote::Nothing => {}
+        }
+        if matches!(
+            wrote,
+            Wrote::Won(_) | Wrote::Failed(_) | Wrote::AttemptCancelled(_) | Wrote::JobCancelled
+        ) {
+            self.metrics.ended(job);
+        }
+        if matches!(
+            wrote,
+            Wrote::Created | Wrote::Added | Wrote::Failed(_) | Wrote::AttemptCancelled(_)
+        ) {
+            self.dispatch_queued(job).await;
+        }
+        self.changes
+            .changed(&job.id, || job.is_final().then(|| job.clone()));
+        self.arm_deliveries(job).await
+    }
+
+    /// Dispatches the job's queued attempt, if the last write queued one. A failure to dispatch is logged, not
+    /// returned: the write stands, and the sweeper dispatches the attempt again.
+    async fn dispatch_queued(&self, job: &Job) {
+        let Some(attempt) = job
+            .live_attempt()
+            .filter(|a| a.state == AttemptState::Queued)
+        else {
+            return;
+        };
+        self.metrics
+            .attempt(job, attempt.number, AttemptState::Queued);
+        let message = Message::new(
+            AttemptRef {
+                job_id: job.id.clone(),
+                number: attempt.number,
+            },
+            Some(attempt.provider.clone()),
+        );
+        self.dispatch_at(&message, attempt.not_before).await;
+    }
+
+    /// Sends `message`, delivered no sooner than `not_before` (if given); a failure is logged, and the sweeper
+    /// sends it again later.
+    pub(crate) async fn dispatch_at(&self, message: &Message, not_before: Option<Timestamp>) {
+        let delay = not_before.map_or_else(Duration::zero, |t| t - self.clock.now());
+        let (job_id, attempt) = (&message.attempt.job_id, message.attempt.number);
+        let span =
+            tracing::info_span!("dispatch", %job_id, attempt, trace_id = tracing::field::Empty);
+        trace::join(&span, job_id, None);
+        let sent = self
+            .dispatcher
+            .dispatch(message, delay)
+            .instrument(span)
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(%job_id, attempt, error = %e, "dispatch failed; the sweeper will retry");
+        }
+    }
+
+    /// After a write: if it ended the job, its owner's endpoint (if any) is to hear of it once it settles. Tried
+    /// again like a write while the store fails (arming twice is arming once); logged, and an `Err`, if it never
+    /// lands.
+    pub(super) async fn arm_deliveries(&self, job: &Job) -> Result<(), StoreError> {
+        let Some(settles_at) = job.settles_at() else {
+            return Ok(());
+        };
+        let armed = self
+            .persist(
+                "arm deliveries",
+                &WriteToken::new(),
+                self.write_deadline(),
+                |_| self.store.arm_deliveries(job, settles_at),
+            )
+            .await;
+        match armed {
+            Ok(true) => self.deliveries_due.notify_one(),
+            Ok(false) => {}
+            Err(ref e) => {
+                tracing::error!(job_id = %job.id, error = %crate::telemetry::error_chain(e), "the job's completion event could not be scheduled; failing the step so that it comes back");
+            }
+        }
+        armed.map(|_| ())
+    }
+
+    /// For a message whose attempt is over: if its job ended, the deliveries are armed again. The step that ended
+    /// it may have stopped between its write and the arming (a Lambda out of time), and left its message to come
+    /// back: this is what is left of that step. Arming twice is arming once.
+    pub async fn rearm_deliveries(&self, id: &JobId) -> Result<(), StoreError> {
+        match self.store.read_job(id, self.clock.now()).await? {
+            Some(job) => self.arm_deliveries(&job).await,
+            None => Ok(()),
+        }
+    }
+}
