@@ -16,6 +16,7 @@ async fn sqlite() -> Option<Fixture> {
     let store = SqliteStore::open(&dir.path().join("onejob.db")).unwrap();
     Some(Fixture {
         store: Arc::new(store),
+        model_cases: 96,
         _keep: Box::new(dir),
     })
 }
@@ -36,7 +37,7 @@ fn strings(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
 /// its event; one that leaves it open arms nothing.
 #[tokio::test]
 async fn a_write_that_ends_a_job_arms_its_deliveries_in_its_own_transaction() {
-    let Fixture { store, _keep } = sqlite().await.unwrap();
+    let Fixture { store, _keep, .. } = sqlite().await.unwrap();
     let endpoint = Endpoint::new("https://hooks.example.com/".into(), at(0));
     let alice = Owner::parse("alice").unwrap();
     store.put_endpoint(&alice, Some(&endpoint)).await.unwrap();

@@ -38,6 +38,10 @@ use tokio::task::JoinSet;
 /// A store for one test, and whatever must live as long as it (a temporary folder, a table).
 pub struct Fixture {
     pub store: Arc<dyn JobStore>,
+    /// How many random sequences the model test runs on this store by default (`ONEJOB_MODEL_CASES` overrides it):
+    /// many where a case takes milliseconds, fewer where it takes a second (moto answers a few hundred requests a
+    /// second).
+    pub model_cases: u32,
     pub _keep: Box<dyn Any + Send>,
 }
 
@@ -90,7 +94,6 @@ macro_rules! conformance_suite {
             an_answer_is_written_through_a_store_outage,
             an_answer_the_store_never_takes_is_given_up_after_the_budget,
             an_event_the_store_would_not_arm_is_armed_by_the_redelivery,
-            the_store_follows_the_model_step_by_step,
             a_status_change_within_one_millisecond_is_listed_under_the_new_status,
             a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job,
             a_job_at_every_cap_still_fits_the_store,
@@ -121,6 +124,13 @@ macro_rules! conformance_suite {
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn the_store_follows_the_model_step_by_step() {
+            let fixture: Option<$crate::conformance::Fixture> = $fixture.await;
+            let Some(fixture) = fixture else { return };
+            let cases = fixture.model_cases;
+            $crate::conformance::the_store_follows_the_model_step_by_step(fixture.store.clone(), cases).await;
+        }
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {

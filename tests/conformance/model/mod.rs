@@ -414,11 +414,11 @@ async fn sweep(store: &FaultyStore, model: &mut Model, advance_ms: i64) {
 }
 
 /// Runs `cases` random sequences of up to 40 steps against `store`, each on its own owner.
-pub async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>) {
+pub async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>, cases: u32) {
     let cases = std::env::var("ONEJOB_MODEL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(48);
+        .unwrap_or(cases);
     let runtime = tokio::runtime::Handle::current();
     let case = AtomicUsize::new(0);
     let faulty = FaultyStore::new(store, Vec::new());
