@@ -12,96 +12,73 @@ use crate::contracts::{ContractError, Contracts};
 use crate::domain::{ContractRef, Owner, ProviderName, RetryLimits};
 use crate::providers::{DemoBehavior, ProviderConfig};
 
+/// Every key is optional: a missing one takes its value from [`Config::default`].
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Contract files to load beside the built-in contracts (one may replace a built-in contract of the same
     /// name@version), relative to the config file's folder.
-    #[serde(default)]
     pub contract_files: Vec<PathBuf>,
     /// The provider chain each contract runs on, primary first: `"summarize@1" = ["openai", "anthropic"]`. A
     /// contract the config names no chain for runs on its file's default chain.
-    #[serde(default)]
     pub chains: BTreeMap<ContractRef, Vec<ProviderName>>,
     /// Largest request body accepted, in bytes; larger ones answer 413.
-    #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
     /// Bearer token → owner. `ONEJOB_TOKENS="tokenA=alice,tokenB=bob"` adds to (and overrides) these.
-    #[serde(default)]
     pub tokens: BTreeMap<String, Owner>,
     /// The operators' bearer token for `GET /metrics` (`ONEJOB_METRICS_TOKEN` overrides it). Without one, nobody
     /// reads the counters (with the dev tokens, `dev-token-metrics` does).
-    #[serde(default)]
     pub metrics_token: Option<String>,
     /// How long a job, and the memory of its idempotency key, is kept; after it, the key makes a new job.
-    #[serde(default = "default_retention_days")]
     pub retention_days: u32,
     /// The most attempts one job may have: failover stops there and a manual retry answers 409
     /// `attempt_limit_reached`. At most 25, so that a job always fits a DynamoDB item.
-    #[serde(default = "default_max_attempts")]
     pub max_attempts_per_job: u32,
     /// Retries of a provider in a row after answers that say the work was not done (429, 503 with
     /// `Retry-After`, a refused connection), each a new attempt not started before the `Retry-After` (or a
     /// backoff from 1 s, doubling, at most 30 s). 0 turns them off.
-    #[serde(default = "default_provider_retries")]
     pub provider_retries: u32,
-    /// Definite failures of one provider within `breaker_window_ms` that open its breaker (0: no breakers): its
-    /// attempts then end `breaker_open` without a call for `breaker_cooldown_ms`, then one call probes it.
-    #[serde(default = "default_breaker_threshold")]
+    /// Failures of one provider that tell of its health within `breaker_window_ms` that open its breaker (0: no
+    /// breakers): no call goes to it for `breaker_cooldown_ms` (a job fails over, or waits unclaimed), then one
+    /// call probes it.
     pub breaker_threshold: u32,
-    #[serde(default = "default_breaker_window_ms")]
     pub breaker_window_ms: u64,
-    #[serde(default = "default_breaker_cooldown_ms")]
     pub breaker_cooldown_ms: u64,
     /// How long a worker process goes on using a provider's breaker that it read clean, and the qualification
     /// evidence it read, instead of reading them for every attempt (anything that may change them is read
     /// first). A breaker opened by another process is seen this much later. 0: read for every attempt.
-    #[serde(default = "default_provider_state_cache_ms")]
     pub provider_state_cache_ms: u64,
     /// The sweeper qualifies again, one pair per sweep, every provider whose qualification passed and that
     /// production suspects (a model it was not qualified as, answers that broke the contract) or that grew too old.
     /// Off by default: it calls the providers, and that costs money. Off, a suspicion only shows in the operators'
     /// view of `GET /v1/providers` until `onejob qualify` runs; it never takes a standing away.
-    #[serde(default)]
     pub requalify_stale: bool,
     /// Qualification evidence older than this many days qualifies no more (`onejob qualify --stale` renews it).
-    #[serde(default = "default_qualification_max_age_days")]
     pub qualification_max_age_days: u32,
     /// A retry is queued only if it may start within this long of the first try of the run.
-    #[serde(default = "default_provider_retry_within_ms")]
     pub provider_retry_within_ms: u64,
     /// The providers jobs may run on, by name.
-    #[serde(default = "default_providers")]
     pub providers: BTreeMap<ProviderName, ProviderConfig>,
     /// How many attempts the local worker runs at once.
-    #[serde(default = "default_worker_concurrency")]
     pub worker_concurrency: usize,
     /// How often the local server sweeps (expired leases, unclaimed attempts).
-    #[serde(default = "default_sweep_interval_ms")]
     pub sweep_interval_ms: u64,
     /// A `queued` attempt nobody claimed for this long is dispatched again.
-    #[serde(default = "default_redispatch_after_ms")]
     pub redispatch_after_ms: u64,
     /// A claim's lease is the longest provider timeout + late window, plus this.
-    #[serde(default = "default_lease_margin_ms")]
     pub lease_margin_ms: u64,
     /// Whether owners may register endpoints for completion events on loopback, private or link-local addresses
     /// (a local setup's own receiver). Off by default: the server would otherwise send requests wherever an
     /// owner points it, its own network included. `ONEJOB_ALLOW_PRIVATE_ENDPOINTS=1` turns it on.
-    #[serde(default)]
     pub allow_private_endpoints: bool,
     /// How long one delivery of a completion event may take.
-    #[serde(default = "default_event_timeout_ms")]
     pub event_timeout_ms: u64,
     /// After a delivery that did not get a 2xx, the next is tried after this, doubling each time, at most
     /// `event_backoff_cap_ms`; until the endpoint takes it or the job expires.
-    #[serde(default = "default_event_backoff_base_ms")]
     pub event_backoff_base_ms: u64,
-    #[serde(default = "default_event_backoff_cap_ms")]
     pub event_backoff_cap_ms: u64,
     /// An EventBridge bus (name or ARN) that hears of every settled job, its owner's endpoint or not: one entry per
     /// settle, source `onejob`, type `job.settled`, the endpoint's body as its detail. `ONEJOB_EVENT_BUS` sets it.
-    #[serde(default)]
     pub event_bus: Option<String>,
 }
 
@@ -129,79 +106,11 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-fn default_body_limit() -> usize {
-    256 * 1024
-}
-
-fn default_retention_days() -> u32 {
-    30
-}
-
-fn default_breaker_threshold() -> u32 {
-    5
-}
-
-fn default_breaker_window_ms() -> u64 {
-    60_000
-}
-
-fn default_breaker_cooldown_ms() -> u64 {
-    30_000
-}
-
-fn default_provider_state_cache_ms() -> u64 {
-    100
-}
-
-fn default_qualification_max_age_days() -> u32 {
-    30
-}
-
-fn default_provider_retries() -> u32 {
-    2
-}
-
-fn default_provider_retry_within_ms() -> u64 {
-    60_000
-}
-
-fn default_max_attempts() -> u32 {
-    crate::domain::Failover::DEFAULT_MAX_ATTEMPTS
-}
-
 /// The largest `max_attempts_per_job`: with the largest input and result and every error message at its cap, a job
 /// of this many attempts still fits a DynamoDB item.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 25;
 
-fn default_worker_concurrency() -> usize {
-    64
-}
-
-fn default_sweep_interval_ms() -> u64 {
-    5_000
-}
-
-fn default_redispatch_after_ms() -> u64 {
-    30_000
-}
-
-fn default_lease_margin_ms() -> u64 {
-    30_000
-}
-
-fn default_event_timeout_ms() -> u64 {
-    5_000
-}
-
-fn default_event_backoff_base_ms() -> u64 {
-    1_000
-}
-
-fn default_event_backoff_cap_ms() -> u64 {
-    3_600_000
-}
-
-/// The built-in providers: all demo, each showing one behaviour of the engine (see the README). None is qualified
+/// The built-in providers: all demo, each showing one behaviour of the engine (see `docs/tour.md`). None is qualified
 /// until `onejob qualify` says so.
 fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
     let slow = ProviderConfig::demo(DemoBehavior::Answer, 20_000).with_timings(3_000, 30_000);
@@ -233,28 +142,28 @@ impl Default for Config {
         Self {
             contract_files: Vec::new(),
             chains: BTreeMap::new(),
-            body_limit_bytes: default_body_limit(),
+            body_limit_bytes: 256 * 1024,
             tokens: BTreeMap::new(),
             metrics_token: None,
-            retention_days: default_retention_days(),
-            max_attempts_per_job: default_max_attempts(),
-            provider_retries: default_provider_retries(),
-            qualification_max_age_days: default_qualification_max_age_days(),
+            retention_days: 30,
+            max_attempts_per_job: crate::domain::Failover::DEFAULT_MAX_ATTEMPTS,
+            provider_retries: 2,
+            qualification_max_age_days: 30,
             requalify_stale: false,
-            breaker_threshold: default_breaker_threshold(),
-            breaker_window_ms: default_breaker_window_ms(),
-            breaker_cooldown_ms: default_breaker_cooldown_ms(),
-            provider_state_cache_ms: default_provider_state_cache_ms(),
-            provider_retry_within_ms: default_provider_retry_within_ms(),
+            breaker_threshold: 5,
+            breaker_window_ms: 60_000,
+            breaker_cooldown_ms: 30_000,
+            provider_state_cache_ms: 100,
+            provider_retry_within_ms: 60_000,
             providers: default_providers(),
-            worker_concurrency: default_worker_concurrency(),
-            sweep_interval_ms: default_sweep_interval_ms(),
-            redispatch_after_ms: default_redispatch_after_ms(),
-            lease_margin_ms: default_lease_margin_ms(),
+            worker_concurrency: 64,
+            sweep_interval_ms: 5_000,
+            redispatch_after_ms: 30_000,
+            lease_margin_ms: 30_000,
             allow_private_endpoints: false,
-            event_timeout_ms: default_event_timeout_ms(),
-            event_backoff_base_ms: default_event_backoff_base_ms(),
-            event_backoff_cap_ms: default_event_backoff_cap_ms(),
+            event_timeout_ms: 5_000,
+            event_backoff_base_ms: 1_000,
+            event_backoff_cap_ms: 3_600_000,
             event_bus: None,
         }
     }

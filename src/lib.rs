@@ -2,37 +2,33 @@
 //!
 //! # Layout
 //!
-//! - [`domain`]: pure types and rules — idempotency keys, job ids, the intent's fingerprint, jobs, attempts and
-//!   every state transition (all in `domain/job.rs`), failover's decision, the writer's stamp. No I/O, no async.
-//!   Start here to learn what the service promises.
-//! - [`store`]: the `JobStore` port (each method one atomic operation), with its `EventStore` (endpoints,
-//!   deliveries) and `ProviderStore` (breakers, qualification evidence) sides, and their adapters;
-//!   [`store::sqlite`] is the embedded default.
+//! From the pure core outwards; no module imports one listed above it that imports it back.
+//!
+//! - [`domain`], [`json`], [`requests`] (the `onejob-core` crate, `core/`): pure types and rules — idempotency
+//!   keys, job ids, the intent's fingerprint, jobs and every transition (`domain/job.rs`), their status and settle
+//!   (`domain/status.rs`), failover's decision, the writer's stamp, events; the strict JSON reader; the request
+//!   bodies. No I/O, no async. Start here to learn what the service promises.
 //! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
 //!   input checks, prompt rendering, output checks.
-//! - [`engine`]: the parts an attempt's life touches, and every write of a job's life — the API's, the worker's
-//!   and the sweeper's, each followed by its dispatch, count and change notice — plus the ledger's standings, and
-//!   what one process keeps for a moment (creates in flight that duplicates wait for; breakers and evidence read).
-//! - [`providers`]: the `Provider` trait and its clients (built-in `demo`, OpenAI-compatible `openai`, Anthropic's
-//!   Messages API `anthropic`), their keys (a secret, else the environment) and token counting;
-//!   [`providers::checks`], what every call of a contract on a provider must pass, before and after the call; and
-//!   [`providers::qualify`], `onejob qualify`: a contract's samples through a provider, the evidence the failover
-//!   gate reads.
-//! - [`queue`]: the dispatch port (a message names one attempt) and its in-process adapter.
-//! - [`worker`]: one step, `process_attempt` (claim, call, complete by compare-and-swap, fail with failover,
-//!   time out into `unknown`), the sweeper step, and the local loops around both.
-//! - [`metrics`]: counters and histograms on the `metrics` facade: Prometheus text locally, CloudWatch EMF lines on
-//!   Lambda.
-//! - [`lambda`]: the api, worker and sweeper Lambda functions, as library code the `src/bin/onejob-*` mains run.
-//! - [`http`]: the one axum router (handlers, auth, request reading, problem+json errors, OpenAPI document).
-//! - [`client`]: the client library over HTTP, without the command line: an `Intent` owns its key for its whole
-//!   life, retries with backoff and jitter, a give-up returns the key, waiting ends when the job is settled; and
-//!   the terminal view of a job. `onejob jobs …` / `onejob attempts …` are built on it.
-//! - [`startup`]: one wiring of an engine from a config (and the provider keys), for every entry point.
-//! - [`server`]: the local server: everything above wired together, with the worker and the sweeper running.
-//! - [`config`]: `onejob.toml`, every key documented.
-//! - [`clock`]: injected time, so timeouts and leases are tested without sleeping.
-//! - [`telemetry`]: `tracing` set-up.
+//! - Ports, each a trait and its adapters: [`store`] (`JobStore`, with its `EventStore` and `ProviderStore` sides;
+//!   [`store::sqlite`] the embedded default, [`store::dynamodb`]); [`queue`] (a message names one attempt: in
+//!   process, SQS); [`providers`] (the `Provider` trait, its `demo`, OpenAI-compatible and Anthropic clients, keys,
+//!   token counting, [`providers::checks`] every call must pass, [`providers::qualify`]); [`sinks`] (where
+//!   completion events go: the owner's endpoint, the EventBridge bus).
+//! - [`engine`]: every write of a job's life, by concept — a caller's (`writes`), a worker's (`attempts`), the
+//!   sweeper's (`sweep`) — each followed by the one `follow_up`; the create's rules (`intake`); breakers
+//!   (`breakers`), the qualification ledger (`qualification`), completion events (`deliveries`). The store, the
+//!   queue and the sinks are the engine's own: nothing else reaches them.
+//! - [`worker`]: one step, `process_attempt` (wait out an open breaker, claim, call, write the answer first, then
+//!   what it told of the provider), the sweeper step, and the local loops around both.
+//! - [`http`]: the one axum router: extractors for the request's rules, handlers per resource, problem+json errors,
+//!   the OpenAPI document, the page.
+//! - [`lambda`], [`server`], [`startup`]: the api, worker and sweeper functions; the local server; one wiring of an
+//!   engine from a config for every entry point.
+//! - [`client`]: the client library over HTTP (an `Intent` owns its key for its whole life) and the terminal view;
+//!   `onejob jobs …` / `onejob attempts …` are built on it.
+//! - [`config`] (`onejob.toml`, every key documented), [`metrics`], [`telemetry`], [`clock`] (injected time),
+//!   [`retry`] (backoff and `Retry-After`).
 //!
 //! # Where each rule lives
 //!
@@ -44,17 +40,17 @@
 //! | 1–3 one job per (owner, key), one 201, a changed payload conflicts | `domain/ids.rs` (the id from owner and key), `domain/fingerprint.rs`, `store/sqlite/schema.rs` (`UNIQUE`), `store/dynamodb/adapter.rs` (conditional put) |
 //! | 4 one live attempt; every transition and its refusals | `domain/job.rs` |
 //! | 5 not knowing is not failing | `providers/mod.rs` (what an answer means), `worker/mod.rs` (timeout, late window) |
-//! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/worker.rs` (logged, counted) |
-//! | 8 one provider call per attempt | `engine/worker.rs` (`claim`), `worker/mod.rs` |
-//! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/mod.rs` (the ledger read) |
+//! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/attempts.rs` (logged, counted) |
+//! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `worker/mod.rs` |
+//! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the ledger read) |
 //! | 10 owners kept apart | `http/auth.rs`, every store read by owner |
 //! | 11 own writes repeated safely, answers kept, caps | `domain/write.rs`, `engine/mod.rs` (`persist`), `domain/report.rs`, `domain/job.rs` (`MAX_INPUT_BYTES`) |
-//! | 12 settled | `domain/job.rs` (`settles_at`) |
+//! | 12 settled | `domain/status.rs` (`settles_at`) |
 //! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |
-//! | 14 one settle, one event id | `domain/job.rs` (`settles_at`), `domain/event.rs` (`event_id`) |
-//! | 15 shared state moved only by evidence no owner makes | `providers/mod.rs` (`Reply::provider_failing`), `domain/qualification.rs` (suspicion), `http/providers.rs` (what owners see) |
+//! | 14 one settle, one event id | `domain/status.rs` (`settles_at`), `domain/event.rs` (`event_id`), `engine/follow_up.rs` (armed once per settle) |
+//! | 15 shared state moved only by evidence no owner makes | `providers/mod.rs` (`Reply::provider_failing`), `domain/qualification.rs` (suspicion), `http/catalogue.rs` (what owners see) |
 //! | 16 an answer outranks timers and advisory writes | `worker/mod.rs` (`call`, `settle`, `advise`) |
-//! | 17 every caller-driven write is one intent | `domain/ids.rs` (`WriteToken::for_request`), `domain/job.rs` (`add_attempt`, `cancel_attempt`) |
+//! | 17 every caller-driven write is one intent | `domain/ids.rs` (`WriteToken::for_request`), `domain/job.rs` (`add_attempt`, `cancel_attempt`), `http/body.rs` (the key) |
 //! | statuses and `code`s of every error | `http/error.rs` |
 //!
 //! The binary `onejob` (in `src/bin/onejob/`) is a thin command line over these; `src/bin/onejob-{api,worker,sweeper}.rs`

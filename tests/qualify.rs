@@ -20,7 +20,7 @@ use onejob::engine::Engine;
 use onejob::providers::Providers;
 use onejob::providers::keys::ProviderKeys;
 use onejob::providers::qualify::{qualify, summary};
-use onejob::providers::{Endpoint, ProviderConfig};
+use onejob::providers::{ProviderConfig, ProviderEndpoint};
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
@@ -247,11 +247,11 @@ async fn a_context_window_too_small_fails_without_a_call() {
         let stand_in = StandIn::answering(good()).await;
         // The output budget alone is 256 tokens.
         let small = match config(stand_in.base_url()) {
-            ProviderConfig::Openai(e) => ProviderConfig::Openai(Endpoint {
+            ProviderConfig::Openai(e) => ProviderConfig::Openai(ProviderEndpoint {
                 context_window: Some(300),
                 ..e
             }),
-            ProviderConfig::Anthropic(e) => ProviderConfig::Anthropic(Endpoint {
+            ProviderConfig::Anthropic(e) => ProviderConfig::Anthropic(ProviderEndpoint {
                 context_window: Some(300),
                 ..e
             }),
@@ -437,7 +437,7 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     assert_eq!(gate_says(&after_edit, &job).await, "fallback_not_qualified");
 
     // The same provider on another model, or with a shorter timeout than it was qualified with.
-    let other_model = ProviderConfig::Openai(Endpoint {
+    let other_model = ProviderConfig::Openai(ProviderEndpoint {
         model: "gpt-4o".into(),
         ..endpoint(stand_in.base_url())
     });

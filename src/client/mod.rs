@@ -9,8 +9,8 @@
 //!   the key: the job may exist, and submitting the same intent again finds it instead of making a second.
 //! - [`Client::follow`] waits (long polls with the job's `ETag`) until the job is settled.
 //!
-//! Only requests that are safe to repeat are retried: creates (the key makes them so), reads, and cancels (which
-//! are idempotent). Adding an attempt by hand is sent once.
+//! Every request is retried: reads are safe to repeat, and every write goes under an `Idempotency-Key` (a create's
+//! is its intent's; a manual attempt's and a cancel's, the caller's), so its repeat acts once.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), onejob::client::IntentError> {
@@ -30,7 +30,10 @@
 //!
 //! `examples/intent.rs` is the same as a program.
 
+mod intent;
 pub mod render;
+
+pub use intent::{Intent, IntentError, NewJob, new_key};
 
 use std::time::Duration;
 
@@ -100,71 +103,6 @@ impl ClientError {
     }
 }
 
-/// A create's body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewJob {
-    pub contract: String,
-    pub input: Value,
-    pub providers: Option<Vec<String>>,
-}
-
-/// One user intent: the job it asks for and the idempotency key it owns for its whole life. Every try of
-/// [`Client::submit`] sends that key, so however many times the intent is submitted — after a timeout, a give-up,
-/// a restart with a key kept elsewhere — it makes one job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Intent {
-    key: String,
-    job: NewJob,
-}
-
-impl Intent {
-    /// A new intent, with a fresh key (a UUIDv7: time-ordered, so keys sort by when they were made).
-    pub fn new(job: NewJob) -> Self {
-        Self::resume(new_key(), job)
-    }
-
-    /// The intent an earlier run made under `key` (from an [`IntentError`], or a key the program kept): submitting
-    /// it answers with the job that run made, if it made one.
-    pub fn resume(key: impl Into<String>, job: NewJob) -> Self {
-        Self {
-            key: key.into(),
-            job,
-        }
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn job(&self) -> &NewJob {
-        &self.job
-    }
-
-    fn error(&self, source: ClientError) -> IntentError {
-        IntentError {
-            key: self.key.clone(),
-            source,
-        }
-    }
-}
-
-/// An intent's request that stopped, with the intent's key: after a give-up or an unreadable answer the job may
-/// exist, and only this key finds it.
-#[derive(Debug, thiserror::Error)]
-#[error("{source} (key {key})")]
-pub struct IntentError {
-    pub key: String,
-    #[source]
-    pub source: ClientError,
-}
-
-impl IntentError {
-    /// Whether the server may hold a job for the intent though no answer said so: every error but a refusal.
-    pub fn may_exist(&self) -> bool {
-        !matches!(self.source, ClientError::Refused { .. })
-    }
-}
-
 /// What a create answered.
 #[derive(Debug, Clone)]
 pub struct Created {
@@ -222,7 +160,7 @@ impl Client {
                 Method::POST,
                 "/v1/jobs",
                 Some(&body),
-                &[("idempotency-key", &intent.key)],
+                &[("idempotency-key", intent.key())],
                 true,
             )
             .await
@@ -497,11 +435,6 @@ fn snippet(text: &str) -> String {
 /// whose cancelled attempt may still answer is not settled yet.)
 pub fn is_settled(job: &Value) -> bool {
     job["settled"].as_bool().unwrap_or(false)
-}
-
-/// A fresh idempotency key for one intent: a UUIDv7 (time-ordered, so keys sort by when they were made).
-pub fn new_key() -> String {
-    uuid::Uuid::now_v7().to_string()
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use super::Engine;
 use crate::domain::{
-    Admission, AttemptState, Breaker, BreakerPolicy, FailoverDecision, ProviderName,
+    Admission, AttemptState, Breaker, BreakerPolicy, BreakerState, FailoverDecision, ProviderName,
 };
 use crate::queue::Message;
 use crate::store::StoreError;
@@ -69,11 +69,11 @@ impl Engine {
         }
     }
 
-    /// `provider`'s breaker as the store holds it, and its state now (`closed`, `open`, `half_open`, `probing`).
+    /// `provider`'s breaker as the store holds it, and where it stands now.
     pub async fn breaker(
         &self,
         provider: &ProviderName,
-    ) -> Result<(Breaker, &'static str), StoreError> {
+    ) -> Result<(Breaker, BreakerState), StoreError> {
         let (breaker, _) = self.store.breaker(provider).await?;
         let state = breaker.state(self.clock.now(), &self.breaker_policy(provider));
         Ok((breaker, state))

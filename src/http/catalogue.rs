@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::auth::{Caller, Viewer};
 use super::error::ApiError;
 use super::{AppState, jobs};
-use crate::domain::{ErrorInfo, Standing, Suspicion};
+use crate::domain::{BreakerState, ErrorInfo, Standing, Suspicion};
 use crate::providers::tokens::Encoding;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -92,9 +92,7 @@ pub struct ProviderView {
 
 #[derive(Debug, Serialize, ToSchema)]
 struct BreakerView {
-    /// `closed` (calls go through), `open` (no calls until `open_until`), `half_open` (the next call probes),
-    /// `probing` (one call probes now).
-    state: String,
+    state: BreakerState,
     #[schema(format = DateTime)]
     open_until: Option<String>,
     /// Failures within the window that tell of the provider's health.
@@ -158,7 +156,7 @@ pub async fn list_providers(
             true => {
                 let (breaker, state) = engine.breaker(&name).await?;
                 Some(BreakerView {
-                    state: state.to_owned(),
+                    state,
                     open_until: breaker.open_until.map(jobs::rfc3339),
                     recent_failures: breaker.failures.len(),
                     trips: breaker.trips,

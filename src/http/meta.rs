@@ -20,7 +20,7 @@ pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Counters and histograms in the Prometheus text format (the README lists them). They cover every owner's
+/// Counters and histograms in the Prometheus text format (`docs/operations.md` lists them). They cover every owner's
 /// activity, so only the operators' metrics token reads them.
 #[utoipa::path(get, path = "/metrics", tag = "meta",
     responses(

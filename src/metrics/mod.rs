@@ -4,7 +4,7 @@
 //! Lambda invocation ([`Metrics::emf`], in `emf`), whose dimensions are the labels. The recorder belongs to the
 //! engine, not to the process, so two engines in one process (as in the tests) count apart.
 //!
-//! The names, kinds and labels are the table [`METRICS`]; the README lists them for operators.
+//! The names, kinds and labels are the table [`METRICS`]; `docs/operations.md` lists them for operators.
 
 mod emf;
 

@@ -11,7 +11,7 @@ pub mod qualify;
 pub mod settings;
 pub mod tokens;
 
-pub use settings::{DemoBehavior, DemoSettings, Endpoint, ProviderConfig};
+pub use settings::{DemoBehavior, DemoSettings, ProviderConfig, ProviderEndpoint};
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -102,7 +102,7 @@ impl Reply {
 
     /// The reply with `key` scrubbed from everything it keeps (the answer, error messages, the model id): a
     /// provider may echo the key it was sent, and what it says ends up in results, in the messages of the checks
-    /// that quote it, in the ledger and in the logs.
+    /// that quote it, in the store and in the logs.
     fn scrubbed(mut self, key: &Secret) -> Self {
         match &mut self.outcome {
             ProviderOutcome::Answered(answer) => key.scrub_value(answer),
@@ -233,7 +233,7 @@ pub struct HttpEndpoint {
 impl HttpEndpoint {
     /// The endpoint at `{base_url}/{path}`, its key from `keys` (else the environment).
     pub fn new(
-        endpoint: &Endpoint,
+        endpoint: &ProviderEndpoint,
         path: &str,
         keys: &ProviderKeys,
         http: &reqwest::Client,

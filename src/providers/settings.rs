@@ -13,15 +13,15 @@ pub enum ProviderConfig {
     /// Built in, in process, deterministic: for local runs and demos.
     Demo(DemoSettings),
     /// Any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
-    Openai(Endpoint),
+    Openai(ProviderEndpoint),
     /// Anthropic's Messages API, `POST {base_url}/messages`, structured output through a forced tool.
-    Anthropic(Endpoint),
+    Anthropic(ProviderEndpoint),
 }
 
 /// An HTTP provider: where it is, which model, whose key, and its limits.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Endpoint {
+pub struct ProviderEndpoint {
     /// The API root, e.g. `https://api.openai.com/v1`, `https://api.anthropic.com/v1`.
     pub base_url: String,
     /// The model name sent with each request.
@@ -131,7 +131,7 @@ impl ProviderConfig {
     }
 
     /// The endpoint of an HTTP provider.
-    pub fn endpoint(&self) -> Option<&Endpoint> {
+    pub fn endpoint(&self) -> Option<&ProviderEndpoint> {
         match self {
             Self::Demo(_) => None,
             Self::Openai(endpoint) | Self::Anthropic(endpoint) => Some(endpoint),

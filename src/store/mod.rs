@@ -128,7 +128,7 @@ impl StoreError {
     }
 }
 
-/// The job ledger. Methods taking an `owner` answer [`StoreError::NotFound`] for another owner's job; the others
+/// The job store. Methods taking an `owner` answer [`StoreError::NotFound`] for another owner's job; the others
 /// are the worker's and address a job by id alone. A job past its retention is gone for every method: reads do not
 /// find it, writes answer `NotFound`, and a create under its key makes a new job.
 ///

@@ -1,4 +1,4 @@
-//! The README's scenarios end to end: a job created over HTTP runs on the local worker against provider
+//! The tour's scenarios (`docs/tour.md`) end to end: a job created over HTTP runs on the local worker against provider
 //! stand-ins (real HTTP servers on loopback), watched through `?wait=` long polls.
 
 use chrono::Duration;
@@ -132,7 +132,7 @@ async fn a_failing_primary_fails_over_and_the_fallback_wins() {
     assert_eq!(job["result"], json!({"summary": "from the fallback"}));
 }
 
-/// The README's hang scenario, and breakpoints 3 and 4 over HTTP: the primary times out into `unknown`,
+/// The tour's hang scenario, and breakpoints 3 and 4 over HTTP: the primary times out into `unknown`,
 /// new attempts are refused, an out-of-band cancel lets the fallback run and win, and the primary's late answer is
 /// discarded, logged and counted.
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use onejob::clock::Clock;
 use onejob::config::Config;
 use onejob::domain::{AttemptRef, AttemptState, Job, JobStatus, ProviderName, Refusal};
-use onejob::providers::{Endpoint, ProviderConfig};
+use onejob::providers::{ProviderConfig, ProviderEndpoint};
 use onejob::store::{JobStore, StoreError};
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
@@ -454,7 +454,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
     );
 
     // A provider configured with `retries = 0` is not retried: failover at once.
-    let no_retries = ProviderConfig::Openai(Endpoint {
+    let no_retries = ProviderConfig::Openai(ProviderEndpoint {
         retries: Some(0),
         ..endpoint(down.base_url())
     });

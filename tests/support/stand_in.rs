@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use onejob::providers::{Endpoint, ProviderConfig};
+use onejob::providers::{ProviderConfig, ProviderEndpoint};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
@@ -22,8 +22,8 @@ pub const LATE_MS: u64 = 10_000;
 
 /// The endpoint of an openai stand-in at `base_url`, with short, known timings; its key is read from
 /// `CARGO_PKG_NAME`.
-pub fn endpoint(base_url: String) -> Endpoint {
-    Endpoint {
+pub fn endpoint(base_url: String) -> ProviderEndpoint {
+    ProviderEndpoint {
         base_url,
         model: "gpt-4o-mini".into(),
         api_key_env: Some("CARGO_PKG_NAME".into()),
@@ -42,7 +42,7 @@ pub fn openai(base_url: String) -> ProviderConfig {
 
 /// An anthropic provider at `base_url`, timed like [`openai`].
 pub fn anthropic(base_url: String) -> ProviderConfig {
-    ProviderConfig::Anthropic(Endpoint {
+    ProviderConfig::Anthropic(ProviderEndpoint {
         model: "claude-stand-in".into(),
         ..endpoint(base_url)
     })

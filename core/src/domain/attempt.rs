@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::ids::{JobId, ProviderName, WriteToken};
-use super::job::Timestamp;
 use super::report::{CallReport, ErrorInfo};
+use super::time::Timestamp;
 use super::write::{Refusal, Stamp};
 
 /// Where one try at a job stands.

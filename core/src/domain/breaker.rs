@@ -6,7 +6,7 @@
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
 
-use super::job::Timestamp;
+use super::time::Timestamp;
 
 /// When a breaker opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,14 +51,45 @@ pub enum Admission {
     Skip { until: Timestamp },
 }
 
+/// Where a breaker stands, for views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    /// Calls go through.
+    Closed,
+    /// No calls until `open_until`.
+    Open,
+    /// The cooldown is over: the next call probes.
+    HalfOpen,
+    /// One call probes now.
+    Probing,
+}
+
+impl BreakerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::HalfOpen => "half_open",
+            Self::Probing => "probing",
+        }
+    }
+}
+
+impl std::fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Breaker {
-    /// Whether the breaker is open (or probing) at `now`, for views.
-    pub fn state(&self, now: Timestamp, policy: &BreakerPolicy) -> &'static str {
+    /// Where the breaker stands at `now`.
+    pub fn state(&self, now: Timestamp, policy: &BreakerPolicy) -> BreakerState {
         match self.admit(now, policy) {
-            Admission::Call => "closed",
-            Admission::Probe => "half_open",
-            Admission::Skip { .. } if self.probe_since.is_some() => "probing",
-            Admission::Skip { .. } => "open",
+            Admission::Call => BreakerState::Closed,
+            Admission::Probe => BreakerState::HalfOpen,
+            Admission::Skip { .. } if self.probe_since.is_some() => BreakerState::Probing,
+            Admission::Skip { .. } => BreakerState::Open,
         }
     }
 
@@ -144,7 +175,7 @@ mod tests {
             b.admit(at(40_899), &POLICY),
             Admission::Skip { until: at(40_900) }
         );
-        assert_eq!(b.state(at(40_899), &POLICY), "open");
+        assert_eq!(b.state(at(40_899), &POLICY), BreakerState::Open);
         // After the cooldown: one probe; while it runs (within its lease) others wait.
         assert_eq!(b.admit(at(41_000), &POLICY), Admission::Probe);
         b.start_probe(at(41_000));
@@ -158,7 +189,7 @@ mod tests {
             Admission::Skip { until: at(46_000) },
             "not past the probe's lease"
         );
-        assert_eq!(b.state(at(42_000), &POLICY), "probing");
+        assert_eq!(b.state(at(42_000), &POLICY), BreakerState::Probing);
         assert_eq!(
             b.admit(at(46_000), &POLICY),
             Admission::Probe,

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::ids::{JobId, Owner};
-use super::job::{Job, JobStatus, Timestamp};
+use super::job::Job;
+use super::status::JobStatus;
+use super::time::Timestamp;
 
 /// An owner's endpoint: where its completion events go, and the secret that signs them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,8 +7,10 @@ use chrono::Duration;
 
 use super::attempt::Attempt;
 use super::ids::ProviderName;
-use super::job::{Job, JobStatus, Timestamp};
+use super::job::Job;
 use super::report::ErrorInfo;
+use super::status::JobStatus;
+use super::time::Timestamp;
 
 /// What automatic failover (and a manual retry that names no provider) may do. The decision is taken inside the
 /// write, on the state being written, so a decision can never go stale.

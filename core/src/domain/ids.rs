@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::job::Timestamp;
+use super::time::Timestamp;
 
 /// Why a value was refused at the edge. The message is meant for the client, as a problem's `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

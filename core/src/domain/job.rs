@@ -8,8 +8,7 @@
 //! already applied answers as it did the first time and changes nothing (invariant 11), so a store write retried
 //! by the SDK, by the engine or after a lost answer is a success, never another writer's.
 
-use chrono::{DateTime, Duration, DurationRound, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::{Duration, DurationRound};
 use serde_json::Value;
 
 use super::attempt::{Attempt, AttemptState};
@@ -17,52 +16,13 @@ use super::failover::{Failover, FailoverDecision};
 use super::fingerprint::Fingerprint;
 use super::ids::{ContractRef, IdempotencyKey, JobId, Owner, ProviderName, WriteToken};
 use super::report::{CallReport, ErrorInfo};
+use super::status::JobStatus;
+use super::time::Timestamp;
 use super::write::{AttemptCancel, Completion, JobCancel, Refusal, Stamp};
-
-/// A point in time, UTC, with millisecond precision (what every store keeps).
-pub type Timestamp = DateTime<Utc>;
 
 /// The longest input kept, as JSON text, in bytes: with the largest result, the attempt limit and error messages
 /// cut to size, a job stays well within a DynamoDB item (400 KB; `docs/dynamodb.md` gives the worst case).
 pub const MAX_INPUT_BYTES: usize = 256 * 1024;
-
-/// A job's status, derived from its fields and its attempts (`docs/design.md`, States).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    Queued,
-    Running,
-    Unknown,
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-impl JobStatus {
-    pub const ALL: [Self; 6] = [
-        Self::Queued,
-        Self::Running,
-        Self::Unknown,
-        Self::Succeeded,
-        Self::Failed,
-        Self::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Running => "running",
-            Self::Unknown => "unknown",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == raw)
-    }
-}
 
 /// The durable record of one intent.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,80 +118,6 @@ impl Job {
     /// Past its retention the job is gone: reads do not find it and its key makes a new job.
     pub fn is_expired(&self, now: Timestamp) -> bool {
         now >= self.expires_at
-    }
-
-    pub fn status(&self) -> JobStatus {
-        if self.completed_by.is_some() {
-            return JobStatus::Succeeded;
-        }
-        if self.cancelled_at.is_some() {
-            return JobStatus::Cancelled;
-        }
-        match self.live_attempt().map(|a| a.state) {
-            Some(AttemptState::Queued) => JobStatus::Queued,
-            Some(AttemptState::Started) => JobStatus::Running,
-            Some(_) => JobStatus::Unknown,
-            None => JobStatus::Failed,
-        }
-    }
-
-    /// From when nothing can change the job's outcome any more without someone asking (invariant 12); `None`
-    /// while an attempt is live. A failed job whose cancelled attempt may still answer, and win, settles when that
-    /// attempt's lease ends: after it, its answer is discarded.
-    ///
-    /// The time is read off what settled the job, never off a later write (invariant 14): the winning attempt's
-    /// answer, the cancel, or the write that failed the job and the leases of the cancelled attempts it had to wait
-    /// out. An orphaned attempt of a succeeded job that times out or fails afterwards, or a cancelled attempt whose
-    /// answer is discarded after its lease, leaves it where it was: one settle, one event id.
-    pub fn settles_at(&self) -> Option<Timestamp> {
-        match self.status() {
-            JobStatus::Queued | JobStatus::Running | JobStatus::Unknown => None,
-            JobStatus::Succeeded => Some(
-                self.completed_by
-                    .and_then(|winner| self.attempt(winner)?.finished_at)
-                    .unwrap_or(self.updated_at),
-            ),
-            JobStatus::Cancelled => Some(self.cancelled_at.unwrap_or(self.updated_at)),
-            JobStatus::Failed => Some(
-                self.attempts
-                    .iter()
-                    .filter(|a| self.waited_out(a))
-                    .filter_map(|a| a.lease_expires_at)
-                    .fold(self.updated_at, Timestamp::max),
-            ),
-        }
-    }
-
-    pub fn is_settled(&self, now: Timestamp) -> bool {
-        self.settles_at().is_some_and(|at| at <= now)
-    }
-
-    /// Whether no write can change the job any more (only its expiry ends it): it succeeded or was cancelled, and
-    /// every attempt ended for good — none live, none cancelled (a cancelled attempt may still answer, and be
-    /// recorded as discarded).
-    pub fn is_final(&self) -> bool {
-        matches!(self.status(), JobStatus::Succeeded | JobStatus::Cancelled)
-            && self.attempts.iter().all(|a| {
-                matches!(
-                    a.state,
-                    AttemptState::Succeeded | AttemptState::Failed | AttemptState::Discarded
-                )
-            })
-    }
-
-    /// An attempt whose lease a failed job waits out before it settles: a cancelled one claimed while the job
-    /// stood as it stands, whose answer would still win until its lease ends — or whose answer came after it and
-    /// was discarded (the settle it waited for stays where it was).
-    fn waited_out(&self, attempt: &Attempt) -> bool {
-        matches!(
-            attempt.state,
-            AttemptState::Cancelled | AttemptState::Discarded
-        ) && attempt.seen_version == Some(self.version)
-            && self.completed_by.is_none()
-    }
-
-    pub fn live_attempt(&self) -> Option<&Attempt> {
-        self.attempts.iter().find(|a| a.state.is_live())
     }
 
     /// Applies failover after the live attempt ended without a result, decided on the job as it now is.

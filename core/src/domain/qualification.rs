@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use super::ids::{ContractRef, ProviderName};
-use super::job::Timestamp;
 use super::report::{CallReport, ErrorInfo};
+use super::time::Timestamp;
 
 /// The outcome of `onejob qualify <contract> <provider>`, with every run as evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,7 +3,8 @@
 
 use super::attempt::AttemptState;
 use super::ids::WriteToken;
-use super::job::{JobStatus, Timestamp};
+use super::status::JobStatus;
+use super::time::Timestamp;
 
 /// Why a transition was refused. The job is unchanged whenever one is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

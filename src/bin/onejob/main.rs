@@ -1,12 +1,12 @@
 //! `onejob`: the local server and its tools. One file per command family: [`serve`], [`qualify`] (and
-//! `providers`), [`remote`] (`jobs` and `attempts` on a running server, over the library's client); [`ledger`] opens
+//! `providers`), [`remote`] (`jobs` and `attempts` on a running server, over the library's client); [`storage`] opens
 //! the store and the config they share, and [`error`] is the one error they stop with.
 
 mod error;
-mod ledger;
 mod qualify;
 mod remote;
 mod serve;
+mod storage;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -14,8 +14,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use error::CliError;
-use ledger::{Ledger, dynamodb};
 use remote::{AttemptsCommand, EndpointCommand, JobsCommand, Remote};
+use storage::{Storage, dynamodb};
 
 /// The local server allocates small and often (requests, rows, JSON): mimalloc spends less on it than the system
 /// allocator (BENCHMARKS.md, section 1). The Lambda functions keep the system's, for their size.
@@ -34,7 +34,7 @@ enum Command {
     /// Run the API, the worker and the sweeper in one process: on the embedded SQLite store by default.
     Serve {
         #[command(flatten)]
-        ledger: Ledger,
+        storage: Storage,
         /// Address to listen on. Without configured tokens, only a loopback address is allowed.
         #[arg(long, env = "ONEJOB_ADDR", default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
@@ -57,12 +57,12 @@ enum Command {
         #[arg(long, default_value_t = onejob::providers::qualify::DEFAULT_RUNS, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
         #[command(flatten)]
-        ledger: Ledger,
+        storage: Storage,
     },
     /// List the configured providers with their qualification standing per contract.
     Providers {
         #[command(flatten)]
-        ledger: Ledger,
+        storage: Storage,
     },
     /// Jobs on a running server: create (with retries under one key), get, list, cancel, watch, events.
     Jobs {
@@ -117,7 +117,7 @@ async fn main() -> ExitCode {
     onejob::telemetry::init();
     let Cli { command } = Cli::parse();
     let outcome = match command {
-        Command::Serve { ledger, addr } => serve::serve(addr, &ledger)
+        Command::Serve { storage, addr } => serve::serve(addr, &storage)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(CliError::from),
@@ -126,14 +126,14 @@ async fn main() -> ExitCode {
             provider,
             stale,
             runs,
-            ledger,
+            storage,
         } => match (contract, provider) {
             (Some(contract), Some(provider)) if !stale => {
-                qualify::run_qualify(&contract, &provider, runs, &ledger).await
+                qualify::run_qualify(&contract, &provider, runs, &storage).await
             }
-            _ => qualify::requalify_stale(runs, &ledger).await,
+            _ => qualify::requalify_stale(runs, &storage).await,
         },
-        Command::Providers { ledger } => qualify::list_providers(&ledger)
+        Command::Providers { storage } => qualify::list_providers(&storage)
             .await
             .map(|()| ExitCode::SUCCESS),
         Command::Jobs { command, remote } => {

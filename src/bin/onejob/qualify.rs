@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use crate::error::CliError;
-use crate::ledger::Ledger;
+use crate::storage::Storage;
 use onejob::contracts::Contract;
-use onejob::domain::{ContractRef, ProviderName};
+use onejob::domain::{BreakerState, ContractRef, ProviderName};
 use onejob::engine::Engine;
 use onejob::providers::qualify;
 
@@ -13,9 +13,9 @@ pub async fn run_qualify(
     contract: &str,
     provider: &str,
     runs: u32,
-    ledger: &Ledger,
+    storage: &Storage,
 ) -> Result<ExitCode, CliError> {
-    let (engine, place) = ledger.engine().await?;
+    let (engine, place) = storage.engine().await?;
     let (contracts, providers) = (&engine.contracts, &engine.providers);
     let reference = ContractRef::parse(contract).map_err(|e| CliError::Usage(e.to_string()))?;
     let contract = contracts.get(&reference).ok_or_else(|| {
@@ -44,8 +44,8 @@ pub async fn run_qualify(
 
 /// `onejob qualify --stale`: every pair whose qualification passed and that production suspects, or that grew too
 /// old, is qualified again. Exit status 0 when all pass (or none needed it), 1 when one fails.
-pub async fn requalify_stale(runs: u32, ledger: &Ledger) -> Result<ExitCode, CliError> {
-    let (engine, place) = ledger.engine().await?;
+pub async fn requalify_stale(runs: u32, storage: &Storage) -> Result<ExitCode, CliError> {
+    let (engine, place) = storage.engine().await?;
     let needed = engine.needing_requalification().await?;
     if needed.is_empty() {
         println!("every qualification stands: nothing to requalify");
@@ -97,8 +97,8 @@ async fn qualify_pair(
     Ok(evidence.passed)
 }
 
-pub async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
-    let (engine, _) = ledger.engine().await?;
+pub async fn list_providers(storage: &Storage) -> Result<(), CliError> {
+    let (engine, _) = storage.engine().await?;
     let providers = &engine.providers;
     let standings = engine.standings().await?;
     println!(
@@ -108,7 +108,7 @@ pub async fn list_providers(ledger: &Ledger) -> Result<(), CliError> {
     for (name, rows) in standings {
         let kind = providers.get(&name).map_or("", |p| p.config.kind());
         let (breaker, state) = engine.breaker(&name).await?;
-        if state != "closed" || !breaker.failures.is_empty() {
+        if state != BreakerState::Closed || !breaker.failures.is_empty() {
             let until = breaker
                 .open_until
                 .map_or_else(String::new, |t| format!(" until {t}"));

@@ -3,16 +3,16 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::ledger::{Ledger, provider_keys};
+use crate::storage::{Storage, provider_keys};
 use onejob::clock::SystemClock;
 use onejob::http::auth::Tokens;
 use onejob::server;
 use onejob::startup::{self, StartError};
 
-pub async fn serve(addr: SocketAddr, ledger: &Ledger) -> Result<(), StartError> {
-    let config = ledger.config()?;
+pub async fn serve(addr: SocketAddr, storage: &Storage) -> Result<(), StartError> {
+    let config = storage.config()?;
     let keys = provider_keys().await?;
-    let (store, place) = ledger.open(&config).await?;
+    let (store, place) = storage.open(&config).await?;
     // The bus's client, if there is a bus: the AWS SDK's usual settings (credentials, region, AWS_ENDPOINT_URL).
     let bus = match config.event_bus {
         Some(_) => Some(aws_sdk_eventbridge::Client::new(

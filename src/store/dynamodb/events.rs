@@ -8,7 +8,8 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use chrono::serde::{ts_milliseconds_option, ts_seconds};
 use serde::{Deserialize, Serialize};
 
-use super::item::{json_text, json_text_option, read};
+use super::codec::{json_text, json_text_option as json_opt};
+use super::item::read;
 use super::update::{Sweep, sweep_key};
 use super::{DynamoStore, n, s, sdk};
 use crate::domain::event::event_id;
@@ -19,11 +20,7 @@ use crate::store::{EventStore, StoreError};
 #[derive(Debug, Serialize, Deserialize)]
 struct EndpointItem {
     pk: String,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "json_text_option"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "json_opt")]
     endpoint: Option<Endpoint>,
 }
 

@@ -1,7 +1,8 @@
 //! The DynamoDB store: one table, one item per job, keyed by the intent part of the job's id (derived from owner and
 //! idempotency key, so the item's existence *is* the (owner, key) uniqueness).
 //!
-//! - `item`: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one.
+//! - `item`: the items' stored shapes (on `serde_dynamo`) and how a job is read back from one; `codec`: how a
+//!   value is kept in an attribute (JSON text, deflated, bytes).
 //! - `update`: the conditional update expressions of the one-request transitions, and the sweep index's keys.
 //! - `capacity`: what each write costs in write units, by DynamoDB's sizing rules.
 //! - `table`: the table itself: key schema, both indexes, TTL, point-in-time recovery.
@@ -39,6 +40,7 @@
 
 mod adapter;
 mod capacity;
+mod codec;
 mod events;
 mod item;
 mod providers;

@@ -13,7 +13,8 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::item::{json_text, read};
+use super::codec::json_text;
+use super::item::read;
 use super::{DynamoStore, Item, n, s, sdk};
 use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification};
 use crate::store::{ProviderStore, StoreError};

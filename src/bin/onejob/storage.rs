@@ -1,4 +1,4 @@
-//! Where the ledger is (SQLite or DynamoDB), the config, the provider keys, and an engine on them.
+//! Where jobs and evidence are kept (SQLite or DynamoDB), the config, the provider keys, and an engine on them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,9 +14,9 @@ use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::store::{JobStore, StoreError};
 
-/// Where the ledger is, and the config: shared by every command that opens them.
+/// Where jobs and evidence are kept, and the config: shared by every command that opens them.
 #[derive(Debug, clap::Args)]
-pub struct Ledger {
+pub struct Storage {
     /// Where jobs (and qualifications) are kept.
     #[arg(long, value_enum, env = "ONEJOB_STORE", default_value = "sqlite")]
     pub store: StoreKind,
@@ -43,7 +43,7 @@ pub async fn dynamodb(table: String) -> DynamoStore {
     DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table)
 }
 
-impl Ledger {
+impl Storage {
     /// The store, arming every ended job's deliveries if `config` names a bus; and where it is.
     pub async fn open(&self, config: &Config) -> Result<(Arc<dyn JobStore>, String), StoreError> {
         let every_job = config.event_bus.is_some();
@@ -75,8 +75,8 @@ impl Ledger {
         Ok(config)
     }
 
-    /// The engine the config describes, on the ledger, for the commands that qualify and report (nothing is
-    /// dispatched); and where the ledger is.
+    /// The engine the config describes, on that store, for the commands that qualify and report (nothing is
+    /// dispatched); and where the store is.
     pub async fn engine(&self) -> Result<(Engine, String), StartError> {
         let config = self.config()?;
         let keys = provider_keys().await?;
