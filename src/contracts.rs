@@ -320,6 +320,21 @@ mod tests {
         ContractRef::parse("summarize@1").unwrap()
     }
 
+    /// Contract `x@1` on the demo provider, with these schemas (and samples).
+    fn contract_x(schemas: &str) -> String {
+        format!(
+            r#"
+            name = "x"
+            version = 1
+            prompt = "{{{{ text }}}}"
+            temperature = 0.0
+            max_output_tokens = 10
+            providers = ["demo"]
+            {schemas}
+            "#
+        )
+    }
+
     #[test]
     fn the_built_in_summarize_contract_loads_and_checks_input() {
         let contracts = built_in();
@@ -380,18 +395,10 @@ mod tests {
         );
         assert_eq!(summarize.output_problems(&json!({"summary": ""})).len(), 1);
         assert_eq!(summarize.output_problems(&json!("prose")).len(), 1);
-        let lenient = parse(
-            r#"
-            name = "x"
-            version = 1
-            prompt = "{{ text }}"
-            temperature = 0.0
-            max_output_tokens = 10
-            providers = ["demo"]
-            input_schema = { type = "object" }
-            output_schema = { type = "object", properties = { a = { type = "string" } } }
-        "#,
-        )
+        let lenient = parse(&contract_x(
+            r#"input_schema = { type = "object" }
+            output_schema = { type = "object", properties = { a = { type = "string" } } }"#,
+        ))
         .unwrap();
         let problems = lenient.output_problems(&json!({"a": "x", "b": 1}));
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -459,18 +466,12 @@ mod tests {
 
     #[test]
     fn a_sample_that_breaks_the_input_schema_is_refused() {
-        let text = r#"
-            name = "x"
-            version = 1
-            prompt = "{{ text }}"
-            temperature = 0.0
-            max_output_tokens = 10
-            providers = ["demo"]
-            input_schema = { type = "object", required = ["text"] }
+        let text = contract_x(
+            r#"input_schema = { type = "object", required = ["text"] }
             output_schema = { type = "object" }
-            samples = [{ nottext = 1 }]
-        "#;
-        let err = parse(text).unwrap_err();
+            samples = [{ nottext = 1 }]"#,
+        );
+        let err = parse(&text).unwrap_err();
         assert!(err.contains("samples[0]"), "{err}");
     }
 

@@ -15,7 +15,7 @@ use onejob::config::Config;
 use onejob::domain::ProviderName;
 use onejob::http::auth::Tokens;
 use onejob::providers::keys::ProviderKeys;
-use onejob::providers::{DemoBehavior, ProviderConfig, ProviderEndpoint};
+use onejob::providers::{DemoBehavior, ProviderConfig};
 use onejob::server::{self, Running};
 use onejob::store::sqlite::SqliteStore;
 use serde_json::Value;
@@ -637,10 +637,7 @@ async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
     let gate = Gate::new();
     let provider = StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Status(500, "")).await;
     // `unknown` after its 1 s timeout; a late answer still counts for a minute.
-    let slow = ProviderConfig::Openai(ProviderEndpoint {
-        late_result_ms: 60_000,
-        ..stand_in::endpoint(provider.base_url())
-    });
+    let slow = stand_in::openai(provider.base_url()).with_timings(stand_in::TIMEOUT_MS, 60_000);
     let app = App::with(vec![("slow", slow)]).await;
     let client = Client::new(&app.url(), "dev-token-alice", RetryPolicy::default());
     let intent = Intent::new(NewJob {

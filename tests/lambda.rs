@@ -13,7 +13,7 @@ use onejob::config::Config;
 use onejob::domain::{JobId, ProviderName, SinkKind};
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
-use onejob::providers::ProviderConfig;
+use onejob::providers::ProviderKind;
 use onejob::store::EventStore;
 use onejob::store::dynamodb::DynamoStore;
 use onejob::telemetry::otlp::Traces;
@@ -414,7 +414,9 @@ async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
     .await;
     let keyed = |config: &mut Config| {
         let demo = ProviderName::parse("demo").unwrap();
-        let Some(ProviderConfig::Openai(endpoint)) = config.providers.get_mut(&demo) else {
+        let Some(ProviderKind::Openai(endpoint)) =
+            config.providers.get_mut(&demo).map(|p| &mut p.kind)
+        else {
             panic!("the functions' demo provider is an openai stand-in")
         };
         endpoint.api_key_env = Some("OPENAI_API_KEY".into());

@@ -20,14 +20,16 @@ use onejob::engine::Engine;
 use onejob::providers::Providers;
 use onejob::providers::keys::ProviderKeys;
 use onejob::providers::qualify::{qualify, summary};
-use onejob::providers::{ProviderConfig, ProviderEndpoint};
+use onejob::providers::{ProviderConfig, ProviderEndpoint, ProviderKind};
 use onejob::queue::local::LocalQueue;
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
-use support::stand_in::{Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, anthropic, endpoint, openai};
+use support::stand_in::{
+    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, anthropic, endpoint, openai, timed,
+};
 
 /// A provider config for a stand-in's base URL.
 type ProviderAt = fn(String) -> ProviderConfig;
@@ -246,17 +248,8 @@ async fn a_context_window_too_small_fails_without_a_call() {
     for (kind, config) in KINDS {
         let stand_in = StandIn::answering(good()).await;
         // The output budget alone is 256 tokens.
-        let small = match config(stand_in.base_url()) {
-            ProviderConfig::Openai(e) => ProviderConfig::Openai(ProviderEndpoint {
-                context_window: Some(300),
-                ..e
-            }),
-            ProviderConfig::Anthropic(e) => ProviderConfig::Anthropic(ProviderEndpoint {
-                context_window: Some(300),
-                ..e
-            }),
-            demo => demo,
-        };
+        let mut small = config(stand_in.base_url());
+        small.limits.context_window = Some(300);
         let evidence = qualify_summarize(small, 1).await;
         assert!(!evidence.passed, "{kind}");
         let problem = evidence.first_problem().unwrap();
@@ -437,10 +430,10 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     assert_eq!(gate_says(&after_edit, &job).await, "fallback_not_qualified");
 
     // The same provider on another model, or with a shorter timeout than it was qualified with.
-    let other_model = ProviderConfig::Openai(ProviderEndpoint {
+    let other_model = timed(ProviderKind::Openai(ProviderEndpoint {
         model: "gpt-4o".into(),
         ..endpoint(stand_in.base_url())
-    });
+    }));
     let shorter_timeout = openai(stand_in.base_url()).with_timings(10, LATE_MS);
     for changed in [other_model, shorter_timeout] {
         let after_swap = engine(store.clone(), &[], changed);

@@ -11,7 +11,9 @@ pub mod qualify;
 pub mod settings;
 pub mod tokens;
 
-pub use settings::{DemoBehavior, DemoSettings, ProviderConfig, ProviderEndpoint};
+pub use settings::{
+    DemoBehavior, DemoSettings, ProviderConfig, ProviderEndpoint, ProviderKind, ProviderLimits,
+};
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -150,7 +152,7 @@ pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
         "context_window": config.context_window(),
         "timeout_ms": config.timeout_ms(),
     });
-    if let ProviderConfig::Demo(demo) = config {
+    if let ProviderKind::Demo(demo) = &config.kind {
         identity["behavior"] = json!(demo.behavior.as_str());
         identity["delay_ms"] = json!(demo.delay_ms);
     }
@@ -174,14 +176,14 @@ impl Providers {
             configs
                 .iter()
                 .map(|(name, config)| {
-                    let client: Arc<dyn Provider> = match config {
-                        ProviderConfig::Demo(demo) => {
+                    let client: Arc<dyn Provider> = match &config.kind {
+                        ProviderKind::Demo(demo) => {
                             Arc::new(demo::DemoProvider::new(demo, clock.clone()))
                         }
-                        ProviderConfig::Openai(endpoint) => Arc::new(openai::OpenAiProvider::new(
+                        ProviderKind::Openai(endpoint) => Arc::new(openai::OpenAiProvider::new(
                             HttpEndpoint::new(endpoint, "chat/completions", keys, &http),
                         )),
-                        ProviderConfig::Anthropic(endpoint) => {
+                        ProviderKind::Anthropic(endpoint) => {
                             Arc::new(anthropic::AnthropicProvider::new(HttpEndpoint::new(
                                 endpoint, "messages", keys, &http,
                             )))

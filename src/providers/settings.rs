@@ -2,14 +2,23 @@
 //! kind takes only its own keys (serde refuses the others, and a missing `base_url` or `model`), so a settings value
 //! is always whole.
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
 
 use crate::domain::RetryLimits;
 
-/// A provider's settings, by `kind`.
+/// A provider's settings: what it is, by `kind`, and the limits every kind has. In `onejob.toml` one flat table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    pub limits: ProviderLimits,
+}
+
+/// What a provider is, with its kind's own keys.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ProviderConfig {
+pub enum ProviderKind {
     /// Built in, in process, deterministic: for local runs and demos.
     Demo(DemoSettings),
     /// Any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
@@ -18,7 +27,7 @@ pub enum ProviderConfig {
     Anthropic(ProviderEndpoint),
 }
 
-/// An HTTP provider: where it is, which model, whose key, and its limits.
+/// An HTTP provider: where it is, which model, whose key.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderEndpoint {
@@ -29,14 +38,28 @@ pub struct ProviderEndpoint {
     /// The name of the key (a secret's member, else an environment variable): a bearer token (openai) or
     /// `x-api-key` (anthropic). Without one, requests carry no key.
     pub api_key_env: Option<String>,
-    /// The model's context window in tokens: the prompt plus the contract's output budget must fit in it.
-    /// Default: 8192 (set it to your model's).
+}
+
+/// The demo provider: what it does and how fast.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoSettings {
+    /// What the provider does.
+    pub behavior: DemoBehavior,
+    /// How long it takes to answer (or to fail).
+    pub delay_ms: u64,
+}
+
+/// The limits every kind of provider takes.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderLimits {
+    /// The model's context window in tokens: the prompt plus the contract's output budget must fit in it. An HTTP
+    /// provider that names none has 8192 (set it to your model's); a demo provider, no limit.
     pub context_window: Option<u64>,
     /// Without an answer after this long, the attempt becomes `unknown`.
-    #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// After the timeout, how much longer the worker keeps listening for a late answer.
-    #[serde(default = "default_late_result_ms")]
     pub late_result_ms: u64,
     /// Retries of this provider in a row after answers that say the work was not done, in place of the
     /// deployment's `provider_retries` (a contract may lower it).
@@ -45,29 +68,43 @@ pub struct ProviderEndpoint {
     pub retry_within_ms: Option<u64>,
 }
 
-/// The demo provider: what it does, how fast, and its limits.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DemoSettings {
-    /// What the provider does.
-    #[serde(default)]
-    pub behavior: DemoBehavior,
-    /// How long it takes to answer (or to fail).
-    #[serde(default)]
-    pub delay_ms: u64,
-    /// A context window to check prompts against; default: unbounded.
-    pub context_window: Option<u64>,
-    /// Without an answer after this long, the attempt becomes `unknown`.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
-    /// After the timeout, how much longer the worker keeps listening for a late answer.
-    #[serde(default = "default_late_result_ms")]
-    pub late_result_ms: u64,
-    /// Retries of this provider in a row after answers that say the work was not done, in place of the
-    /// deployment's `provider_retries` (a contract may lower it).
-    pub retries: Option<u32>,
-    /// How long after the first try a retry may still start, in place of `provider_retry_within_ms`.
-    pub retry_within_ms: Option<u64>,
+impl ProviderLimits {
+    /// The table keys that are limits; the others belong to the kind.
+    const KEYS: [&str; 5] = [
+        "context_window",
+        "timeout_ms",
+        "late_result_ms",
+        "retries",
+        "retry_within_ms",
+    ];
+}
+
+impl Default for ProviderLimits {
+    fn default() -> Self {
+        Self {
+            context_window: None,
+            timeout_ms: 30_000,
+            late_result_ms: 60_000,
+            retries: None,
+            retry_within_ms: None,
+        }
+    }
+}
+
+/// One table, split: the limits to [`ProviderLimits`], the rest (with `kind`) to the kind's own settings. Each part
+/// refuses a key it does not know, so a key of another kind is refused.
+impl<'de> Deserialize<'de> for ProviderConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut table = Map::<String, Value>::deserialize(deserializer)?;
+        let limits: Map<String, Value> = ProviderLimits::KEYS
+            .iter()
+            .filter_map(|key| table.remove_entry(*key))
+            .collect();
+        let limits =
+            ProviderLimits::deserialize(Value::Object(limits)).map_err(D::Error::custom)?;
+        let kind = ProviderKind::deserialize(Value::Object(table)).map_err(D::Error::custom)?;
+        Ok(Self { kind, limits })
+    }
 }
 
 /// What a demo provider does with a request.
@@ -99,59 +136,42 @@ impl DemoBehavior {
 /// The context window of an HTTP provider that names none.
 const DEFAULT_CONTEXT_WINDOW: u64 = 8_192;
 
-fn default_timeout_ms() -> u64 {
-    30_000
-}
-
-fn default_late_result_ms() -> u64 {
-    60_000
-}
-
 impl ProviderConfig {
-    /// A demo provider with the given behaviour and delay, and default timings.
+    /// A demo provider with the given behaviour and delay, and default limits.
     pub fn demo(behavior: DemoBehavior, delay_ms: u64) -> Self {
-        Self::Demo(DemoSettings {
-            behavior,
-            delay_ms,
-            context_window: None,
-            timeout_ms: default_timeout_ms(),
-            late_result_ms: default_late_result_ms(),
-            retries: None,
-            retry_within_ms: None,
-        })
+        let kind = ProviderKind::Demo(DemoSettings { behavior, delay_ms });
+        Self::of(kind)
+    }
+
+    /// A provider of this kind with default limits.
+    pub fn of(kind: ProviderKind) -> Self {
+        let limits = ProviderLimits::default();
+        Self { kind, limits }
     }
 
     /// The `kind` key.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Demo(_) => "demo",
-            Self::Openai(_) => "openai",
-            Self::Anthropic(_) => "anthropic",
+        match self.kind {
+            ProviderKind::Demo(_) => "demo",
+            ProviderKind::Openai(_) => "openai",
+            ProviderKind::Anthropic(_) => "anthropic",
         }
     }
 
     /// The endpoint of an HTTP provider.
     pub fn endpoint(&self) -> Option<&ProviderEndpoint> {
-        match self {
-            Self::Demo(_) => None,
-            Self::Openai(endpoint) | Self::Anthropic(endpoint) => Some(endpoint),
-        }
-    }
-
-    /// (timeout, late window) in milliseconds.
-    fn timings(&self) -> (u64, u64) {
-        match self {
-            Self::Demo(d) => (d.timeout_ms, d.late_result_ms),
-            Self::Openai(e) | Self::Anthropic(e) => (e.timeout_ms, e.late_result_ms),
+        match &self.kind {
+            ProviderKind::Demo(_) => None,
+            ProviderKind::Openai(endpoint) | ProviderKind::Anthropic(endpoint) => Some(endpoint),
         }
     }
 
     pub fn timeout_ms(&self) -> u64 {
-        self.timings().0
+        self.limits.timeout_ms
     }
 
     pub fn late_result_ms(&self) -> u64 {
-        self.timings().1
+        self.limits.late_result_ms
     }
 
     pub fn timeout(&self) -> chrono::Duration {
@@ -164,33 +184,25 @@ impl ProviderConfig {
 
     /// The context window in tokens, with the kind's default; `None` is unbounded.
     pub fn context_window(&self) -> Option<u64> {
-        match self {
-            Self::Demo(d) => d.context_window,
-            Self::Openai(e) | Self::Anthropic(e) => {
-                Some(e.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW))
+        match self.kind {
+            ProviderKind::Demo(_) => self.limits.context_window,
+            ProviderKind::Openai(_) | ProviderKind::Anthropic(_) => {
+                Some(self.limits.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW))
             }
         }
     }
 
     /// Sets both timings, in milliseconds.
     pub fn with_timings(mut self, timeout_ms: u64, late_result_ms: u64) -> Self {
-        let (timeout, late) = match &mut self {
-            Self::Demo(d) => (&mut d.timeout_ms, &mut d.late_result_ms),
-            Self::Openai(e) | Self::Anthropic(e) => (&mut e.timeout_ms, &mut e.late_result_ms),
-        };
-        (*timeout, *late) = (timeout_ms, late_result_ms);
+        (self.limits.timeout_ms, self.limits.late_result_ms) = (timeout_ms, late_result_ms);
         self
     }
 
     /// Its own retry limits.
     pub fn retry_limits(&self) -> RetryLimits {
-        let (retries, retry_within_ms) = match self {
-            Self::Demo(d) => (d.retries, d.retry_within_ms),
-            Self::Openai(e) | Self::Anthropic(e) => (e.retries, e.retry_within_ms),
-        };
         RetryLimits {
-            retries,
-            retry_within_ms,
+            retries: self.limits.retries,
+            retry_within_ms: self.limits.retry_within_ms,
         }
     }
 
@@ -204,5 +216,53 @@ impl ProviderConfig {
             return Err("context_window must be above 0".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(table: &str) -> Result<ProviderConfig, toml::de::Error> {
+        toml::from_str(table)
+    }
+
+    #[test]
+    fn every_kind_takes_every_limit_and_only_its_own_keys() {
+        let limits = "context_window = 100\ntimeout_ms = 1\nlate_result_ms = 2\nretries = 3\nretry_within_ms = 4";
+        let expected = ProviderLimits {
+            context_window: Some(100),
+            timeout_ms: 1,
+            late_result_ms: 2,
+            retries: Some(3),
+            retry_within_ms: Some(4),
+        };
+        for kind in [
+            "kind = \"demo\"\nbehavior = \"fail\"",
+            "kind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"",
+            "kind = \"anthropic\"\nbase_url = \"http://x\"\nmodel = \"m\"",
+        ] {
+            let config = parse(&format!("{kind}\n{limits}")).unwrap();
+            assert_eq!(config.limits, expected, "{kind}");
+            assert_eq!(parse(kind).unwrap().limits, ProviderLimits::default());
+            let foreign = if kind.contains("demo") {
+                "model = \"m\""
+            } else {
+                "delay_ms = 1"
+            };
+            let err = parse(&format!("{kind}\n{foreign}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("unknown field"), "{kind}: {err}");
+        }
+        let err = parse("kind = \"openai\"\nbase_url = \"http://x\"").unwrap_err();
+        assert!(err.to_string().contains("missing field `model`"), "{err}");
+        assert!(parse("kind = \"nope\"").is_err());
+        assert!(
+            parse("timeout_ms = 5")
+                .unwrap_err()
+                .to_string()
+                .contains("kind")
+        );
     }
 }

@@ -68,8 +68,8 @@ impl Encoding {
 
     /// The encoding of a configured provider's model, as far as it is known.
     pub fn of(config: &super::ProviderConfig) -> Self {
-        match config {
-            super::ProviderConfig::Openai(endpoint) => Self::of_openai_model(&endpoint.model),
+        match &config.kind {
+            super::ProviderKind::Openai(endpoint) => Self::of_openai_model(&endpoint.model),
             _ => Self::Unknown,
         }
     }

@@ -1,7 +1,8 @@
 //! The `JobStore` port and its one error enum. Adapters: [`sqlite`] (the embedded default) and [`dynamodb`].
 //!
-//! Every method is one atomic operation on the backend. The rules each applies are the pure transitions of
-//! [`crate::domain::job`]; a refused transition comes back as [`StoreError::Refused`] with the same [`Refusal`] on
+//! Every method is one atomic operation on the backend. A job's transitions all go through one method,
+//! [`JobStore::apply`], which applies [`Transition::apply`] — the pure transitions of [`crate::domain::job`] — inside
+//! the backend's guarded write; a refused transition comes back as [`StoreError::Refused`] with the same [`Refusal`] on
 //! every backend, and nothing was written.
 
 pub mod dynamodb;
@@ -16,9 +17,10 @@ use serde_json::Value;
 use chrono::Duration;
 
 use crate::domain::{
-    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint, ErrorInfo,
-    Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob, Owner,
-    ParseError, ProviderName, Qualification, Refusal, Stamp, Timestamp, WriteToken,
+    Applied, AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint,
+    ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
+    Owner, ParseError, ProviderName, Qualification, Refusal, Stamp, Timestamp, Transition,
+    WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -128,6 +130,46 @@ impl StoreError {
     }
 }
 
+/// One transition as a store is asked to make it: the transition, on whose behalf (an owner's request, that
+/// finds only the owner's jobs; or the engine's own write, by id alone), and the writer's stamp.
+#[derive(Debug, Clone)]
+pub struct JobWrite<'a> {
+    pub owner: Option<&'a Owner>,
+    pub transition: Transition,
+    pub stamp: &'a Stamp,
+}
+
+impl<'a> JobWrite<'a> {
+    /// An owner's write: another owner's job is not found.
+    pub fn by(owner: &'a Owner, transition: Transition, stamp: &'a Stamp) -> Self {
+        let owner = Some(owner);
+        Self {
+            owner,
+            transition,
+            stamp,
+        }
+    }
+
+    /// The engine's own write.
+    pub fn engine(transition: Transition, stamp: &'a Stamp) -> Self {
+        Self {
+            owner: None,
+            transition,
+            stamp,
+        }
+    }
+}
+
+/// The answer of a transition's own kind, which [`Transition::apply`] always gives.
+fn answer<T>(
+    (applied, job): (Applied, Job),
+    pick: impl FnOnce(Applied) -> Option<T>,
+) -> Result<(T, Job), StoreError> {
+    let answered = pick(applied)
+        .ok_or_else(|| StoreError::backend(format!("a transition answered {applied:?}")))?;
+    Ok((answered, job))
+}
+
 /// The job store. Methods taking an `owner` answer [`StoreError::NotFound`] for another owner's job; the others
 /// are the worker's and address a job by id alone. A job past its retention is gone for every method: reads do not
 /// find it, writes answer `NotFound`, and a create under its key makes a new job.
@@ -179,64 +221,6 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         now: Timestamp,
     ) -> Result<JobPage, StoreError>;
 
-    /// Queues a new attempt (on `provider`, or as [`Job::add_attempt`] chooses); refused while one is live, once
-    /// the job has its outcome, or at the attempt limit. Returns its number.
-    async fn add_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        provider: Option<ProviderName>,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(u32, Job), StoreError>;
-
-    /// `queued` → `started` with a lease; a duplicate or late claim (another token) is refused.
-    async fn claim_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        lease_expires_at: Timestamp,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError>;
-
-    /// `started` → `unknown`.
-    async fn mark_unknown(&self, id: &JobId, number: u32, stamp: &Stamp)
-    -> Result<Job, StoreError>;
-
-    /// Compare-and-swap on the result slot; the loser becomes `discarded` and the job is left as it was.
-    async fn complete_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        result: Value,
-        report: CallReport,
-        stamp: &Stamp,
-    ) -> Result<(Completion, Job), StoreError>;
-
-    /// `started` | `unknown` → `failed`, and in the same write the failover `failover` allows.
-    async fn fail_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        error: ErrorInfo,
-        report: CallReport,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError>;
-
-    /// A live attempt → `cancelled`, and in the same write the failover `failover` allows.
-    async fn cancel_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        number: u32,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(AttemptCancel, Job), StoreError>;
-
-    /// Records that a `queued` attempt was handed to the queue again at `now`.
-    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError>;
-
     /// `started` attempts whose lease ended before `now` (in jobs not cancelled, not expired), oldest lease first,
     /// at most `limit`.
     async fn expired_leases(
@@ -258,13 +242,135 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
     /// (DynamoDB's TTL) deletes nothing here: its reads already treat them as gone.
     async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError>;
 
+    /// Makes one transition of the job `id` names, in one atomic write guarded as [`Transition::apply`] rules
+    /// (the same functions of the domain on every store): what it did and the job after it, or a refusal and
+    /// nothing written. The methods below are its callers' names for each transition.
+    async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError>;
+
+    /// Queues a new attempt (on `provider`, or as [`Job::add_attempt`] chooses); refused while one is live, once
+    /// the job has its outcome, or at the attempt limit. Returns its number.
+    async fn add_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        provider: Option<ProviderName>,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(u32, Job), StoreError> {
+        let failover = failover.clone();
+        let write = JobWrite::by(owner, Transition::AddAttempt { provider, failover }, stamp);
+        answer(self.apply(id, write).await?, |applied| match applied {
+            Applied::Added(number) => Some(number),
+            _ => None,
+        })
+    }
+
+    /// `queued` → `started` with a lease; a duplicate or late claim (another token) is refused.
+    async fn claim_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        lease_expires_at: Timestamp,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let claim = Transition::Claim {
+            number,
+            lease_expires_at,
+        };
+        Ok(self.apply(id, JobWrite::engine(claim, stamp)).await?.1)
+    }
+
+    /// `started` → `unknown`.
+    async fn mark_unknown(
+        &self,
+        id: &JobId,
+        number: u32,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let write = JobWrite::engine(Transition::MarkUnknown { number }, stamp);
+        Ok(self.apply(id, write).await?.1)
+    }
+
+    /// Compare-and-swap on the result slot; the loser becomes `discarded` and the job is left as it was.
+    async fn complete_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        result: Value,
+        report: CallReport,
+        stamp: &Stamp,
+    ) -> Result<(Completion, Job), StoreError> {
+        let complete = Transition::Complete {
+            number,
+            result,
+            report,
+        };
+        answer(
+            self.apply(id, JobWrite::engine(complete, stamp)).await?,
+            |applied| match applied {
+                Applied::Completed(completion) => Some(completion),
+                _ => None,
+            },
+        )
+    }
+
+    /// `started` | `unknown` → `failed`, and in the same write the failover `failover` allows.
+    async fn fail_attempt(
+        &self,
+        id: &JobId,
+        number: u32,
+        error: ErrorInfo,
+        report: CallReport,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let failover = failover.clone();
+        let fail = Transition::Fail {
+            number,
+            error,
+            report,
+            failover,
+        };
+        Ok(self.apply(id, JobWrite::engine(fail, stamp)).await?.1)
+    }
+
+    /// A live attempt → `cancelled`, and in the same write the failover `failover` allows.
+    async fn cancel_attempt(
+        &self,
+        owner: &Owner,
+        id: &JobId,
+        number: u32,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(AttemptCancel, Job), StoreError> {
+        let failover = failover.clone();
+        let write = JobWrite::by(owner, Transition::CancelAttempt { number, failover }, stamp);
+        answer(self.apply(id, write).await?, |applied| match applied {
+            Applied::AttemptCancelled(cancel) => Some(cancel),
+            _ => None,
+        })
+    }
+
+    /// Records that a `queued` attempt was handed to the queue again at `now`.
+    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
+        let stamp = Stamp::fresh(now);
+        let write = JobWrite::engine(Transition::Redispatch { number }, &stamp);
+        Ok(self.apply(id, write).await?.1)
+    }
+
     /// Cancels the job and its live attempt; idempotent; refused once it succeeded.
     async fn cancel_job(
         &self,
         owner: &Owner,
         id: &JobId,
         stamp: &Stamp,
-    ) -> Result<(JobCancel, Job), StoreError>;
+    ) -> Result<(JobCancel, Job), StoreError> {
+        let write = JobWrite::by(owner, Transition::CancelJob, stamp);
+        answer(self.apply(id, write).await?, |applied| match applied {
+            Applied::JobCancelled(cancel) => Some(cancel),
+            _ => None,
+        })
+    }
 }
 
 /// What onejob knows of each provider, shared by every process through the store: its breaker and its qualification

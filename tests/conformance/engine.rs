@@ -6,7 +6,6 @@ use std::sync::Arc;
 use onejob::clock::Clock;
 use onejob::config::Config;
 use onejob::domain::{AttemptRef, AttemptState, Job, JobStatus, ProviderName, Refusal};
-use onejob::providers::{ProviderConfig, ProviderEndpoint};
 use onejob::store::{JobStore, StoreError};
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
@@ -15,7 +14,7 @@ use serde_json::{Value, json};
 use crate::support::faulty::{Call, FaultyStore};
 use crate::support::rig::Rig;
 use crate::support::stand_in::{
-    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, endpoint, hanging_up, openai, refusing, resetting,
+    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, hanging_up, openai, refusing, resetting,
 };
 use crate::support::{record_qualified, record_qualified_as};
 
@@ -454,10 +453,8 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
     );
 
     // A provider configured with `retries = 0` is not retried: failover at once.
-    let no_retries = ProviderConfig::Openai(ProviderEndpoint {
-        retries: Some(0),
-        ..endpoint(down.base_url())
-    });
+    let mut no_retries = openai(down.base_url());
+    no_retries.limits.retries = Some(0);
     let mut rig = Rig::new(store, no_retries, openai(fallback.base_url()));
     record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let (job, message) = rig.create("no-retries").await;

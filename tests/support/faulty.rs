@@ -9,14 +9,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::Duration;
 use onejob::domain::{
-    AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint, ErrorInfo,
-    Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName,
-    Qualification, Stamp, Timestamp,
+    Applied, AttemptRef, Breaker, Deliveries, Endpoint, Fingerprint, IdempotencyKey, Job, JobId,
+    NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp, Transition,
 };
 use onejob::store::{
-    CreateOutcome, EventStore, JobPage, JobStore, ListQuery, ProviderStore, StoreError,
+    CreateOutcome, EventStore, JobPage, JobStore, JobWrite, ListQuery, ProviderStore, StoreError,
 };
-use serde_json::Value;
 
 /// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,87 +295,18 @@ impl JobStore for FaultyStore {
         self.inner.list_jobs(owner, query, now).await
     }
 
-    async fn add_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        provider: Option<ProviderName>,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(u32, Job), StoreError> {
-        let op = self.inner.add_attempt(owner, id, provider, failover, stamp);
-        self.through(Call::AddAttempt, op).await
-    }
-
-    async fn claim_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        lease_expires_at: Timestamp,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let op = self
-            .inner
-            .claim_attempt(id, number, lease_expires_at, stamp);
-        self.through(Call::Claim, op).await
-    }
-
-    async fn mark_unknown(
-        &self,
-        id: &JobId,
-        number: u32,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let op = self.inner.mark_unknown(id, number, stamp);
-        self.through(Call::MarkUnknown, op).await
-    }
-
-    async fn complete_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        result: Value,
-        report: CallReport,
-        stamp: &Stamp,
-    ) -> Result<(Completion, Job), StoreError> {
-        let op = self
-            .inner
-            .complete_attempt(id, number, result, report, stamp);
-        self.through(Call::Complete, op).await
-    }
-
-    async fn fail_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        error: ErrorInfo,
-        report: CallReport,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let op = self
-            .inner
-            .fail_attempt(id, number, error, report, failover, stamp);
-        self.through(Call::Fail, op).await
-    }
-
-    async fn cancel_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        number: u32,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(AttemptCancel, Job), StoreError> {
-        let op = self
-            .inner
-            .cancel_attempt(owner, id, number, failover, stamp);
-        self.through(Call::CancelAttempt, op).await
-    }
-
-    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
-        let op = self.inner.redispatch(id, number, now);
-        self.through(Call::Redispatch, op).await
+    async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {
+        let call = match write.transition {
+            Transition::AddAttempt { .. } => Call::AddAttempt,
+            Transition::Claim { .. } => Call::Claim,
+            Transition::MarkUnknown { .. } => Call::MarkUnknown,
+            Transition::Complete { .. } => Call::Complete,
+            Transition::Fail { .. } => Call::Fail,
+            Transition::CancelAttempt { .. } => Call::CancelAttempt,
+            Transition::Redispatch { .. } => Call::Redispatch,
+            Transition::CancelJob => Call::CancelJob,
+        };
+        self.through(call, self.inner.apply(id, write)).await
     }
 
     async fn expired_leases(
@@ -402,15 +331,5 @@ impl JobStore for FaultyStore {
     async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let op = self.inner.purge_expired(now, limit);
         self.through(Call::Purge, op).await
-    }
-
-    async fn cancel_job(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        stamp: &Stamp,
-    ) -> Result<(JobCancel, Job), StoreError> {
-        let op = self.inner.cancel_job(owner, id, stamp);
-        self.through(Call::CancelJob, op).await
     }
 }

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use onejob::providers::{ProviderConfig, ProviderEndpoint};
+use onejob::providers::{ProviderConfig, ProviderEndpoint, ProviderKind};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
@@ -27,25 +27,25 @@ pub fn endpoint(base_url: String) -> ProviderEndpoint {
         base_url,
         model: "gpt-4o-mini".into(),
         api_key_env: Some("CARGO_PKG_NAME".into()),
-        context_window: None,
-        timeout_ms: TIMEOUT_MS,
-        late_result_ms: LATE_MS,
-        retries: None,
-        retry_within_ms: None,
     }
 }
 
-/// An openai provider at `base_url`, timed as [`endpoint`] says.
+/// A provider of `kind`, with the stand-ins' short, known timings.
+pub fn timed(kind: ProviderKind) -> ProviderConfig {
+    ProviderConfig::of(kind).with_timings(TIMEOUT_MS, LATE_MS)
+}
+
+/// An openai provider at `base_url`, timed as [`timed`] says.
 pub fn openai(base_url: String) -> ProviderConfig {
-    ProviderConfig::Openai(endpoint(base_url))
+    timed(ProviderKind::Openai(endpoint(base_url)))
 }
 
 /// An anthropic provider at `base_url`, timed like [`openai`].
 pub fn anthropic(base_url: String) -> ProviderConfig {
-    ProviderConfig::Anthropic(ProviderEndpoint {
+    timed(ProviderKind::Anthropic(ProviderEndpoint {
         model: "claude-stand-in".into(),
         ..endpoint(base_url)
-    })
+    }))
 }
 
 /// How the stand-in answers one call.

@@ -7,18 +7,16 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use chrono::Duration;
-use serde_json::Value;
 
-use super::item::{
-    ANSWERED, Decoded, Slot, created_key, decode_item, encode, encode_input, json_attribute,
-};
-use super::update::{Sweep, Update};
+use super::item::{Decoded, created_key, decode_item, encode, encode_input};
+use super::transitions;
+use super::update::Sweep;
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    AttemptCancel, AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover,
-    IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Stamp, Timestamp,
+    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, Stamp,
+    Timestamp, Transition,
 };
-use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
+use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError};
 
 impl DynamoStore {
     /// What a create finds when the intent already has a live job: that job answers — created (by this very
@@ -202,163 +200,61 @@ impl JobStore for DynamoStore {
         })
     }
 
-    async fn add_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        provider: Option<ProviderName>,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(u32, Job), StoreError> {
-        self.read_then_write(id, Some(owner), stamp.now, None, |job| {
-            job.add_attempt(provider.clone(), failover, stamp)
-        })
-        .await
-    }
-
-    async fn claim_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        lease_expires_at: Timestamp,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let mut u = Update::new(number, stamp);
-        // A retry waits for its time: past `not_before`, or none (the condition fails, and the domain says why).
-        u.condition(
-            "#attempts.#n.#state = :queued AND attribute_not_exists(slot) \
-             AND (attribute_not_exists(#attempts.#n.not_before) OR #attempts.#n.not_before <= :now)",
-        );
-        u.value(":queued", s(AttemptState::Queued.as_str()));
-        u.set("#attempts.#n.#state = :started");
-        u.value(":started", s(AttemptState::Started.as_str()));
-        u.set("#attempts.#n.seen_version = :zero");
-        u.set("#attempts.#n.started_at = :now");
-        u.set("#attempts.#n.lease_expires_at = :lease");
-        u.value(":lease", n(lease_expires_at.timestamp_millis()));
-        u.sweep(Sweep::Started, id, lease_expires_at);
-        Ok(self
-            .update(id, None, stamp.now, u, |job| {
-                job.claim(number, lease_expires_at, stamp)
-            })
-            .await?
-            .1)
-    }
-
-    async fn mark_unknown(
-        &self,
-        id: &JobId,
-        number: u32,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let mut u = Update::new(number, stamp);
-        // A started attempt, unless the job was cancelled (a slot held by attempt 0).
-        u.condition(
-            "#attempts.#n.#state = :started AND (attribute_not_exists(slot) OR slot.attempt > :zero)",
-        );
-        u.value(":started", s(AttemptState::Started.as_str()));
-        u.set("#attempts.#n.#state = :unknown");
-        u.value(":unknown", s(AttemptState::Unknown.as_str()));
-        u.remove("sweep_pk");
-        u.remove("sweep_at");
-        Ok(self
-            .update(id, None, stamp.now, u, |job| {
-                job.mark_unknown(number, stamp)
-            })
-            .await?
-            .1)
-    }
-
-    async fn complete_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        result: Value,
-        report: CallReport,
-        stamp: &Stamp,
-    ) -> Result<(Completion, Job), StoreError> {
-        let now = stamp.now;
-        let mut u = Update::new(number, stamp);
-        // A claimed attempt that is still live: no other attempt is, so the job's sweep entry is this attempt's
-        // own. Any other case (an attempt cancelled meanwhile, never claimed, or this write landed before) is
-        // decided by the domain on the item the failed condition returns.
-        u.condition(
-            "attribute_exists(#attempts.#n.seen_version) AND #attempts.#n.#state IN (:started, :unknown)",
-        );
-        u.value(":started", s(AttemptState::Started.as_str()));
-        u.value(":unknown", s(AttemptState::Unknown.as_str()));
-        // The compare-and-swap: the slot is taken only if it is free; a loser leaves it as it was.
-        u.set("slot = if_not_exists(slot, :mine)");
-        u.value(":mine", Slot::result(number, result.clone(), now));
-        u.set("#attempts.#n.#state = :answered");
-        u.value(":answered", s(ANSWERED));
-        u.set("#attempts.#n.finished_at = :now");
-        if let Some(report) = report.clone().into_option() {
-            u.set("#attempts.#n.report = :report");
-            u.value(":report", json_attribute(&report));
-        }
-        u.remove("sweep_pk");
-        u.remove("sweep_at");
-        u.no_updated_at();
-        let (_, job) = self
-            .update(id, None, now, u, |job| {
-                job.complete(number, result.clone(), report.clone(), stamp)
-            })
-            .await?;
-        let outcome = match job.completed_by {
-            Some(winner) if winner == number => Completion::Won,
-            winner => Completion::Lost { winner },
+    async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {
+        let JobWrite {
+            owner,
+            transition,
+            stamp,
+        } = write;
+        let domain = |job: &mut Job| transition.apply(job, stamp);
+        // One conditional update where it says all, with the answer a write that lands gives.
+        let (update, landed) = match &transition {
+            Transition::Claim {
+                number,
+                lease_expires_at,
+            } => (
+                transitions::claim(id, *number, *lease_expires_at, stamp),
+                Applied::Claimed,
+            ),
+            Transition::MarkUnknown { number } => (
+                transitions::mark_unknown(*number, stamp),
+                Applied::MarkedUnknown,
+            ),
+            Transition::Complete {
+                number,
+                result,
+                report,
+            } => (
+                transitions::complete(*number, result, report, stamp),
+                Applied::Completed(Completion::Won),
+            ),
+            Transition::Redispatch { number } => (
+                transitions::redispatch(*number, stamp),
+                Applied::Redispatched,
+            ),
+            // Cancelled before: the domain calls that an answer, not an error, and nothing is written.
+            Transition::CancelJob => (
+                transitions::cancel_job(stamp),
+                Applied::JobCancelled(JobCancel::Cancelled),
+            ),
+            Transition::AddAttempt { .. }
+            | Transition::Fail { .. }
+            | Transition::CancelAttempt { .. } => {
+                return self
+                    .read_then_write(id, owner, stamp.now, None, domain)
+                    .await;
+            }
         };
-        Ok((outcome, job))
-    }
-
-    async fn fail_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        error: ErrorInfo,
-        report: CallReport,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let (_, job) = self
-            .read_then_write(id, None, stamp.now, None, |job| {
-                job.fail(number, error.clone(), report.clone(), failover, stamp)
-            })
-            .await?;
-        Ok(job)
-    }
-
-    async fn cancel_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        number: u32,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(AttemptCancel, Job), StoreError> {
-        self.read_then_write(id, Some(owner), stamp.now, None, |job| {
-            job.cancel_attempt(number, failover, stamp)
-        })
-        .await
-    }
-
-    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
-        let mut u = Update::new(number, &Stamp::fresh(now));
-        // A retry waits for its time: past `not_before`, or none (the condition fails, and the domain says why).
-        u.condition(
-            "#attempts.#n.#state = :queued AND attribute_not_exists(slot) \
-             AND (attribute_not_exists(#attempts.#n.not_before) OR #attempts.#n.not_before <= :now)",
-        );
-        u.value(":queued", s(AttemptState::Queued.as_str()));
-        u.set("#attempts.#n.dispatched_at = :now");
-        u.set("sweep_at = :now");
-        u.no_updated_at();
-        u.no_writer();
-        Ok(self
-            .update(id, None, now, u, |job| job.redispatch(number, now))
-            .await?
-            .1)
+        let (applied, job) = self.update(id, owner, stamp.now, update, domain).await?;
+        let applied = match transition {
+            // Whoever holds the slot now says who won, whichever way this write went.
+            Transition::Complete { number, .. } => Applied::Completed(match job.completed_by {
+                Some(winner) if winner == number => Completion::Won,
+                winner => Completion::Lost { winner },
+            }),
+            _ => applied.unwrap_or(landed),
+        };
+        Ok((applied, job))
     }
 
     async fn expired_leases(
@@ -381,26 +277,5 @@ impl JobStore for DynamoStore {
     async fn purge_expired(&self, _now: Timestamp, _limit: usize) -> Result<usize, StoreError> {
         // DynamoDB's TTL deletes expired items; until it does, every request here treats them as gone.
         Ok(0)
-    }
-
-    async fn cancel_job(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        stamp: &Stamp,
-    ) -> Result<(JobCancel, Job), StoreError> {
-        let mut u = Update::new(0, stamp);
-        u.condition("#owner = :owner AND attribute_not_exists(slot)");
-        u.name("#owner", "owner");
-        u.set("slot = :closed");
-        u.value(":closed", Slot::cancelled(&stamp.token, stamp.now));
-        u.remove("sweep_pk");
-        u.remove("sweep_at");
-        u.no_writer();
-        // Cancelled before: the domain calls that an answer, not an error, and nothing is written.
-        let (outcome, job) = self
-            .update(id, Some(owner), stamp.now, u, |job| job.cancel(stamp))
-            .await?;
-        Ok((outcome.unwrap_or(JobCancel::Cancelled), job))
     }
 }

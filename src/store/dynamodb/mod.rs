@@ -45,6 +45,7 @@ mod events;
 mod item;
 mod providers;
 mod table;
+mod transitions;
 mod update;
 
 pub use capacity::{WriteUnits, item_size, write_units};
@@ -139,6 +140,31 @@ impl DynamoStore {
             .await
             .map_err(sdk)?;
         Ok(out.item)
+    }
+
+    /// Puts `item` if `condition` holds of the stored one (with its one placeholder's value); whether it did.
+    async fn put_if(
+        &self,
+        item: Item,
+        condition: &str,
+        (placeholder, value): (&str, AttributeValue),
+    ) -> Result<bool, StoreError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .expression_attribute_values(placeholder, value)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e) => match e.into_service_error() {
+                PutItemError::ConditionalCheckFailedException(_) => Ok(false),
+                other => Err(StoreError::backend(other)),
+            },
+        }
     }
 
     /// One conditional `UpdateItem` on the job `id` names (that incarnation, not expired at `now`), answering the

@@ -9,7 +9,6 @@
 //! them.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -131,22 +130,9 @@ impl ProviderStore for DynamoStore {
         seen: &Qualification,
         evidence: &Qualification,
     ) -> Result<bool, StoreError> {
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(encode_qualification(evidence)))
-            .condition_expression("digest = :seen")
-            .expression_attribute_values(":seen", s(&digest(seen)))
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(true),
-            Err(e) => match e.into_service_error() {
-                PutItemError::ConditionalCheckFailedException(_) => Ok(false),
-                other => Err(StoreError::backend(other)),
-            },
-        }
+        let item = encode_qualification(evidence);
+        self.put_if(item, "digest = :seen", (":seen", s(&digest(seen))))
+            .await
     }
 
     async fn put_breaker(
@@ -155,21 +141,9 @@ impl ProviderStore for DynamoStore {
         breaker: &Breaker,
         rev: u64,
     ) -> Result<bool, StoreError> {
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(encode_breaker(provider, breaker, rev + 1)))
-            .condition_expression("attribute_not_exists(pk) OR rev = :rev")
-            .expression_attribute_values(":rev", n(rev as i64))
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(true),
-            Err(e) => match e.into_service_error() {
-                PutItemError::ConditionalCheckFailedException(_) => Ok(false),
-                other => Err(StoreError::backend(other)),
-            },
-        }
+        let item = encode_breaker(provider, breaker, rev + 1);
+        let first_or_seen = "attribute_not_exists(pk) OR rev = :rev";
+        self.put_if(item, first_or_seen, (":rev", n(rev as i64)))
+            .await
     }
 }

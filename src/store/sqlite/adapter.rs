@@ -3,7 +3,6 @@
 use async_trait::async_trait;
 use chrono::Duration as Retention;
 use rusqlite::params;
-use serde_json::Value;
 
 use super::rows::{
     JOB_ROW, JobRow, attempt_refs, delete_jobs, insert_job, job_for_key, key_holder, load_job,
@@ -11,10 +10,35 @@ use super::rows::{
 };
 use super::{SqliteError, SqliteStore};
 use crate::domain::{
-    AttemptCancel, AttemptRef, CallReport, Completion, ErrorInfo, Failover, IdempotencyKey, Job,
-    JobCancel, JobId, JobStatus, NewJob, Owner, ProviderName, Stamp, Timestamp,
+    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, NewJob, Owner, Stamp, Timestamp,
 };
-use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, ListQuery, StoreError};
+use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError};
+
+/// `started` attempts whose lease ended before ?1, in jobs not cancelled and not expired at ?2.
+const EXPIRED_LEASES: &str = "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
+     WHERE a.state = 'started' AND a.lease_expires_at < ?1 \
+       AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
+     ORDER BY a.lease_expires_at LIMIT ?3";
+
+/// `queued` attempts last dispatched before ?1, in open jobs not expired at ?2.
+const STALE_QUEUED: &str = "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
+     WHERE a.state = 'queued' AND a.dispatched_at < ?1 \
+       AND j.completed_by IS NULL AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
+     ORDER BY a.dispatched_at LIMIT ?3";
+
+impl SqliteStore {
+    /// The attempts a sweep query finds (see [`attempt_refs`]), oldest first, at most `limit`.
+    async fn sweep(
+        &self,
+        sql: &'static str,
+        before: Timestamp,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AttemptRef>, StoreError> {
+        self.read(move |conn| attempt_refs(conn, sql, before, now, limit))
+            .await
+    }
+}
 
 #[async_trait]
 impl JobStore for SqliteStore {
@@ -110,105 +134,13 @@ impl JobStore for SqliteStore {
         .await
     }
 
-    async fn add_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        provider: Option<ProviderName>,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(u32, Job), StoreError> {
-        let (failover, stamp) = (failover.clone(), stamp.clone());
-        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
-            job.add_attempt(provider, &failover, &stamp)
+    async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {
+        let (owner, stamp, transition) =
+            (write.owner.cloned(), write.stamp.clone(), write.transition);
+        self.transition(owner, id, stamp.now, move |job| {
+            transition.apply(job, &stamp)
         })
         .await
-    }
-
-    async fn claim_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        lease_expires_at: Timestamp,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let stamp = stamp.clone();
-        let (_, job) = self
-            .transition(None, id, stamp.now, move |job| {
-                job.claim(number, lease_expires_at, &stamp)
-            })
-            .await?;
-        Ok(job)
-    }
-
-    async fn mark_unknown(
-        &self,
-        id: &JobId,
-        number: u32,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let stamp = stamp.clone();
-        let (_, job) = self
-            .transition(None, id, stamp.now, move |job| {
-                job.mark_unknown(number, &stamp)
-            })
-            .await?;
-        Ok(job)
-    }
-
-    async fn complete_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        result: Value,
-        report: CallReport,
-        stamp: &Stamp,
-    ) -> Result<(Completion, Job), StoreError> {
-        let stamp = stamp.clone();
-        self.transition(None, id, stamp.now, move |job| {
-            job.complete(number, result, report, &stamp)
-        })
-        .await
-    }
-
-    async fn fail_attempt(
-        &self,
-        id: &JobId,
-        number: u32,
-        error: ErrorInfo,
-        report: CallReport,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<Job, StoreError> {
-        let (failover, stamp) = (failover.clone(), stamp.clone());
-        let (_, job) = self
-            .transition(None, id, stamp.now, move |job| {
-                job.fail(number, error, report, &failover, &stamp)
-            })
-            .await?;
-        Ok(job)
-    }
-
-    async fn cancel_attempt(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        number: u32,
-        failover: &Failover,
-        stamp: &Stamp,
-    ) -> Result<(AttemptCancel, Job), StoreError> {
-        let (failover, stamp) = (failover.clone(), stamp.clone());
-        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
-            job.cancel_attempt(number, &failover, &stamp)
-        })
-        .await
-    }
-
-    async fn redispatch(&self, id: &JobId, number: u32, now: Timestamp) -> Result<Job, StoreError> {
-        let (_, job) = self
-            .transition(None, id, now, move |job| job.redispatch(number, now))
-            .await?;
-        Ok(job)
     }
 
     async fn expired_leases(
@@ -216,19 +148,7 @@ impl JobStore for SqliteStore {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        self.read(move |conn| {
-            attempt_refs(
-                conn,
-                "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
-                 WHERE a.state = 'started' AND a.lease_expires_at < ?1 \
-                   AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
-                 ORDER BY a.lease_expires_at LIMIT ?3",
-                now,
-                now,
-                limit,
-            )
-        })
-        .await
+        self.sweep(EXPIRED_LEASES, now, now, limit).await
     }
 
     async fn stale_queued(
@@ -237,19 +157,7 @@ impl JobStore for SqliteStore {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<AttemptRef>, StoreError> {
-        self.read(move |conn| {
-            attempt_refs(
-                conn,
-                "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
-                 WHERE a.state = 'queued' AND a.dispatched_at < ?1 \
-                   AND j.completed_by IS NULL AND j.cancelled_at IS NULL AND j.expires_at > ?2 \
-                 ORDER BY a.dispatched_at LIMIT ?3",
-                before,
-                now,
-                limit,
-            )
-        })
-        .await
+        self.sweep(STALE_QUEUED, before, now, limit).await
     }
 
     async fn purge_expired(&self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
@@ -268,19 +176,6 @@ impl JobStore for SqliteStore {
             tx.prepare_cached("DELETE FROM deliveries WHERE expires_at <= ?1")?
                 .execute([now.timestamp_millis()])?;
             Ok(ids.len())
-        })
-        .await
-    }
-
-    async fn cancel_job(
-        &self,
-        owner: &Owner,
-        id: &JobId,
-        stamp: &Stamp,
-    ) -> Result<(JobCancel, Job), StoreError> {
-        let stamp = stamp.clone();
-        self.transition(Some(owner.clone()), id, stamp.now, move |job| {
-            job.cancel(&stamp)
         })
         .await
     }

@@ -107,16 +107,9 @@ const V3_JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract,
 const V3_ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                   finished_at, error, report, dispatched_at, origin, writer";
 
-/// What version 2 added to version 1: what providers report about calls, and qualification evidence.
-const SCHEMA_1_TO_2: &str = "
-ALTER TABLE attempts ADD COLUMN report TEXT;
-CREATE TABLE IF NOT EXISTS qualifications (
-    contract_fingerprint TEXT NOT NULL,
-    provider_fingerprint TEXT NOT NULL,
-    evidence             TEXT NOT NULL,
-    PRIMARY KEY (contract_fingerprint, provider_fingerprint)
-) STRICT;
-";
+/// What version 2 added to version 1: what providers report about calls, and qualification evidence (its table
+/// comes with the rebuild to version 4, which makes every missing table as it is now).
+const SCHEMA_1_TO_2: &str = "ALTER TABLE attempts ADD COLUMN report TEXT;";
 
 /// What version 3 added to version 2: retention (jobs made before keep the default 30 days), when a queued attempt
 /// was last dispatched, and the tokens of the writes that made and moved each attempt and cancelled each job.
