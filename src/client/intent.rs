@@ -13,7 +13,7 @@ pub struct NewJob {
 }
 
 /// One user intent: the job it asks for and the idempotency key it owns for its whole life. Every try of
-/// [`Client::submit`] sends that key, so however many times the intent is submitted — after a timeout, a give-up,
+/// [`Client::submit`](super::Client::submit) sends that key, so however many times the intent is submitted — after a timeout, a give-up,
 /// a restart with a key kept elsewhere — it makes one job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Intent {
