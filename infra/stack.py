@@ -7,10 +7,10 @@ Usage: python infra/stack.py ENDPOINT_URL [TEMPLATE]
 """
 
 import json
-import sys
-import time
-
 import os
+import sys
+import tempfile
+import time
 
 import boto3
 from samtranslator.translator.transform import transform
@@ -32,6 +32,9 @@ PARAMETERS = {
     "EventBusName": "onejob-settled",
 }
 
+# The provider keys the stack's secret holds: those examples/team/onejob.toml names.
+TEAM_KEYS = {"OPENAI_API_KEY": "sk-team-openai", "ANTHROPIC_API_KEY": "sk-ant-team"}
+
 
 class PolicyLoader:
     def load(self):
@@ -42,10 +45,12 @@ def translate(path):
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     with open(path) as f:
         template = yaml_parse(f.read())
-    # The functions' code is built by `sam build`; here it is an object put into moto's S3.
+    # The functions' code and the config layer are built by `sam build`; here each is an object put into moto's S3.
     for resource in template["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function":
             resource.setdefault("Properties", {})["CodeUri"] = f"s3://{CODE_BUCKET}/{CODE_KEY}"
+        if resource["Type"] == "AWS::Serverless::LayerVersion":
+            resource["Properties"]["ContentUri"] = f"s3://{CODE_BUCKET}/{CODE_KEY}"
     template["Globals"]["Function"]["CodeUri"] = f"s3://{CODE_BUCKET}/{CODE_KEY}"
     return transform(template, PARAMETERS, PolicyLoader())
 
@@ -86,15 +91,23 @@ def check(template):
            f"the API's stage is throttled: {throttled}")
 
     functions = of_type(template, "AWS::Lambda::Function")
+    (config_layer,) = of_type(template, "AWS::Lambda::LayerVersion")
     for name, function in functions.items():
         props = function["Properties"]
         expect(props.get("TracingConfig", {}).get("Mode") == "Active", f"{name} is traced")
         env = props["Environment"]["Variables"]
-        for var in ["ONEJOB_TABLE", "ONEJOB_QUEUE_URL", "ONEJOB_CONFIG_TOML", "ONEJOB_SECRET_ARN",
-                    "OTEL_EXPORTER_OTLP_ENDPOINT", "ONEJOB_EVENT_BUS"]:
+        for var in ["ONEJOB_TABLE", "ONEJOB_QUEUE_URL", "ONEJOB_SECRET_ARN", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    "ONEJOB_EVENT_BUS"]:
             expect(var in env, f"{name} gets {var}")
-        layers = props.get("Layers", {}).get("Fn::If", [None, []])[1]
-        expect(layers == [{"Ref": "AdotLayerArn"}], f"{name} runs the ADOT collector layer when given: {layers}")
+        expect(env.get("ONEJOB_CONFIG") == "/opt/onejob.toml", f"{name} reads the config layer's onejob.toml")
+        layers = props.get("Layers", [])
+        expect(layers[:1] == [{"Ref": config_layer}], f"{name} runs with the config layer: {layers}")
+        expect(layers[1:] == [{"Fn::If": ["HasAdotLayer", {"Ref": "AdotLayerArn"}, {"Ref": "AWS::NoValue"}]}],
+               f"{name} runs the ADOT collector layer when given: {layers}")
+        vpc = props.get("VpcConfig")
+        expected = {"Fn::If": ["InVpc", {"SubnetIds": {"Ref": "SubnetIds"}, "SecurityGroupIds": {"Ref": "SecurityGroupIds"}},
+                               {"Ref": "AWS::NoValue"}]} if name == "WorkerFunction" else None
+        expect(vpc == expected, f"{name} runs in the VPC the parameters name, if it calls providers: {vpc}")
     mappings = list(of_type(template, "AWS::Lambda::EventSourceMapping").values())
     expect(len(mappings) == 1 and mappings[0]["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency"),
            "the worker's SQS event source caps its concurrency")
@@ -156,10 +169,14 @@ def create(endpoint, template):
     s3.put_object(Bucket=CODE_BUCKET, Key=CODE_KEY, Body=b"not run")
     cloudformation = session.client("cloudformation", endpoint_url=endpoint)
     name = f"onejob-{int(time.time() * 1000)}"
+    # The provider keys' secret, as docs/deploy.md's first step makes it (the keys the example team folder names).
+    secrets = session.client("secretsmanager", endpoint_url=endpoint)
+    keys = secrets.create_secret(Name=f"{name}-provider-keys", SecretString=json.dumps(TEAM_KEYS))
+    parameters = PARAMETERS | {"ProviderKeysSecretArn": keys["ARN"]}
     cloudformation.create_stack(
         StackName=name,
         TemplateBody=json.dumps(template),
-        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in PARAMETERS.items()],
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
     )
     for _ in range(300):
@@ -169,7 +186,19 @@ def create(endpoint, template):
         time.sleep(0.2)
     if stack["StackStatus"] != "CREATE_COMPLETE":
         raise SystemExit(f"infra/stack.py: the stack is {stack['StackStatus']}: {stack.get('StackStatusReason')}")
-    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    # What each function gets from the stack: its environment and its layers, as Lambda would run it.
+    lambdas = session.client("lambda", endpoint_url=endpoint)
+    resources = cloudformation.describe_stack_resources(StackName=name)["StackResources"]
+    functions = {}
+    for r in resources:
+        if r.get("ResourceType") == "AWS::Lambda::Function":
+            found = lambdas.get_function_configuration(FunctionName=r["PhysicalResourceId"])
+            functions[r["LogicalResourceId"]] = {
+                "environment": found.get("Environment", {}).get("Variables", {}),
+                "layers": [layer["Arn"] for layer in found.get("Layers", [])],
+            }
+    return outputs, functions
 
 
 def main():
@@ -180,8 +209,12 @@ def main():
         for problem in problems:
             print(f"infra/stack.py: the template must hold: {problem}", file=sys.stderr)
         raise SystemExit(1)
-    outputs = create(endpoint, template)
+    outputs, functions = create(endpoint, template)
+    fd, path = tempfile.mkstemp(prefix="onejob-stack-functions-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(functions, f)
     print(f"ONEJOB_TEST_STACK_TABLE={outputs['JobsTableName']}")
+    print(f"ONEJOB_TEST_STACK_FUNCTIONS={path}")
     print(f"ONEJOB_TEST_STACK_QUEUE_URL={outputs['AttemptsQueueUrl']}")
     print(f"ONEJOB_TEST_STACK_DLQ_URL={outputs['AttemptsDeadLetterQueueUrl']}")
 

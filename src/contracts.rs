@@ -157,17 +157,18 @@ const BUILT_IN: [(&str, &str); 2] = [
 pub struct Contracts(BTreeMap<ContractRef, Contract>);
 
 impl Contracts {
-    /// The built-in contracts, then the contract `files` (a file may replace a built-in contract of the same
+    /// The built-in contracts (unless `built_in` is false), then the contract `files` (a file may replace a built-in contract of the same
     /// name@version; two files may not define one twice), each on the chain `chains` names for it, else on the
     /// chain its file names. `is_provider` tells which provider names are configured: a chain naming another one
     /// stops the load, with the fix in the message.
     pub fn load(
         files: &[PathBuf],
         chains: &BTreeMap<ContractRef, Vec<ProviderName>>,
+        built_in: bool,
         is_provider: impl Fn(&ProviderName) -> bool,
     ) -> Result<Self, ContractError> {
         let mut contracts = BTreeMap::new();
-        for (name, text) in BUILT_IN {
+        for (name, text) in BUILT_IN.iter().filter(|_| built_in) {
             let contract = parse(text).map_err(|message| ContractError::Invalid {
                 path: Path::new("contracts").join(name),
                 message,
@@ -243,6 +244,19 @@ impl Contracts {
         Ok(())
     }
 
+    /// The fingerprint of them all: SHA-256 of each one's fingerprint, by name@version.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let each: serde_json::Map<String, Value> = (self.0.iter())
+            .map(|(reference, c)| {
+                (
+                    reference.to_string(),
+                    Value::String(c.fingerprint.to_string()),
+                )
+            })
+            .collect();
+        Fingerprint::of_value(&Value::Object(each))
+    }
+
     pub fn get(&self, reference: &ContractRef) -> Option<&Contract> {
         self.0.get(reference)
     }
@@ -313,7 +327,7 @@ mod tests {
     }
 
     fn built_in() -> Contracts {
-        Contracts::load(&[], &BTreeMap::new(), demo).unwrap()
+        Contracts::load(&[], &BTreeMap::new(), true, demo).unwrap()
     }
 
     fn summarize() -> ContractRef {
@@ -408,7 +422,7 @@ mod tests {
     #[test]
     fn a_chain_naming_an_unconfigured_provider_is_refused_with_the_fix() {
         let only_openai = |p: &ProviderName| p.as_str() == "openai";
-        let err = Contracts::load(&[], &BTreeMap::new(), only_openai).unwrap_err();
+        let err = Contracts::load(&[], &BTreeMap::new(), true, only_openai).unwrap_err();
         let message = err.to_string();
         assert!(
             message.contains("runs on demo, which is not a configured provider"),
@@ -424,14 +438,14 @@ mod tests {
             ),
         ]
         .into();
-        let contracts = Contracts::load(&[], &chains, only_openai).unwrap();
+        let contracts = Contracts::load(&[], &chains, true, only_openai).unwrap();
         assert_eq!(
             contracts.get(&summarize()).unwrap().providers,
             std::slice::from_ref(&openai)
         );
         let unknown: BTreeMap<_, _> =
             [(ContractRef::parse("nope@1").unwrap(), vec![openai])].into();
-        let err = Contracts::load(&[], &unknown, |_: &ProviderName| true).unwrap_err();
+        let err = Contracts::load(&[], &unknown, true, |_: &ProviderName| true).unwrap_err();
         assert!(
             err.to_string().contains("there is no contract nope@1"),
             "{err}"
@@ -454,13 +468,14 @@ mod tests {
             built_in_text.replace("name = \"summarize\"", "name = \"echo\""),
         )
         .unwrap();
-        let contracts = Contracts::load(&[edited.clone(), added], &BTreeMap::new(), demo).unwrap();
+        let contracts =
+            Contracts::load(&[edited.clone(), added], &BTreeMap::new(), true, demo).unwrap();
         assert_eq!(contracts.iter().count(), 3);
         assert_ne!(
             contracts.get(&summarize()).unwrap().fingerprint,
             built_in().get(&summarize()).unwrap().fingerprint
         );
-        let twice = Contracts::load(&[edited.clone(), edited], &BTreeMap::new(), demo);
+        let twice = Contracts::load(&[edited.clone(), edited], &BTreeMap::new(), true, demo);
         assert!(twice.unwrap_err().to_string().contains("defined in"));
     }
 

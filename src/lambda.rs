@@ -9,14 +9,15 @@
 //!   invocation's [`deadline`]; it alone delivers completion events, so it alone carries the EventBridge client.
 //!
 //! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
-//! `ONEJOB_QUEUE_URL` (SQS), optionally `ONEJOB_CONFIG_TOML` (the `onejob.toml` that `onejob serve` and `onejob
-//! qualify` read: providers, chains, limits), `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider
-//! keys, read once at start) and `ONEJOB_EVENT_BUS` (the EventBridge bus every settled job's event goes to).
-//! Contracts are compiled in. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
+//! `ONEJOB_QUEUE_URL` (SQS), `ONEJOB_CONFIG` (the `onejob.toml` of the stack's config layer, which `onejob serve`
+//! and `onejob qualify` read too: providers, chains, limits, contract files beside it), optionally
+//! `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider keys) and `ONEJOB_EVENT_BUS` (the EventBridge
+//! bus every settled job's event goes to). The built-in contracts are compiled in; a team's are files in its layer. Logs are JSON; after each invocation one CloudWatch Embedded Metric Format line
 //! carries the counts of attempts by outcome, replays, conflicts and races lost, and, when a collector is
 //! configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g. the ADOT layer's), the invocation's spans are exported before
 //! it answers.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
@@ -50,31 +51,37 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// From `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL` and the optional `ONEJOB_CONFIG_TOML`, `ONEJOB_SECRET_ARN` and
-    /// `ONEJOB_EVENT_BUS`.
-    pub fn from_env() -> Result<Self, StartError> {
+    /// From the environment (`env` reads a variable): `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL`, `ONEJOB_CONFIG` (the
+    /// config layer's `onejob.toml`, read as [`Config::load_deployed`] says: the providers it names and no demo
+    /// ones, its contract files beside it), and the optional `ONEJOB_SECRET_ARN` and `ONEJOB_EVENT_BUS`. Its
+    /// contracts are loaded here too, so that a config or contract that does not check stops the start.
+    pub fn from(env: impl Fn(&str) -> Option<String>) -> Result<Self, StartError> {
         let var = |name: &str| {
-            std::env::var(name)
-                .map_err(|_| StartError::Config(ConfigError::Missing(name.to_owned())))
+            env(name).ok_or_else(|| StartError::Config(ConfigError::Missing(name.to_owned())))
         };
-        let mut config = match std::env::var("ONEJOB_CONFIG_TOML") {
-            Ok(text) => Config::parse(&text, "ONEJOB_CONFIG_TOML")?,
-            Err(_) => Config::default(),
-        };
-        config.apply_event_bus_env();
-        if !config.contract_files.is_empty() {
-            return Err(StartError::Config(ConfigError::Invalid(
-                "contract_files: a Lambda package holds only its binary; compile contracts in (contracts/)".into(),
-            )));
+        let mut config = Config::load_deployed(Path::new(&var(CONFIG_VAR)?))?;
+        if let Some(bus) = env("ONEJOB_EVENT_BUS") {
+            config.event_bus = Some(bus).filter(|b| !b.is_empty());
         }
+        let contracts = config.contracts()?;
+        tracing::info!(
+            config = %config.origin.as_ref().map(|o| o.fingerprint.to_string()).unwrap_or_default(),
+            contracts = %contracts.fingerprint(),
+            served = %contracts.iter().map(|c| c.reference.to_string()).collect::<Vec<_>>().join(","),
+            "onejob starts"
+        );
         Ok(Self {
             table: var("ONEJOB_TABLE")?,
             queue_url: var("ONEJOB_QUEUE_URL")?,
             config,
-            secret_arn: std::env::var(SECRET_ARN_VAR).ok(),
+            secret_arn: env(SECRET_ARN_VAR),
         })
     }
 }
+
+/// The variable naming the config file a function reads: the template sets it to the config layer's
+/// `/opt/onejob.toml`.
+pub const CONFIG_VAR: &str = "ONEJOB_CONFIG";
 
 /// What the api and worker functions do when their container starts: JSON logs, the settings and the AWS SDK's
 /// config from the environment, the engine.
@@ -90,11 +97,15 @@ pub async fn start_sweeper() -> Result<Arc<Engine>, StartError> {
     sweeper_engine(&settings, &aws).await
 }
 
+/// A start that fails logs why, whole (the file, the line, the fix), before the runtime reports it.
 fn start_settings() -> Result<(Settings, SdkConfig), StartError> {
     crate::telemetry::init_json();
-    let settings = Settings::from_env()?;
-    let aws = aws_config(|name| std::env::var(name).ok())?;
-    Ok((settings, aws))
+    let env = |name: &str| std::env::var(name).ok();
+    let started = Settings::from(env).and_then(|settings| Ok((settings, aws_config(env)?)));
+    if let Err(e) = &started {
+        tracing::error!(error = %crate::telemetry::error_chain(e), "onejob cannot start");
+    }
+    started
 }
 
 /// The AWS SDK's config of a function, from what Lambda puts in its environment (`env` reads a variable): the

@@ -39,7 +39,7 @@ const KINDS: [(&str, ProviderAt); 2] = [("openai", openai), ("anthropic", anthro
 
 /// The built-in contracts.
 fn contracts() -> Contracts {
-    Contracts::load(&[], &Default::default(), |_| true).unwrap()
+    Contracts::load(&[], &Default::default(), true, |_| true).unwrap()
 }
 
 fn summarize(contracts: &Contracts) -> &Contract {

@@ -105,6 +105,8 @@ pub struct EngineSettings {
     pub answer_budget: Duration,
     /// How completion events are delivered.
     pub events: EventSettings,
+    /// The fingerprint of the config file's text this engine was made from (none: the built-in defaults).
+    pub config: Option<Fingerprint>,
 }
 
 impl Default for EngineSettings {
@@ -130,6 +132,7 @@ impl Default for EngineSettings {
             write_budget: Duration::seconds(3),
             answer_budget: Duration::minutes(5),
             events: EventSettings::default(),
+            config: None,
         }
     }
 }
@@ -162,6 +165,16 @@ pub struct Engine {
     evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
     /// Woken when this process armed deliveries (the local deliverer waits on it).
     deliveries_due: tokio::sync::Notify,
+}
+
+/// What an engine runs, by fingerprint: an operator compares them with `onejob check`'s to see which config and
+/// contracts a function serves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Running {
+    /// SHA-256 of the config file's text; null when no file was read (the built-in defaults).
+    pub config: Option<String>,
+    /// SHA-256 of every served contract's fingerprint, by name@version.
+    pub contracts: String,
 }
 
 /// What a worker's answer write did when the store kept failing: the answer could not be kept — or it was, and
@@ -205,6 +218,15 @@ impl Engine {
             evidence: Recent::new(settings.provider_state_cache),
             deliveries_due: tokio::sync::Notify::new(),
             settings,
+        }
+    }
+
+    /// What this engine runs: the fingerprints of its config file and of its contracts (each one's, together), as
+    /// `/healthz` and each function's first log line show them.
+    pub fn running(&self) -> Running {
+        Running {
+            config: self.settings.config.map(|f| f.to_string()),
+            contracts: self.contracts.fingerprint().to_string(),
         }
     }
 

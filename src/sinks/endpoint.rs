@@ -51,7 +51,7 @@ impl EndpointSink {
         }
     }
 
-    /// Checks `url` as an endpoint: [`EndpointSink::vet`], and (unless allowed) its name must not resolve to a
+    /// Checks `url` as an endpoint: `EndpointSink::vet`, and (unless allowed) its name must not resolve to a
     /// private address now (a name that does not resolve now is checked at each delivery's connection).
     pub async fn check(&self, url: &str) -> Result<reqwest::Url, EndpointRefused> {
         let parsed = self.vet(url)?;

@@ -94,7 +94,7 @@ impl Traces {
         tracing_opentelemetry::layer().with_tracer(self.provider.tracer("onejob"))
     }
 
-    /// Exports every span ended so far, and waits for the collector's answer, [`FLUSH_WAIT`] at most (a Lambda
+    /// Exports every span ended so far, and waits for the collector's answer, `FLUSH_WAIT` at most (a Lambda
     /// invocation's end: the process may be frozen next). Failures are the exporter's to log.
     pub async fn flush(&self) {
         let provider = self.provider.clone();

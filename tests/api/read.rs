@@ -129,6 +129,13 @@ async fn health_and_unknown_routes() {
     )
     .await;
     assert_eq!(health["status"], "ok");
+    // What it serves, by fingerprint: no config file here, and the contracts it loaded.
+    assert_eq!(health["config"], Value::Null);
+    assert_eq!(
+        health["contracts"].as_str().map(str::len),
+        Some(64),
+        "{health}"
+    );
     assert_problem(app.get(ALICE, "/v2/nothing").await, 404, "not_found").await;
     let delete = app.client.delete(app.url("/v1/jobs")).send().await.unwrap();
     assert_problem(delete, 405, "method_not_allowed").await;

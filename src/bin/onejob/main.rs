@@ -59,6 +59,14 @@ enum Command {
         #[command(flatten)]
         storage: Storage,
     },
+    /// Check a config as a deployed function reads it — the providers it names and no demo ones, its contract
+    /// files beside it, every chain on configured providers — and print the fingerprints its functions' /healthz
+    /// and first log line will show. Run it before `sam deploy`.
+    Check {
+        /// The config file: the config layer's onejob.toml.
+        #[arg(long, env = "ONEJOB_CONFIG", default_value = "config/onejob.toml")]
+        config: std::path::PathBuf,
+    },
     /// List the configured providers with their qualification standing per contract.
     Providers {
         #[command(flatten)]
@@ -112,6 +120,24 @@ enum TableCommand {
     },
 }
 
+/// `onejob check`.
+fn check(path: &std::path::Path) -> Result<ExitCode, CliError> {
+    let config = onejob::config::Config::load_deployed(path)?;
+    let contracts = config.contracts()?;
+    let fingerprint = config.origin.map(|o| o.fingerprint.to_string());
+    println!(
+        "config {}: {}",
+        path.display(),
+        fingerprint.unwrap_or_default()
+    );
+    for contract in contracts.iter() {
+        let chain: Vec<&str> = contract.providers.iter().map(|p| p.as_str()).collect();
+        println!("  {} on {}", contract.reference, chain.join(" → "));
+    }
+    println!("contracts: {}", contracts.fingerprint());
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     onejob::telemetry::init();
@@ -133,6 +159,7 @@ async fn main() -> ExitCode {
             }
             _ => qualify::requalify_stale(runs, &storage).await,
         },
+        Command::Check { config } => check(&config),
         Command::Providers { storage } => qualify::list_providers(&storage)
             .await
             .map(|()| ExitCode::SUCCESS),

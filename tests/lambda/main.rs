@@ -1,6 +1,8 @@
 //! The Lambda handlers fed the payloads in `events/`, in process, against the AWS test server (DynamoDB and SQS on
 //! moto) and a provider stand-in: api create → message on the queue → worker batch (with a duplicate) → api get.
 
+mod deploy;
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::path::Path;
@@ -119,15 +121,7 @@ impl Functions {
 
     /// The status and the body text the api function answers `event` with.
     async fn api_raw(&self, event: Value) -> (u16, String) {
-        let request: LambdaRequest = serde_json::from_value(event).unwrap();
-        let mut function = Adapter::from(lambda::api(self.engine.clone(), 256 * 1024));
-        let response = function
-            .call(LambdaEvent::new(request, Context::default()))
-            .await
-            .unwrap();
-        let response = serde_json::to_value(response).unwrap();
-        let body = response["body"].as_str().unwrap_or_default().to_owned();
-        (response["statusCode"].as_u64().unwrap() as u16, body)
+        call_api(&self.engine, event).await
     }
 
     /// Runs the messages on the queue, each twice, through the worker function, which retries none.
@@ -139,42 +133,61 @@ impl Functions {
 
     /// The messages on the queue, as the SQS event a worker would get: each real message, then a duplicate of it.
     async fn received_with_duplicates(&self) -> SqsEvent {
-        let received = self
-            .sqs
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(10)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap();
-        let mut records = Vec::new();
-        for (i, message) in received.messages().iter().enumerate() {
-            // As Lambda hands them over: {"traceparent": {"stringValue": …, "dataType": "String", …}}.
-            let attributes: serde_json::Map<String, Value> = message
-                .message_attributes()
-                .into_iter()
-                .flatten()
-                .map(|(name, value)| {
-                    let value = json!({
-                        "stringValue": value.string_value(), "dataType": value.data_type(),
-                        "stringListValues": [], "binaryListValues": [],
-                    });
-                    (name.clone(), value)
-                })
-                .collect();
-            for copy in 0..2 {
-                records.push(json!({
-                    "messageId": format!("{}-{copy}", message.message_id().unwrap_or(&i.to_string())),
-                    "receiptHandle": message.receipt_handle(),
-                    "body": message.body(),
-                    "attributes": {}, "messageAttributes": attributes,
-                    "eventSource": "aws:sqs", "awsRegion": "us-east-1",
-                }));
-            }
-        }
-        serde_json::from_value(json!({"Records": records})).unwrap()
+        received(&self.sqs, &self.queue_url, 2).await
     }
+}
+
+/// Runs an API Gateway event through the api function on `engine`, as `lambda_http::run` does: the status and the
+/// body text.
+async fn call_api(engine: &Arc<Engine>, event: Value) -> (u16, String) {
+    let request: LambdaRequest = serde_json::from_value(event).unwrap();
+    let mut function = Adapter::from(lambda::api(engine.clone(), 256 * 1024));
+    let response = function
+        .call(LambdaEvent::new(request, Context::default()))
+        .await
+        .unwrap();
+    let response = serde_json::to_value(response).unwrap();
+    let body = response["body"].as_str().unwrap_or_default().to_owned();
+    (response["statusCode"].as_u64().unwrap() as u16, body)
+}
+
+/// The messages on the queue at `queue_url`, as the SQS event a worker would get: each real message `copies` times
+/// (a duplicate delivery after the first).
+async fn received(sqs: &aws_sdk_sqs::Client, queue_url: &str, copies: usize) -> SqsEvent {
+    let received = sqs
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for (i, message) in received.messages().iter().enumerate() {
+        // As Lambda hands them over: {"traceparent": {"stringValue": …, "dataType": "String", …}}.
+        let attributes: serde_json::Map<String, Value> = message
+            .message_attributes()
+            .into_iter()
+            .flatten()
+            .map(|(name, value)| {
+                let value = json!({
+                    "stringValue": value.string_value(), "dataType": value.data_type(),
+                    "stringListValues": [], "binaryListValues": [],
+                });
+                (name.clone(), value)
+            })
+            .collect();
+        for copy in 0..copies {
+            records.push(json!({
+                "messageId": format!("{}-{copy}", message.message_id().unwrap_or(&i.to_string())),
+                "receiptHandle": message.receipt_handle(),
+                "body": message.body(),
+                "attributes": {}, "messageAttributes": attributes,
+                "eventSource": "aws:sqs", "awsRegion": "us-east-1",
+            }));
+        }
+    }
+    serde_json::from_value(json!({"Records": records})).unwrap()
 }
 
 #[tokio::test]

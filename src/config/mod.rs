@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::contracts::{ContractError, Contracts};
-use crate::domain::{ContractRef, Owner, ProviderName, RetryLimits};
+use crate::domain::{ContractRef, Fingerprint, Owner, ProviderName, RetryLimits};
 use crate::providers::{DemoBehavior, ProviderConfig};
 
 /// Every key is optional: a missing one takes its value from [`Config::default`].
@@ -80,6 +81,21 @@ pub struct Config {
     /// An EventBridge bus (name or ARN) that hears of every settled job, its owner's endpoint or not: one entry per
     /// settle, source `onejob`, type `job.settled`, the endpoint's body as its detail. `ONEJOB_EVENT_BUS` sets it.
     pub event_bus: Option<String>,
+    /// Whether the built-in contracts (`summarize@1`, `classify@1`) are served beside the config's own. A
+    /// deployment with only its own contracts turns them off rather than name chains for them.
+    pub built_in_contracts: bool,
+    /// The file this config was read from, and the fingerprint of its text: what `/healthz` and each function's
+    /// first log line show. Not a key.
+    #[serde(skip)]
+    pub origin: Option<Origin>,
+}
+
+/// Where a config came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub path: PathBuf,
+    /// SHA-256 of the file's text.
+    pub fingerprint: Fingerprint,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +120,12 @@ pub enum ConfigError {
     Provider { name: String, message: String },
     #[error("{0}")]
     Invalid(String),
+    #[error(
+        "{0} names no providers, and a deployed function serves none it does not name (no demo answers): add a \
+         [providers.NAME] table for each provider (kind = \"openai\", \"anthropic\", or \"demo\" to ask for the demo \
+         one), then sam build && sam deploy"
+    )]
+    NoProviders(PathBuf),
 }
 
 /// The largest `max_attempts_per_job`: with the largest input and result and every error message at its cap, a job
@@ -165,6 +187,8 @@ impl Default for Config {
             event_backoff_base_ms: 1_000,
             event_backoff_cap_ms: 3_600_000,
             event_bus: None,
+            built_in_contracts: true,
+            origin: None,
         }
     }
 }
@@ -180,7 +204,8 @@ impl Config {
     /// The built-in contracts and the config's contract files, each on its chain; every provider of every chain
     /// must be configured.
     pub fn contracts(&self) -> Result<Contracts, ContractError> {
-        Contracts::load(&self.contract_files, &self.chains, |p| {
+        let built_in = self.built_in_contracts;
+        Contracts::load(&self.contract_files, &self.chains, built_in, |p| {
             self.providers.contains_key(p)
         })
     }
@@ -211,6 +236,7 @@ impl Config {
                 allow_private: self.allow_private_endpoints,
                 bus: self.event_bus.clone(),
             },
+            config: self.origin.as_ref().map(|o| o.fingerprint),
             ..Default::default()
         }
     }
@@ -229,6 +255,10 @@ impl Config {
                 for file in &mut config.contract_files {
                     *file = folder.join(&*file);
                 }
+                config.origin = Some(Origin {
+                    path: path.to_owned(),
+                    fingerprint: Fingerprint::of_value(&Value::String(text)),
+                });
                 config
             }
         };
@@ -295,125 +325,7 @@ impl Config {
     }
 }
 
+mod deployed;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_tokens_add_to_the_file_and_bad_entries_are_refused() {
-        let config = Config::load(None, Some("tA=alice, tB=bob")).unwrap();
-        assert_eq!(config.tokens.len(), 2);
-        assert_eq!(config.tokens["tB"].as_str(), "bob");
-        assert!(Config::load(None, Some("no-equals-sign")).is_err());
-        assert!(Config::load(None, Some("=alice")).is_err());
-        assert!(Config::load(None, Some("t=")).is_err());
-    }
-
-    #[test]
-    fn unknown_keys_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("onejob.toml");
-        std::fs::write(&path, "contracts_dir = \"x\"\n").unwrap();
-        let err = Config::load(Some(&path), None).unwrap_err();
-        assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
-    }
-
-    #[test]
-    fn provider_keys_must_fit_their_kind() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("onejob.toml");
-        std::fs::write(&path, "[providers.x]\nkind = \"openai\"\nmodel = \"m\"\n").unwrap();
-        let err = Config::load(Some(&path), None).unwrap_err();
-        let said = crate::telemetry::error_chain(&err);
-        assert!(said.contains("missing field `base_url`"), "{said}");
-        std::fs::write(&path, "[providers.x]\nkind = \"demo\"\nmodel = \"m\"\n").unwrap();
-        assert!(Config::load(Some(&path), None).is_err());
-        std::fs::write(
-            &path,
-            "[providers.x]\nkind = \"demo\"\nbehavior = \"hang\"\n",
-        )
-        .unwrap();
-        let config = Config::load(Some(&path), None).unwrap();
-        assert_eq!(
-            config.providers.values().next().unwrap(),
-            &ProviderConfig::demo(DemoBehavior::Hang, 0)
-        );
-    }
-
-    #[test]
-    fn chains_and_contract_files_come_from_the_config() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("onejob.toml");
-        std::fs::write(
-            &path,
-            r#"
-            contract_files = ["extra/mine.toml"]
-            [chains]
-            "summarize@1" = ["main"]
-            "classify@1" = ["main"]
-            [providers.main]
-            kind = "openai"
-            base_url = "https://llm.example/v1"
-            model = "m"
-            "#,
-        )
-        .unwrap();
-        let config = Config::load(Some(&path), None).unwrap();
-        assert_eq!(config.contract_files, [dir.path().join("extra/mine.toml")]);
-        let err = config.contracts().unwrap_err();
-        assert!(err.to_string().contains("extra/mine.toml"), "{err}");
-        let without_files = Config {
-            contract_files: Vec::new(),
-            ..config
-        };
-        let contracts = without_files.contracts().unwrap();
-        let summarize = contracts
-            .get(&ContractRef::parse("summarize@1").unwrap())
-            .unwrap();
-        assert_eq!(summarize.providers, [ProviderName::parse("main").unwrap()]);
-    }
-
-    #[test]
-    fn the_retry_policy_comes_from_the_config() {
-        let default = Config::default().engine_settings().retry;
-        assert_eq!((default.max_retries, default.within.num_seconds()), (2, 60));
-        let config =
-            Config::parse("provider_retries = 0\nprovider_retry_within_ms = 5000", "t").unwrap();
-        let retry = config.engine_settings().retry;
-        assert_eq!(
-            (retry.max_retries, retry.within.num_milliseconds()),
-            (0, 5_000)
-        );
-    }
-
-    #[test]
-    fn limits_are_checked() {
-        for text in [
-            "retention_days = 0",
-            "max_attempts_per_job = 0",
-            "max_attempts_per_job = 26",
-            "provider_retries = 11",
-            "qualification_max_age_days = 0",
-            "breaker_cooldown_ms = 86400001",
-            "provider_retry_within_ms = 86400001",
-        ] {
-            assert!(
-                matches!(Config::parse(text, "t"), Err(ConfigError::Invalid(_))),
-                "{text}"
-            );
-        }
-        assert!(Config::parse("max_attempts_per_job = 25", "t").is_ok());
-        let provider = Config::parse("[providers.p]\nkind = \"demo\"\nretries = 11", "t");
-        assert!(
-            matches!(&provider, Err(ConfigError::Provider { message, .. }) if message.contains("retries must be 0 to 10")),
-            "{provider:?}"
-        );
-    }
-
-    #[test]
-    fn the_example_config_parses() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("onejob.example.toml");
-        let config = Config::load(Some(&path), None).unwrap();
-        assert!(!config.providers.is_empty());
-    }
-}
+mod tests;
