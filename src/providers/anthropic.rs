@@ -27,10 +27,8 @@ impl AnthropicProvider {
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
-        json!({
+        let own = json!({
             "model": self.endpoint.model,
-            "max_tokens": request.max_output_tokens,
-            "temperature": request.temperature,
             "system": SYSTEM_PROMPT,
             "messages": [{"role": "user", "content": request.prompt}],
             "tools": [{
@@ -39,22 +37,24 @@ impl AnthropicProvider {
                 "input_schema": request.output_schema,
             }],
             "tool_choice": {"type": "tool", "name": TOOL},
-        })
+        });
+        self.endpoint.body(own, request)
     }
 }
 
 #[async_trait]
 impl Provider for AnthropicProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
-        let mut call = self
-            .endpoint
-            .post(&request.idempotency_key, &self.body(request))
-            .header("anthropic-version", API_VERSION);
-        let key = self.endpoint.key.current();
-        if let Some(key) = &key {
-            call = call.header("x-api-key", key.expose());
-        }
-        answer(call, key.as_ref(), read_answer).await
+        let body = self.body(request);
+        let (call, key) = (self.endpoint).post(&request.idempotency_key, &body, |call, key| {
+            call.header("x-api-key", key)
+        });
+        answer(
+            call.header("anthropic-version", API_VERSION),
+            key.as_ref(),
+            read_answer,
+        )
+        .await
     }
 }
 

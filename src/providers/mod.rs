@@ -13,6 +13,7 @@ pub mod tokens;
 
 pub use settings::{
     DemoBehavior, DemoSettings, ProviderConfig, ProviderEndpoint, ProviderKind, ProviderLimits,
+    TokenLimitField,
 };
 
 use std::collections::BTreeMap;
@@ -140,8 +141,8 @@ pub struct ConfiguredProvider {
     pub fingerprint: Fingerprint,
 }
 
-/// The fingerprint of what a provider is, as far as keeping a contract goes: kind, base URL, model, and the two
-/// limits a qualification checks against (context window, timeout). A demo provider's behaviour and delay are its
+/// The fingerprint of what a provider is, as far as keeping a contract goes: kind, base URL, model, the two limits
+/// a qualification checks against (context window, timeout), and how its requests are shaped where the config says. A demo provider's behaviour and delay are its
 /// "model".
 pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
     let endpoint = config.endpoint();
@@ -155,6 +156,9 @@ pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
     if let ProviderKind::Demo(demo) = &config.kind {
         identity["behavior"] = json!(demo.behavior.as_str());
         identity["delay_ms"] = json!(demo.delay_ms);
+    }
+    if let Some(shape) = endpoint.and_then(ProviderEndpoint::request_shape) {
+        identity["request"] = shape;
     }
     Fingerprint::of_value(&identity)
 }
@@ -181,11 +185,11 @@ impl Providers {
                             Arc::new(demo::DemoProvider::new(demo, clock.clone()))
                         }
                         ProviderKind::Openai(endpoint) => Arc::new(openai::OpenAiProvider::new(
-                            HttpEndpoint::new(endpoint, "chat/completions", keys, &http),
+                            HttpEndpoint::new(endpoint, "chat/completions", true, keys, &http),
                         )),
                         ProviderKind::Anthropic(endpoint) => {
                             Arc::new(anthropic::AnthropicProvider::new(HttpEndpoint::new(
-                                endpoint, "messages", keys, &http,
+                                endpoint, "messages", false, keys, &http,
                             )))
                         }
                     };
@@ -227,33 +231,94 @@ impl Providers {
 #[derive(Debug)]
 pub struct HttpEndpoint {
     pub http: reqwest::Client,
-    pub url: String,
+    pub url: reqwest::Url,
     pub model: String,
     pub key: KeySource,
+    /// The header the key goes in as it is, if the config names one (else the kind's own).
+    pub key_header: Option<String>,
+    headers: BTreeMap<String, String>,
+    token_limit_field: TokenLimitField,
+    sends_temperature: bool,
+    reasoning_effort: Option<String>,
+    body: serde_json::Map<String, Value>,
 }
 
 impl HttpEndpoint {
-    /// The endpoint at `{base_url}/{path}`, its key from `keys` (else the environment).
+    /// The endpoint at `{base_url}/{path}` (the config's path, else the kind's `path`) with the config's query,
+    /// its key from `keys` (else the environment), its requests shaped as the config says for a provider of the
+    /// kind `openai` says.
     pub fn new(
         endpoint: &ProviderEndpoint,
         path: &str,
+        openai: bool,
         keys: &ProviderKeys,
         http: &reqwest::Client,
     ) -> Self {
+        let path = endpoint
+            .path
+            .as_deref()
+            .unwrap_or(path)
+            .trim_start_matches('/');
+        let root = endpoint.base_url.trim_end_matches('/');
+        // Checked when the config was read (`ProviderConfig::check`).
+        let mut url = reqwest::Url::parse(&format!("{root}/{path}")).expect("a checked base_url");
+        if !endpoint.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&endpoint.query);
+        }
         Self {
             http: http.clone(),
-            url: format!("{}/{path}", endpoint.base_url.trim_end_matches('/')),
+            url,
             model: endpoint.model.clone(),
             key: keys.source(endpoint.api_key_env.as_deref()),
+            key_header: endpoint.api_key_header.clone(),
+            headers: endpoint.headers.clone(),
+            token_limit_field: endpoint.token_limit_field(openai),
+            sends_temperature: endpoint.sends_temperature(openai),
+            reasoning_effort: endpoint.reasoning_effort.clone(),
+            body: endpoint.body.clone(),
         }
     }
 
-    /// A JSON `POST` of `body`, carrying the attempt's idempotency key.
-    pub fn post(&self, idempotency_key: &str, body: &Value) -> reqwest::RequestBuilder {
-        self.http
-            .post(&self.url)
+    /// A request body: `body` (the kind's own fields, an object), with the output budget under the field the
+    /// server takes, the temperature if it is sent, the reasoning effort, and the config's extra fields.
+    pub fn body(&self, mut body: Value, request: &ProviderRequest) -> Value {
+        body[self.token_limit_field.as_str()] = json!(request.max_output_tokens);
+        if self.sends_temperature {
+            body["temperature"] = json!(request.temperature);
+        }
+        if let Some(effort) = &self.reasoning_effort {
+            body["reasoning_effort"] = json!(effort);
+        }
+        for (field, value) in &self.body {
+            body[field] = value.clone();
+        }
+        body
+    }
+
+    /// A JSON `POST` of `body`, carrying the attempt's idempotency key, the config's headers and the key: in the
+    /// config's key header if it names one, else as `kind_key` puts it.
+    pub fn post(
+        &self,
+        idempotency_key: &str,
+        body: &Value,
+        kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
+    ) -> (reqwest::RequestBuilder, Option<Secret>) {
+        let mut call = self
+            .http
+            .post(self.url.clone())
             .header("Idempotency-Key", idempotency_key)
-            .json(body)
+            .json(body);
+        for (name, value) in &self.headers {
+            call = call.header(name, value);
+        }
+        let key = self.key.current();
+        if let Some(secret) = &key {
+            call = match &self.key_header {
+                Some(header) => call.header(header, secret.expose()),
+                None => kind_key(call, secret.expose()),
+            };
+        }
+        (call, key)
     }
 }
 

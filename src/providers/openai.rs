@@ -21,32 +21,28 @@ impl OpenAiProvider {
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
-        json!({
+        let own = json!({
             "model": self.endpoint.model,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": request.prompt},
             ],
-            "temperature": request.temperature,
-            "max_tokens": request.max_output_tokens,
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": request.contract.name(), "schema": request.output_schema},
             },
-        })
+        });
+        self.endpoint.body(own, request)
     }
 }
 
 #[async_trait]
 impl Provider for OpenAiProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
-        let mut call = self
-            .endpoint
-            .post(&request.idempotency_key, &self.body(request));
-        let key = self.endpoint.key.current();
-        if let Some(key) = &key {
-            call = call.bearer_auth(key.expose());
-        }
+        let body = self.body(request);
+        let (call, key) = (self.endpoint).post(&request.idempotency_key, &body, |call, key| {
+            call.bearer_auth(key)
+        });
         answer(call, key.as_ref(), read_answer).await
     }
 }

@@ -27,6 +27,7 @@ pub fn endpoint(base_url: String) -> ProviderEndpoint {
         base_url,
         model: "gpt-4o-mini".into(),
         api_key_env: Some("CARGO_PKG_NAME".into()),
+        ..ProviderEndpoint::default()
     }
 }
 
@@ -71,6 +72,9 @@ pub enum Reply {
     Unavailable(u64),
     /// Nothing until the gate opens, then the gate's answer.
     Held(Gate),
+    /// As OpenAI's reasoning models answer: 400 `unsupported_parameter` to a body with `max_tokens`, 400
+    /// `unsupported_value` to a temperature other than 1, else this JSON.
+    Reasoning(Value),
 }
 
 /// Holds a [`Reply::Held`] answer back until the test opens it.
@@ -91,6 +95,8 @@ impl Gate {
 /// A call as the stand-in received it.
 #[derive(Debug, Clone)]
 pub struct Call {
+    /// The path and query it was sent to.
+    pub uri: axum::http::Uri,
     pub headers: HeaderMap,
     pub body: Value,
 }
@@ -189,11 +195,18 @@ impl StandIn {
         let app = axum::Router::new()
             .route(
                 "/v1/chat/completions",
-                post(|state, headers, body| respond(Wire::OpenAi, state, headers, body)),
+                post(|state, uri, headers, body| respond(Wire::OpenAi, state, uri, headers, body)),
             )
             .route(
                 "/v1/messages",
-                post(|state, headers, body| respond(Wire::Anthropic, state, headers, body)),
+                post(|state, uri, headers, body| {
+                    respond(Wire::Anthropic, state, uri, headers, body)
+                }),
+            )
+            // An Azure OpenAI deployment's path.
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(|state, uri, headers, body| respond(Wire::OpenAi, state, uri, headers, body)),
             )
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -232,13 +245,15 @@ impl StandIn {
 async fn respond(
     wire: Wire,
     State(script): State<Arc<Script>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
     let honest = honest_prompt_tokens(wire, &body);
+    let sent = body.clone();
     script
         .calls
-        .send_modify(|calls| calls.push(Call { headers, body }));
+        .send_modify(|calls| calls.push(Call { uri, headers, body }));
     let reply = script
         .replies
         .lock()
@@ -280,6 +295,29 @@ async fn respond(
             "down for maintenance",
         )
             .into_response(),
+        Reply::Reasoning(output) => {
+            let refused = |param: &str, code: &str, message: &str| {
+                let error = json!({"error": {
+                    "message": message, "type": "invalid_request_error", "param": param, "code": code,
+                }});
+                (StatusCode::BAD_REQUEST, Json(error)).into_response()
+            };
+            if sent.get("max_tokens").is_some() {
+                return refused(
+                    "max_tokens",
+                    "unsupported_parameter",
+                    "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                );
+            }
+            if sent.get("temperature").is_some_and(|t| t != 1.0) {
+                return refused(
+                    "temperature",
+                    "unsupported_value",
+                    "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.",
+                );
+            }
+            Json(answer(wire, Answer::Json(output), honest)).into_response()
+        }
         Reply::Held(gate) => {
             let mut open = gate.0.subscribe();
             let output = open
