@@ -7,7 +7,7 @@ use onejob::providers::{DemoBehavior, ProviderConfig};
 use onejob::store::ProviderStore;
 use serde_json::{Value, json};
 
-use crate::helpers::{ALICE, OPERATOR, TestApp, assert_problem, config, json_with_status};
+use crate::helpers::{ALICE, TestApp, assert_problem, config, json_with_status};
 use crate::support::stand_in::{Gate, Reply, StandIn, TIMEOUT_MS, openai};
 use crate::support::{metric, record_qualified};
 
@@ -616,14 +616,9 @@ async fn a_provider_that_keeps_failing_opens_its_breaker() {
         app.wait_until(ALICE, &id, |j| j["status"] == "failed")
             .await;
     }
-    let list = json_with_status(app.get(OPERATOR, "/v1/providers").await, 200).await;
-    let failing = list["providers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "demo-fail")
-        .unwrap()
-        .clone();
+    let failing = app
+        .provider_when("demo-fail", |p| p["breaker"]["recent_failures"] == 5)
+        .await;
     let breaker = &failing["breaker"];
     assert_eq!(
         (

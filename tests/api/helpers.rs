@@ -329,6 +329,30 @@ impl TestApp {
         }
     }
 
+    /// The operator's `GET /v1/providers`, read until `ready` holds of provider `name`'s entry, which it answers
+    /// (twenty seconds at most). What an answer told of its provider is written after the answer (invariant 16):
+    /// a test that saw a job end waits here to see that too.
+    pub async fn provider_when(&self, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let last = std::sync::Mutex::new(Value::Null);
+        let poll = async {
+            loop {
+                let list = json_with_status(self.get(OPERATOR, "/v1/providers").await, 200).await;
+                let entry = (list["providers"].as_array().unwrap().iter())
+                    .find(|p| p["name"] == name)
+                    .cloned()
+                    .unwrap_or_default();
+                if ready(&entry) {
+                    return entry;
+                }
+                *last.lock().unwrap() = entry;
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(20), poll).await {
+            Ok(entry) => entry,
+            Err(_) => panic!("provider {name} never got there: {}", last.lock().unwrap()),
+        }
+    }
+
     /// Jobs and attempts in the store: (jobs, attempts).
     pub async fn row_counts(&self) -> (i64, i64) {
         self.backend.row_counts().await
