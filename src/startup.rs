@@ -89,7 +89,7 @@ pub async fn provider_keys(aws: &SdkConfig, arn: Option<&str>) -> Result<Provide
     };
     let client = aws_sdk_secretsmanager::Client::new(aws);
     let keys = ProviderKeys::from_secrets_manager(&client, arn).await?;
-    tracing::info!(secret = arn, names = ?keys.names().collect::<Vec<_>>(), "provider keys read");
+    tracing::info!(secret = arn, names = ?keys.names(), "provider keys read");
     Ok(keys)
 }
 

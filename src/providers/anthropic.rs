@@ -6,8 +6,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed,
-    snippet,
+    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet,
 };
 use crate::domain::CallReport;
 
@@ -23,6 +22,7 @@ pub struct AnthropicProvider {
 
 impl AnthropicProvider {
     pub fn new(endpoint: HttpEndpoint) -> Self {
+        let endpoint = endpoint.with_default_header("anthropic-version", API_VERSION);
         Self { endpoint }
     }
 
@@ -46,15 +46,10 @@ impl AnthropicProvider {
 impl Provider for AnthropicProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
         let body = self.body(request);
-        let (call, key) = (self.endpoint).post(&request.idempotency_key, &body, |call, key| {
-            call.header("x-api-key", key)
-        });
-        answer(
-            call.header("anthropic-version", API_VERSION),
-            key.as_ref(),
-            read_answer,
-        )
-        .await
+        let x_api_key = |call: reqwest::RequestBuilder, key: &str| call.header("x-api-key", key);
+        (self.endpoint)
+            .call(&request.idempotency_key, &body, x_api_key, read_answer)
+            .await
     }
 }
 

@@ -1,5 +1,7 @@
 //! Provider API keys. On AWS they live in one Secrets Manager secret — a JSON object, key name → key
-//! (`{"OPENAI_API_KEY": "sk-…"}`) — read once when a function starts (`ONEJOB_SECRET_ARN`); anywhere else, or for a
+//! (`{"OPENAI_API_KEY": "sk-…"}`) — read when a function starts (`ONEJOB_SECRET_ARN`), and again before the next
+//! call after a provider refused a key (at most every five minutes), so that a rotated secret needs no redeploy;
+//! anywhere else, or for a
 //! name the secret does not hold, in the environment variable of that name, read at each call so that a rotated
 //! variable needs no restart. A provider's `api_key_env` is the name.
 //!
@@ -8,6 +10,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// One API key. Its `Debug` never shows it; the only way to the text is [`Secret::expose`], for the request.
 #[derive(Clone, PartialEq, Eq)]
@@ -63,13 +68,31 @@ impl Secret {
     }
 }
 
-/// The keys a secret held, by name.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ProviderKeys(BTreeMap<String, Secret>);
+/// How often at most the secret is read again after a provider refused a key.
+pub const REREAD_EVERY: Duration = Duration::from_secs(300);
+/// How long a read of the secret may take before a call goes out with the key it has.
+const REREAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The keys a secret held, by name, shared by every provider of a process. After a provider refused a key (401,
+/// 403) the next call reads the secret again first — at most every [`REREAD_EVERY`] — so that a rotated secret is
+/// picked up without a redeploy.
+#[derive(Clone, Default)]
+pub struct ProviderKeys(Arc<Ring>);
+
+#[derive(Default)]
+struct Ring {
+    keys: RwLock<BTreeMap<String, Secret>>,
+    /// Where they were read from, to read them again.
+    secret: Option<(aws_sdk_secretsmanager::Client, String)>,
+    /// A provider refused a key since the secret was last read.
+    stale: AtomicBool,
+    /// When the secret was last read again (not the first read: a key rotated a minute after start is read at once).
+    reread_at: Mutex<Option<Instant>>,
+}
 
 impl fmt::Debug for ProviderKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
+        f.debug_set().entries(self.names()).finish()
     }
 }
 
@@ -91,73 +114,147 @@ pub enum KeysError {
 impl ProviderKeys {
     /// The keys of a secret's text: a JSON object whose values are strings.
     pub fn from_json(arn: &str, text: &str) -> Result<Self, KeysError> {
-        let shape = || KeysError::Shape {
-            arn: arn.to_owned(),
-        };
-        let object: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(text).map_err(|_| shape())?;
-        object
-            .into_iter()
-            .map(|(name, value)| match value {
-                serde_json::Value::String(key) => Ok((name, Secret::new(key))),
-                _ => Err(shape()),
-            })
-            .collect::<Result<_, _>>()
-            .map(Self)
+        let keys = parse(arn, text)?;
+        Ok(Self(Arc::new(Ring {
+            keys: RwLock::new(keys),
+            ..Ring::default()
+        })))
     }
 
-    /// Reads the secret `arn` from AWS Secrets Manager.
+    /// Reads the secret `arn` from AWS Secrets Manager, and again (with `client`) after a provider refused a key.
     pub async fn from_secrets_manager(
         client: &aws_sdk_secretsmanager::Client,
         arn: &str,
     ) -> Result<Self, KeysError> {
-        let value = client
-            .get_secret_value()
-            .secret_id(arn)
-            .send()
-            .await
-            .map_err(|e| KeysError::Read {
-                arn: arn.to_owned(),
-                source: Box::new(e.into_service_error()),
-            })?;
-        let text = value.secret_string().ok_or_else(|| KeysError::Shape {
-            arn: arn.to_owned(),
-        })?;
-        Self::from_json(arn, text)
+        let keys = read(client, arn).await?;
+        Ok(Self(Arc::new(Ring {
+            keys: RwLock::new(keys),
+            secret: Some((client.clone(), arn.to_owned())),
+            ..Ring::default()
+        })))
     }
 
     /// Where the key named `name` comes from: this secret if it holds it, else the environment.
     pub fn source(&self, name: Option<&str>) -> KeySource {
         KeySource {
-            stored: name.and_then(|n| self.0.get(n)).cloned(),
-            env: name.map(str::to_owned),
+            keys: self.clone(),
+            name: name.map(str::to_owned),
         }
     }
 
     /// The names the secret holds.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.keys().map(String::as_str)
+    pub fn names(&self) -> Vec<String> {
+        self.0
+            .keys
+            .read()
+            .expect("keys lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Reads the secret again if a provider refused a key since it was last read, and it was not read again for
+    /// [`REREAD_EVERY`]. A read that fails or takes too long keeps the keys as they were.
+    async fn refresh(&self) {
+        let ring = &self.0;
+        let Some((client, arn)) = &ring.secret else {
+            return;
+        };
+        if !ring.stale.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut reread_at = ring.reread_at.lock().expect("keys lock");
+            if reread_at.is_some_and(|at| at.elapsed() < REREAD_EVERY) {
+                return;
+            }
+            *reread_at = Some(Instant::now());
+            ring.stale.store(false, Ordering::Release);
+        }
+        match tokio::time::timeout(REREAD_TIMEOUT, read(client, arn)).await {
+            Ok(Ok(keys)) => {
+                tracing::info!(secret = %arn, names = ?keys.keys().collect::<Vec<_>>(), "provider keys read again after a key was refused");
+                *ring.keys.write().expect("keys lock") = keys;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %crate::telemetry::error_chain(&e), "provider keys not read again")
+            }
+            Err(_) => {
+                tracing::warn!(secret = %arn, "provider keys not read again: the secret took too long")
+            }
+        }
     }
 }
 
+/// The keys of a secret's text.
+fn parse(arn: &str, text: &str) -> Result<BTreeMap<String, Secret>, KeysError> {
+    let shape = || KeysError::Shape {
+        arn: arn.to_owned(),
+    };
+    let object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|_| shape())?;
+    object
+        .into_iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(key) => Ok((name, Secret::new(key))),
+            _ => Err(shape()),
+        })
+        .collect()
+}
+
+/// The keys the secret `arn` holds now.
+async fn read(
+    client: &aws_sdk_secretsmanager::Client,
+    arn: &str,
+) -> Result<BTreeMap<String, Secret>, KeysError> {
+    let value = client
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| KeysError::Read {
+            arn: arn.to_owned(),
+            source: Box::new(e.into_service_error()),
+        })?;
+    let text = value.secret_string().ok_or_else(|| KeysError::Shape {
+        arn: arn.to_owned(),
+    })?;
+    parse(arn, text)
+}
+
 /// Where one provider's key comes from.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct KeySource {
-    /// Read from the secret at start-up.
-    stored: Option<Secret>,
-    /// Else this environment variable, read at each call.
-    env: Option<String>,
+    keys: ProviderKeys,
+    /// The key's name: the secret's member, else the environment variable (read at each call).
+    name: Option<String>,
 }
 
 impl KeySource {
     /// The key now, if there is one.
     pub fn current(&self) -> Option<Secret> {
-        self.stored.clone().or_else(|| {
-            self.env
-                .as_deref()
-                .and_then(|var| std::env::var(var).ok())
-                .map(Secret::new)
-        })
+        let name = self.name.as_deref()?;
+        let stored = self
+            .keys
+            .0
+            .keys
+            .read()
+            .expect("keys lock")
+            .get(name)
+            .cloned();
+        stored.or_else(|| std::env::var(name).ok().map(Secret::new))
+    }
+
+    /// The key for a call about to go out: [`current`](Self::current), after reading the secret again if a
+    /// provider refused a key since.
+    pub async fn for_call(&self) -> Option<Secret> {
+        self.keys.refresh().await;
+        self.current()
+    }
+
+    /// A provider refused the key (401, 403): the next call reads the secret again first.
+    pub fn refused(&self) {
+        self.keys.0.stale.store(true, Ordering::Release);
     }
 }
 

@@ -69,6 +69,8 @@ pub struct Reply {
     /// a body that is not what its API sends. Not a refusal the input caused (another 4xx, `model_refused`) nor an
     /// answer that broke the contract: an owner's inputs must not close a provider to every other owner.
     pub provider_failing: bool,
+    /// Whether the provider refused the key (401, 403): the secret is read again before the next call.
+    pub key_refused: bool,
 }
 
 /// The failure codes that tell of the provider's own state, whatever was asked of it.
@@ -96,6 +98,7 @@ impl Reply {
             outcome,
             report,
             provider_failing,
+            key_refused: false,
         }
     }
 
@@ -279,6 +282,15 @@ impl HttpEndpoint {
         }
     }
 
+    /// With `name: value` among the headers every call carries, unless the config sets that header.
+    pub fn with_default_header(mut self, name: &str, value: &str) -> Self {
+        let set = self.headers.keys().any(|h| h.eq_ignore_ascii_case(name));
+        if !set {
+            self.headers.insert(name.to_owned(), value.to_owned());
+        }
+        self
+    }
+
     /// A request body: `body` (the kind's own fields, an object), with the output budget under the field the
     /// server takes, the temperature if it is sent, the reasoning effort, and the config's extra fields.
     pub fn body(&self, mut body: Value, request: &ProviderRequest) -> Value {
@@ -295,14 +307,16 @@ impl HttpEndpoint {
         body
     }
 
-    /// A JSON `POST` of `body`, carrying the attempt's idempotency key, the config's headers and the key: in the
-    /// config's key header if it names one, else as `kind_key` puts it.
-    pub fn post(
+    /// One call: a JSON `POST` of `body`, carrying the attempt's idempotency key, the config's headers and the
+    /// key (in the config's key header if it names one, else as `kind_key` puts it), answered as `read` reads a
+    /// 2xx body. A key refused has the secret read again before the next call.
+    pub async fn call(
         &self,
         idempotency_key: &str,
         body: &Value,
         kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
-    ) -> (reqwest::RequestBuilder, Option<Secret>) {
+        read: fn(&str) -> Reply,
+    ) -> Reply {
         let mut call = self
             .http
             .post(self.url.clone())
@@ -311,14 +325,18 @@ impl HttpEndpoint {
         for (name, value) in &self.headers {
             call = call.header(name, value);
         }
-        let key = self.key.current();
+        let key = self.key.for_call().await;
         if let Some(secret) = &key {
             call = match &self.key_header {
                 Some(header) => call.header(header, secret.expose()),
                 None => kind_key(call, secret.expose()),
             };
         }
-        (call, key)
+        let reply = answer(call, key.as_ref(), read).await;
+        if reply.key_refused {
+            self.key.refused();
+        }
+        reply
     }
 }
 
@@ -387,8 +405,10 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
             ..CallReport::default()
         },
     );
-    // A key refused is the deployment's trouble, not the request's: every call fails alike.
-    reply.provider_failing |= matches!(status.as_u16(), 401 | 403);
+    // A key refused is the deployment's trouble, not the request's: every call fails alike, until the key is
+    // rotated.
+    reply.key_refused = matches!(status.as_u16(), 401 | 403);
+    reply.provider_failing |= reply.key_refused;
     Err(reply)
 }
 

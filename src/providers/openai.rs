@@ -5,8 +5,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, answer, failed,
-    snippet,
+    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet,
 };
 use crate::domain::CallReport;
 
@@ -40,10 +39,10 @@ impl OpenAiProvider {
 impl Provider for OpenAiProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
         let body = self.body(request);
-        let (call, key) = (self.endpoint).post(&request.idempotency_key, &body, |call, key| {
-            call.bearer_auth(key)
-        });
-        answer(call, key.as_ref(), read_answer).await
+        let bearer = |call: reqwest::RequestBuilder, key: &str| call.bearer_auth(key);
+        (self.endpoint)
+            .call(&request.idempotency_key, &body, bearer, read_answer)
+            .await
     }
 }
 

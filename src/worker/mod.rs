@@ -302,6 +302,7 @@ impl Step<'_> {
             outcome,
             mut report,
             provider_failing,
+            ..
         } = reply;
         checks::annotate(prepared, &mut report);
         let model = report.model.clone();

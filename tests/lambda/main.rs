@@ -407,7 +407,9 @@ async fn a_request_without_jwt_claims_is_unauthorized() {
 }
 
 /// The functions read the provider keys from the Secrets Manager secret at start: the provider gets its key from
-/// there, and an answer that echoes the key back never brings it into the ledger (nor the logs that quote it).
+/// there, and an answer that echoes the key back never brings it into the ledger (nor the logs that quote it). A
+/// rotated secret is not read again for every call, but once the provider refused the key: the next call carries
+/// the new one, with no redeploy.
 #[tokio::test]
 async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
     let Some(aws) = sdk_config().await else {
@@ -434,9 +436,17 @@ async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
         };
         endpoint.api_key_env = Some("OPENAI_API_KEY".into());
     };
-    let Some(f) = functions_with(provider, keyed, secret.arn).await else {
+    let Some(f) = functions_with(provider, keyed, secret.arn.clone()).await else {
         return;
     };
+    // Rotated after the function read it: the first call still carries the key it read.
+    aws_sdk_secretsmanager::Client::new(&aws)
+        .put_secret_value()
+        .secret_id(secret.arn.unwrap())
+        .secret_string(r#"{"OPENAI_API_KEY": "sk-rotated-43"}"#)
+        .send()
+        .await
+        .unwrap();
     let (status, created) = f.api("api-create.json").await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap();
@@ -455,6 +465,20 @@ async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
         "{job}"
     );
     assert!(!job.to_string().contains("sk-from-the-secret-42"), "{job}");
+
+    // The key was refused: the next call reads the secret again first, and carries the rotated key.
+    let mut again = event("api-create.json");
+    again["headers"]["idempotency-key"] = json!("after-the-rotation");
+    let (status, created) = f.api_event(again).await;
+    assert_eq!(status, 201, "{created}");
+    f.work_the_queue().await;
+    let calls = f.provider.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].headers["authorization"], "Bearer sk-rotated-43");
+    let (_, job) = f
+        .api_event(event_for("api-get.json", created["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
 }
 
 /// The page and its assets hold no data: the api function serves them without the authorizer's claims (the
