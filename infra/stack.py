@@ -30,10 +30,15 @@ PARAMETERS = {
     "ProviderKeysSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:onejob-keys-AbCdEf",
     "AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:onejob-alarms",
     "EventBusName": "onejob-settled",
+    # What `onejob check` prints for examples/team/onejob.toml's Bedrock provider, in us-east-1.
+    "BedrockModelArns": ",".join([
+        "arn:aws:bedrock:us-east-1:*:inference-profile/us.anthropic.claude-haiku-4-5-20251001-v1:0",
+        "arn:aws:bedrock:*::foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0",
+    ]),
 }
 
 # The provider keys the stack's secret holds: those examples/team/onejob.toml names.
-TEAM_KEYS = {"OPENAI_API_KEY": "sk-team-openai", "ANTHROPIC_API_KEY": "sk-ant-team"}
+TEAM_KEYS = {"OPENAI_API_KEY": "sk-team-openai"}
 
 
 class PolicyLoader:
@@ -143,6 +148,15 @@ def check(template):
         expect(all("event-bus/${EventBusName}" in json.dumps(s["Resource"]) for s in found),
                f"on the named bus only: {[s['Resource'] for s in found]}")
 
+    invokers = {name: [s for s in found if "bedrock" in json.dumps(s["Action"])] for name, found in statements.items()}
+    invokers = {name: found for name, found in invokers.items() if found}
+    callers = {functions[f]["Properties"]["Role"]["Fn::GetAtt"][0] for f in ["WorkerFunction", "SweeperFunction"]}
+    expect(set(invokers) == callers,
+           f"the functions that call providers, and they alone, may invoke Bedrock: {sorted(invokers)}")
+    for found in invokers.values():
+        expect(all(s["Action"] == ["bedrock:InvokeModel"] and s["Resource"] == {"Ref": "BedrockModelArns"}
+                   for s in found), f"only InvokeModel, on the configured models only: {found}")
+
     queues = of_type(template, "AWS::SQS::Queue")
     timeout = functions["WorkerFunction"]["Properties"]["Timeout"]
     attempts = queues["AttemptsQueue"]["Properties"]
@@ -187,6 +201,16 @@ def create(endpoint, template):
     if stack["StackStatus"] != "CREATE_COMPLETE":
         raise SystemExit(f"infra/stack.py: the stack is {stack['StackStatus']}: {stack.get('StackStatusReason')}")
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    # The grant as IAM holds it: the models the parameter lists, no more.
+    iam = session.client("iam", endpoint_url=endpoint)
+    worker_role = next(r["PhysicalResourceId"] for r in cloudformation.describe_stack_resources(StackName=name)
+                       ["StackResources"] if r.get("LogicalResourceId") == "WorkerFunctionRole")
+    granted = iam.get_role_policy(RoleName=worker_role, PolicyName="onejob-bedrock-models")["PolicyDocument"]
+    if isinstance(granted, str):
+        granted = json.loads(granted)
+    resources = granted["Statement"][0]["Resource"]
+    if sorted(resources) != sorted(parameters["BedrockModelArns"].split(",")):
+        raise SystemExit(f"infra/stack.py: the worker may invoke {resources}, not the configured models")
     # What each function gets from the stack: its environment and its layers, as Lambda would run it.
     lambdas = session.client("lambda", endpoint_url=endpoint)
     resources = cloudformation.describe_stack_resources(StackName=name)["StackResources"]

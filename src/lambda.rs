@@ -110,10 +110,13 @@ fn start_settings() -> Result<(Settings, SdkConfig), StartError> {
 
 /// The AWS SDK's config of a function, from what Lambda puts in its environment (`env` reads a variable): the
 /// execution role's credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), `AWS_REGION`,
-/// and `AWS_ENDPOINT_URL` if set; onejob's HTTPS client. Not aws-config's default chain: its profile files, SSO,
-/// STS and instance-metadata providers serve other hosts, and would weigh on every package (BENCHMARKS.md,
-/// section 5). Retries, timeouts and the sleep and time sources are each client's defaults.
-pub fn aws_config(env: impl Fn(&str) -> Option<String>) -> Result<SdkConfig, StartError> {
+/// `AWS_ENDPOINT_URL` and each service's own (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, …) if set; onejob's HTTPS
+/// client. Not aws-config's default chain: its profile files, SSO, STS and instance-metadata providers serve other
+/// hosts, and would weigh on every package (BENCHMARKS.md, section 5). Retries, timeouts and the sleep and time
+/// sources are each client's defaults.
+pub fn aws_config(
+    env: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+) -> Result<SdkConfig, StartError> {
     let var = |name: &str| {
         env(name).ok_or_else(|| StartError::Config(ConfigError::Missing(name.to_owned())))
     };
@@ -129,11 +132,32 @@ pub fn aws_config(env: impl Fn(&str) -> Option<String>) -> Result<SdkConfig, Sta
         .region(Region::new(var("AWS_REGION")?))
         .credentials_provider(SharedCredentialsProvider::new(credentials))
         .http_client(startup::https_client());
-    Ok(match env("AWS_ENDPOINT_URL") {
+    let builder = match env("AWS_ENDPOINT_URL") {
         Some(url) => builder.endpoint_url(url),
         None => builder,
+    };
+    Ok(builder.service_config(ServiceEnv(Box::new(env))).build())
+}
+
+/// The settings of one AWS service that its SDK client reads from the environment, by the SDK's own names: the
+/// key's variable and the service's id (`AWS_ENDPOINT_URL` + `Bedrock Runtime` =
+/// `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`).
+struct ServiceEnv(Box<EnvReader>);
+
+/// Reads one environment variable.
+type EnvReader = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl std::fmt::Debug for ServiceEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServiceEnv")
     }
-    .build())
+}
+
+impl aws_types::service_config::LoadServiceConfig for ServiceEnv {
+    fn load_config(&self, key: aws_types::service_config::ServiceConfigKey<'_>) -> Option<String> {
+        let service = key.service_id().to_uppercase().replace(' ', "_");
+        (self.0)(&format!("{}_{service}", key.env()))
+    }
 }
 
 /// The engine of one Lambda container: DynamoDB (arming every ended job's deliveries if the config names a bus),

@@ -32,6 +32,8 @@ pub enum StartError {
     Contracts(#[from] ContractError),
     #[error(transparent)]
     Keys(#[from] KeysError),
+    #[error(transparent)]
+    Providers(#[from] crate::providers::NoAwsSettings),
     #[error("cannot open the job store")]
     Store(#[from] StoreError),
     #[error(
@@ -62,7 +64,7 @@ pub fn engine(
     metrics: Metrics,
 ) -> Result<Engine, StartError> {
     let contracts = config.contracts()?;
-    let providers = Providers::from_config(&config.providers, keys, clock.clone());
+    let providers = Providers::from_config(&config.providers, keys, clock.clone())?;
     let settings = config.engine_settings();
     let events = &settings.events;
     let sinks = Sinks {
@@ -81,16 +83,17 @@ pub fn engine(
     ))
 }
 
-/// The provider keys of the secret `arn` names (read once, now), or none: each provider's key then comes from the
-/// environment variable its `api_key_env` names.
+/// The provider keys of the secret `arn` names (read now, and again after a key is refused), or none: each
+/// provider's key then comes from the environment variable its `api_key_env` names. Bedrock providers sign with
+/// `aws`.
 pub async fn provider_keys(aws: &SdkConfig, arn: Option<&str>) -> Result<ProviderKeys, StartError> {
     let Some(arn) = arn.filter(|a| !a.is_empty()) else {
-        return Ok(ProviderKeys::default());
+        return Ok(ProviderKeys::default().with_aws(aws.clone()));
     };
     let client = aws_sdk_secretsmanager::Client::new(aws);
     let keys = ProviderKeys::from_secrets_manager(&client, arn).await?;
     tracing::info!(secret = arn, names = ?keys.names(), "provider keys read");
-    Ok(keys)
+    Ok(keys.with_aws(aws.clone()))
 }
 
 /// The AWS SDK's config, its usual sources (credentials, region, `AWS_ENDPOINT_URL…`) with onejob's one HTTP

@@ -183,18 +183,14 @@ pub async fn list_providers(
         providers.push(ProviderView {
             name: name.to_string(),
             kind: p.config.kind().to_owned(),
-            model: p.config.endpoint().map(|e| e.model.clone()),
+            model: p.config.model().map(str::to_owned),
             timeout_ms: p.config.timeout_ms(),
             late_result_ms: p.config.late_result_ms(),
             context_window: p.config.context_window(),
             tokenizer: Encoding::of(&p.config).method().to_owned(),
             fingerprint: p.fingerprint.to_string(),
             contracts,
-            base_url: p
-                .config
-                .endpoint()
-                .map(|e| e.base_url.clone())
-                .filter(|_| operator),
+            base_url: p.config.address().filter(|_| operator),
             breaker,
         });
     }

@@ -75,9 +75,13 @@ const REREAD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The keys a secret held, by name, shared by every provider of a process. After a provider refused a key (401,
 /// 403) the next call reads the secret again first — at most every [`REREAD_EVERY`] — so that a rotated secret is
-/// picked up without a redeploy.
+/// picked up without a redeploy. With them, the AWS settings that Bedrock providers sign their calls with (a
+/// function's execution role): the credentials a provider needs, whatever their kind.
 #[derive(Clone, Default)]
-pub struct ProviderKeys(Arc<Ring>);
+pub struct ProviderKeys {
+    ring: Arc<Ring>,
+    aws: Option<aws_config::SdkConfig>,
+}
 
 #[derive(Default)]
 struct Ring {
@@ -115,10 +119,10 @@ impl ProviderKeys {
     /// The keys of a secret's text: a JSON object whose values are strings.
     pub fn from_json(arn: &str, text: &str) -> Result<Self, KeysError> {
         let keys = parse(arn, text)?;
-        Ok(Self(Arc::new(Ring {
+        Ok(Self::held(Ring {
             keys: RwLock::new(keys),
             ..Ring::default()
-        })))
+        }))
     }
 
     /// Reads the secret `arn` from AWS Secrets Manager, and again (with `client`) after a provider refused a key.
@@ -127,11 +131,31 @@ impl ProviderKeys {
         arn: &str,
     ) -> Result<Self, KeysError> {
         let keys = read(client, arn).await?;
-        Ok(Self(Arc::new(Ring {
+        Ok(Self::held(Ring {
             keys: RwLock::new(keys),
             secret: Some((client.clone(), arn.to_owned())),
             ..Ring::default()
-        })))
+        }))
+    }
+
+    fn held(ring: Ring) -> Self {
+        Self {
+            ring: Arc::new(ring),
+            aws: None,
+        }
+    }
+
+    /// These keys, and `aws` for the providers that sign with AWS credentials (Bedrock).
+    pub fn with_aws(self, aws: aws_config::SdkConfig) -> Self {
+        Self {
+            aws: Some(aws),
+            ..self
+        }
+    }
+
+    /// The AWS settings Bedrock providers sign with, if the process has them.
+    pub fn aws(&self) -> Option<&aws_config::SdkConfig> {
+        self.aws.as_ref()
     }
 
     /// Where the key named `name` comes from: this secret if it holds it, else the environment.
@@ -144,7 +168,7 @@ impl ProviderKeys {
 
     /// The names the secret holds.
     pub fn names(&self) -> Vec<String> {
-        self.0
+        self.ring
             .keys
             .read()
             .expect("keys lock")
@@ -156,7 +180,7 @@ impl ProviderKeys {
     /// Reads the secret again if a provider refused a key since it was last read, and it was not read again for
     /// [`REREAD_EVERY`]. A read that fails or takes too long keeps the keys as they were.
     async fn refresh(&self) {
-        let ring = &self.0;
+        let ring = &self.ring;
         let Some((client, arn)) = &ring.secret else {
             return;
         };
@@ -236,7 +260,7 @@ impl KeySource {
         let name = self.name.as_deref()?;
         let stored = self
             .keys
-            .0
+            .ring
             .keys
             .read()
             .expect("keys lock")
@@ -254,7 +278,7 @@ impl KeySource {
 
     /// A provider refused the key (401, 403): the next call reads the secret again first.
     pub fn refused(&self) {
-        self.keys.0.stale.store(true, Ordering::Release);
+        self.keys.ring.stale.store(true, Ordering::Release);
     }
 }
 

@@ -1,8 +1,9 @@
 //! Providers: where attempts run. One trait, [`Provider`], and its clients: [`demo`] (built in), [`openai`] (any
-//! OpenAI-compatible endpoint) and [`anthropic`] (the Messages API). A client only reports what happened on the
+//! OpenAI-compatible endpoint), [`anthropic`] (the Messages API) and [`bedrock`] (Amazon Bedrock's Converse API). A client only reports what happened on the
 //! wire; [`checks`] holds the output to the contract, and the worker decides the attempt's state.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod checks;
 pub mod demo;
 pub mod keys;
@@ -144,21 +145,32 @@ pub struct ConfiguredProvider {
     pub fingerprint: Fingerprint,
 }
 
-/// The fingerprint of what a provider is, as far as keeping a contract goes: kind, base URL, model, the two limits
-/// a qualification checks against (context window, timeout), and how its requests are shaped where the config says. A demo provider's behaviour and delay are its
-/// "model".
+/// The fingerprint of what a provider is, as far as keeping a contract goes: kind, base URL (a Bedrock provider's
+/// region), model, the two limits a qualification checks against (context window, timeout), and how its requests
+/// are shaped where the config says. A demo provider's behaviour and delay are its "model".
 pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
     let endpoint = config.endpoint();
     let mut identity = json!({
         "kind": config.kind(),
         "base_url": endpoint.map(|e| &e.base_url),
-        "model": endpoint.map(|e| &e.model),
+        "model": config.model(),
         "context_window": config.context_window(),
         "timeout_ms": config.timeout_ms(),
     });
-    if let ProviderKind::Demo(demo) = &config.kind {
-        identity["behavior"] = json!(demo.behavior.as_str());
-        identity["delay_ms"] = json!(demo.delay_ms);
+    match &config.kind {
+        ProviderKind::Demo(demo) => {
+            identity["behavior"] = json!(demo.behavior.as_str());
+            identity["delay_ms"] = json!(demo.delay_ms);
+        }
+        ProviderKind::Bedrock(bedrock) => {
+            identity["region"] = json!(bedrock.region);
+            identity["base_url"] = json!(bedrock.endpoint_url);
+            identity["request"] = json!({
+                "send_temperature": bedrock.send_temperature,
+                "additional_model_request_fields": bedrock.additional_model_request_fields,
+            });
+        }
+        ProviderKind::Openai(_) | ProviderKind::Anthropic(_) => {}
     }
     if let Some(shape) = endpoint.and_then(ProviderEndpoint::request_shape) {
         identity["request"] = shape;
@@ -166,20 +178,28 @@ pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
     Fingerprint::of_value(&identity)
 }
 
+/// A Bedrock provider was configured where the process has no AWS settings to sign its calls with.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "provider {0} is a Bedrock provider, and this process has no AWS settings to sign its calls with"
+)]
+pub struct NoAwsSettings(pub ProviderName);
+
 /// Every configured provider, by name.
 #[derive(Debug, Default)]
 pub struct Providers(BTreeMap<ProviderName, ConfiguredProvider>);
 
 impl Providers {
-    /// Builds a client for each configured provider, its key from `keys` (else the environment); HTTP clients
-    /// share one connection pool.
+    /// Builds a client for each configured provider, its key from `keys` (else the environment), a Bedrock
+    /// provider's AWS settings from them too; HTTP clients share one connection pool. Refused when a Bedrock
+    /// provider is configured and `keys` carry no AWS settings.
     pub fn from_config(
         configs: &BTreeMap<ProviderName, ProviderConfig>,
         keys: &ProviderKeys,
         clock: Arc<dyn Clock>,
-    ) -> Self {
+    ) -> Result<Self, NoAwsSettings> {
         let http = reqwest::Client::new();
-        Self(
+        Ok(Self(
             configs
                 .iter()
                 .map(|(name, config)| {
@@ -195,16 +215,20 @@ impl Providers {
                                 endpoint, "messages", false, keys, &http,
                             )))
                         }
+                        ProviderKind::Bedrock(bedrock) => {
+                            let aws = keys.aws().ok_or_else(|| NoAwsSettings(name.clone()))?;
+                            Arc::new(bedrock::BedrockProvider::new(bedrock, aws))
+                        }
                     };
                     let configured = ConfiguredProvider {
                         config: config.clone(),
                         client,
                         fingerprint: fingerprint(config),
                     };
-                    (name.clone(), configured)
+                    Ok((name.clone(), configured))
                 })
-                .collect(),
-        )
+                .collect::<Result<_, _>>()?,
+        ))
     }
 
     pub fn get(&self, name: &ProviderName) -> Option<&ConfiguredProvider> {
@@ -361,13 +385,7 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
         }
     };
     let status = response.status();
-    let retry_after_s = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| crate::retry::retry_after(v, std::time::SystemTime::now()))
-        // Whole seconds, rounded up: never sooner than asked.
-        .map(|wait| wait.as_secs() + u64::from(wait.subsec_nanos() > 0));
+    let retry_after_s = retry_after_s(response.headers().get(reqwest::header::RETRY_AFTER));
     let text = response.text().await.map_err(|e| {
         Reply::from(ProviderOutcome::Lost(ErrorInfo::new(
             "connection_lost",
@@ -394,7 +412,26 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     } else {
         "provider_refused"
     };
-    let mut message = format!("HTTP {status}: {}", snippet(&text));
+    Err(refused(
+        code,
+        status.as_u16(),
+        &snippet(&text),
+        retry_after_s,
+    ))
+}
+
+/// A `Retry-After` header's wait in whole seconds, rounded up: never sooner than asked.
+pub(crate) fn retry_after_s(header: Option<&reqwest::header::HeaderValue>) -> Option<u64> {
+    header
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| crate::retry::retry_after(v, std::time::SystemTime::now()))
+        .map(|wait| wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+}
+
+/// A definite failure the provider answered with `status` and `text`: the code, the `Retry-After` it asked for
+/// (kept in the report and said in the message), and whether it refused the key.
+pub(crate) fn refused(code: &str, status: u16, text: &str, retry_after_s: Option<u64>) -> Reply {
+    let mut message = format!("HTTP {status}: {text}");
     if let Some(seconds) = retry_after_s {
         message.push_str(&format!(" (Retry-After: {seconds} s)"));
     }
@@ -407,9 +444,9 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     );
     // A key refused is the deployment's trouble, not the request's: every call fails alike, until the key is
     // rotated.
-    reply.key_refused = matches!(status.as_u16(), 401 | 403);
+    reply.key_refused = matches!(status, 401 | 403);
     reply.provider_failing |= reply.key_refused;
-    Err(reply)
+    reply
 }
 
 /// A gateway that stopped waiting for the provider behind it: 408 Request Timeout, 502 Bad Gateway, 504 Gateway

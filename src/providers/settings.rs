@@ -8,6 +8,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
+use super::bedrock::BedrockSettings;
 use crate::domain::RetryLimits;
 
 /// A provider's settings: what it is, by `kind`, and the limits every kind has. In `onejob.toml` one flat table.
@@ -27,6 +28,9 @@ pub enum ProviderKind {
     Openai(ProviderEndpoint),
     /// Anthropic's Messages API, `POST {base_url}/messages`, structured output through a forced tool.
     Anthropic(ProviderEndpoint),
+    /// Amazon Bedrock's Converse API, signed (SigV4) with the process's AWS credentials (a function's execution
+    /// role), structured output through a forced tool.
+    Bedrock(BedrockSettings),
 }
 
 /// An HTTP provider: where it is, which model, whose key, and how its requests are shaped where a server differs
@@ -195,7 +199,7 @@ pub struct DemoSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProviderLimits {
-    /// The model's context window in tokens: the prompt plus the contract's output budget must fit in it. An HTTP
+    /// The model's context window in tokens: the prompt plus the contract's output budget must fit in it. A remote
     /// provider that names none has 8192 (set it to your model's); a demo provider, no limit.
     pub context_window: Option<u64>,
     /// Without an answer after this long, the attempt becomes `unknown`.
@@ -296,14 +300,42 @@ impl ProviderConfig {
             ProviderKind::Demo(_) => "demo",
             ProviderKind::Openai(_) => "openai",
             ProviderKind::Anthropic(_) => "anthropic",
+            ProviderKind::Bedrock(_) => "bedrock",
         }
     }
 
     /// The endpoint of an HTTP provider.
     pub fn endpoint(&self) -> Option<&ProviderEndpoint> {
         match &self.kind {
-            ProviderKind::Demo(_) => None,
+            ProviderKind::Demo(_) | ProviderKind::Bedrock(_) => None,
             ProviderKind::Openai(endpoint) | ProviderKind::Anthropic(endpoint) => Some(endpoint),
+        }
+    }
+
+    /// The model it is configured with (a demo provider has none).
+    pub fn model(&self) -> Option<&str> {
+        match &self.kind {
+            ProviderKind::Demo(_) => None,
+            ProviderKind::Openai(endpoint) | ProviderKind::Anthropic(endpoint) => {
+                Some(&endpoint.model)
+            }
+            ProviderKind::Bedrock(bedrock) => Some(&bedrock.model),
+        }
+    }
+
+    /// Where its calls go, for operators: an HTTP provider's base URL, a Bedrock provider's region.
+    pub fn address(&self) -> Option<String> {
+        match &self.kind {
+            ProviderKind::Demo(_) => None,
+            ProviderKind::Openai(endpoint) | ProviderKind::Anthropic(endpoint) => {
+                Some(endpoint.base_url.clone())
+            }
+            ProviderKind::Bedrock(bedrock) => {
+                Some(bedrock.endpoint_url.clone().unwrap_or_else(|| {
+                    let region = bedrock.region.as_deref().unwrap_or("the process's region");
+                    format!("bedrock-runtime ({region})")
+                }))
+            }
         }
     }
 
@@ -327,7 +359,7 @@ impl ProviderConfig {
     pub fn context_window(&self) -> Option<u64> {
         match self.kind {
             ProviderKind::Demo(_) => self.limits.context_window,
-            ProviderKind::Openai(_) | ProviderKind::Anthropic(_) => {
+            ProviderKind::Openai(_) | ProviderKind::Anthropic(_) | ProviderKind::Bedrock(_) => {
                 Some(self.limits.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW))
             }
         }
@@ -355,6 +387,7 @@ impl ProviderConfig {
             ProviderKind::Demo(_) => {}
             ProviderKind::Openai(endpoint) => endpoint.check(true)?,
             ProviderKind::Anthropic(endpoint) => endpoint.check(false)?,
+            ProviderKind::Bedrock(bedrock) => bedrock.check()?,
         }
         if self.timeout_ms() == 0 {
             return Err("timeout_ms must be above 0".into());
@@ -388,6 +421,7 @@ mod tests {
             "kind = \"demo\"\nbehavior = \"fail\"",
             "kind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"",
             "kind = \"anthropic\"\nbase_url = \"http://x\"\nmodel = \"m\"",
+            "kind = \"bedrock\"\nmodel = \"m\"\nregion = \"eu-west-1\"",
         ] {
             let config = parse(&format!("{kind}\n{limits}")).unwrap();
             assert_eq!(config.limits, expected, "{kind}");

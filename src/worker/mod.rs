@@ -275,10 +275,7 @@ impl Step<'_> {
         };
         // The configured model (what a demo provider reports for a demo): a remote provider's report could name
         // anything, and each name would be a series of its own.
-        let model = provider
-            .config
-            .endpoint()
-            .map(|e| e.model.as_str())
+        let model = (provider.config.model())
             .or_else(|| reply.and_then(|r| r.report.model.as_deref()))
             .unwrap_or("");
         let attempt = self

@@ -1,9 +1,11 @@
 //! The deploy path as a team runs it (docs/deploy.md): its own folder — `examples/team/`, a config with quotes and
-//! comments, two providers of two kinds, a contract of its own with its schema and samples — is the config layer
-//! the template mounts at `/opt`; `scripts/test` made the stack from template.yaml on moto's CloudFormation (with
-//! the provider keys' secret of step 1); here `onejob check` and `onejob qualify` run as the docs say, then the api
-//! and worker functions run with the environment the stack gave them and drive one job of the team's contract to
-//! `succeeded` on loopback stand-ins of both providers.
+//! comments, two providers of two kinds (OpenAI with a key from the stack's secret, Claude on Bedrock signed with
+//! the role's credentials), a contract of its own with its schema and samples — is the config layer the template
+//! mounts at `/opt`; `scripts/test` made the stack from template.yaml on moto's CloudFormation (with the provider
+//! keys' secret of step 1 and the Bedrock grant `onejob check` prints); here `onejob check` and `onejob qualify`
+//! run as the docs say, then the api and worker functions run with the environment the stack gave them and drive
+//! one job of the team's contract to `succeeded` on loopback stand-ins of both providers (Bedrock's reached
+//! through `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, as the SDK reads it, checking every call's SigV4 signature).
 
 use std::path::Path;
 use std::process::Command;
@@ -17,12 +19,16 @@ use crate::support::aws::sdk_config;
 use crate::support::stand_in::{Reply, StandIn};
 use crate::{call_api, event, event_for, received};
 
-/// The keys `infra/stack.py` put in the stack's secret, under the names the team's config gives.
+/// The key `infra/stack.py` put in the stack's secret, under the name the team's config gives.
 const OPENAI_KEY: &str = "sk-team-openai";
-const ANTHROPIC_KEY: &str = "sk-ant-team";
 
-/// The team's folder, copied as `sam build` packs it, its providers' URLs pointed at the stand-ins.
-fn config_layer(gpt: &StandIn, claude: &StandIn) -> tempfile::TempDir {
+/// What `infra/stack.py` granted the stack's functions on Bedrock: what `onejob check` prints for the team's folder.
+const BEDROCK_GRANT: &str = "BedrockModelArns=\
+    arn:aws:bedrock:us-east-1:*:inference-profile/us.anthropic.claude-haiku-4-5-20251001-v1:0,\
+    arn:aws:bedrock:*::foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0";
+
+/// The team's folder, copied as `sam build` packs it, its OpenAI provider's URL pointed at its stand-in.
+fn config_layer(gpt: &StandIn) -> tempfile::TempDir {
     let team = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/team");
     let layer = tempfile::tempdir().unwrap();
     std::fs::create_dir(layer.path().join("contracts")).unwrap();
@@ -30,19 +36,26 @@ fn config_layer(gpt: &StandIn, claude: &StandIn) -> tempfile::TempDir {
     std::fs::copy(team.join(contract), layer.path().join(contract)).unwrap();
     let config = std::fs::read_to_string(team.join("onejob.toml"))
         .unwrap()
-        .replace("https://api.openai.com/v1", &gpt.base_url())
-        .replace("https://api.anthropic.com/v1", &claude.base_url());
+        .replace("https://api.openai.com/v1", &gpt.base_url());
     std::fs::write(layer.path().join("onejob.toml"), config).unwrap();
     layer
 }
 
 /// The environment Lambda gives the stack's function `function` (as moto holds it), the config layer at `layer`
-/// in place of `/opt`, the execution role's credentials and region from this process, moto as the endpoint.
-fn environment(functions: &Value, function: &str, layer: &Path) -> impl Fn(&str) -> Option<String> {
+/// in place of `/opt`, the execution role's credentials and region from this process, moto as the endpoint, and
+/// `bedrock` as Bedrock's.
+fn environment(
+    functions: &Value,
+    function: &str,
+    layer: &Path,
+    bedrock: &StandIn,
+) -> impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static {
     let variables = functions[function]["environment"].clone();
     let layer = layer.to_owned();
+    let bedrock = bedrock_endpoint(bedrock);
     move |name| match name {
         "AWS_ENDPOINT_URL" => std::env::var("ONEJOB_TEST_AWS_ENDPOINT").ok(),
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME" => Some(bedrock.clone()),
         "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" | "AWS_REGION" => std::env::var(name).ok(),
         _ => {
             let value = variables[name].as_str()?;
@@ -54,21 +67,32 @@ fn environment(functions: &Value, function: &str, layer: &Path) -> impl Fn(&str)
     }
 }
 
+/// Where Bedrock's calls go: the stand-in's root.
+fn bedrock_endpoint(stand_in: &StandIn) -> String {
+    format!("http://{}", stand_in.addr)
+}
+
 /// A function of the stack, started as on Lambda from `env`.
-async fn start(env: impl Fn(&str) -> Option<String>) -> Arc<Engine> {
+async fn start(
+    env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static,
+) -> Arc<Engine> {
     let settings = Settings::from(&env).unwrap();
-    let aws = lambda::aws_config(&env).unwrap();
+    let aws = lambda::aws_config(env).unwrap();
     lambda::engine(&settings, &aws).await.unwrap()
 }
 
-/// `onejob ARGS` as a team runs it against the deployed stack (moto), with the stack's secret; its stdout. It runs
-/// off the test's runtime, which serves the stand-ins it calls.
-async fn onejob(args: &[&str], secret_arn: &str) -> String {
+/// `onejob ARGS` as a team runs it against the deployed stack (moto), with the stack's secret and Bedrock at
+/// `bedrock`; its stdout. It runs off the test's runtime, which serves the stand-ins it calls.
+async fn onejob(args: &[&str], secret_arn: &str, bedrock: &StandIn) -> String {
     let endpoint = std::env::var("ONEJOB_TEST_AWS_ENDPOINT").unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_onejob"));
     command
         .args(args)
         .env("AWS_ENDPOINT_URL", endpoint)
+        .env(
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+            bedrock_endpoint(bedrock),
+        )
         .env("ONEJOB_SECRET_ARN", secret_arn)
         .env_remove("ONEJOB_CONFIG");
     let out = tokio::task::spawn_blocking(move || command.output())
@@ -100,10 +124,10 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
         json!({"urgency": "urgent", "queue": "infrastructure", "reason": "Production is down."});
     let gpt = StandIn::spawn(vec![], Reply::Status(500, "")).await;
     let claude = StandIn::answering(answer.clone()).await;
-    let layer = config_layer(&gpt, &claude);
+    let layer = config_layer(&gpt);
     let config = layer.path().join("onejob.toml");
-    let api_env = environment(&functions, "ApiFunction", layer.path());
-    let worker_env = environment(&functions, "WorkerFunction", layer.path());
+    let api_env = environment(&functions, "ApiFunction", layer.path(), &claude);
+    let worker_env = environment(&functions, "WorkerFunction", layer.path(), &claude);
     let (table, queue_url, secret_arn) = (
         api_env("ONEJOB_TABLE").unwrap(),
         api_env("ONEJOB_QUEUE_URL").unwrap(),
@@ -115,10 +139,12 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
     let checked = onejob(
         &["check", "--config", &config.display().to_string()],
         &secret_arn,
+        &claude,
     )
     .await;
     assert!(checked.contains("triage@1 on gpt → claude"), "{checked}");
     assert!(!checked.contains("summarize@1"), "{checked}");
+    assert!(checked.contains(BEDROCK_GRANT), "{checked}");
     // After it: the fallback qualified into the stack's table, through the real client, with the secret's key.
     let qualified = onejob(
         &[
@@ -135,12 +161,13 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
             &config.display().to_string(),
         ],
         &secret_arn,
+        &claude,
     )
     .await;
     let samples = 2;
     assert_eq!(claude.calls().len(), samples, "{qualified}");
 
-    let api = start(&api_env).await;
+    let api = start(api_env.clone()).await;
     let (status, health) = call_api(&api, health_event()).await;
     let health: Value = serde_json::from_str(&health).unwrap();
     assert_eq!(status, 200);
@@ -161,7 +188,7 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
 
     // The worker function, started from its own environment: attempt 1 on gpt fails, the failover it queued runs
     // on claude and answers.
-    let worker = start(&worker_env).await;
+    let worker = start(worker_env).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk_config().await.unwrap());
     for _ in 0..2 {
         let batch = received(&sqs, &queue_url, 1).await;
@@ -182,7 +209,8 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
         .collect();
     assert_eq!(providers, ["gpt", "claude"]);
 
-    // One call each for the job, with the team's prompt and the keys of the stack's secret.
+    // One call each for the job, with the team's prompt: to OpenAI with the key of the stack's secret, to Bedrock
+    // signed with the role's credentials (the stand-in refuses any other signature), on the team's model.
     let (gpt_calls, claude_calls) = (gpt.calls(), claude.calls());
     assert_eq!((gpt_calls.len(), claude_calls.len()), (1, samples + 1));
     assert_eq!(
@@ -190,7 +218,15 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
         format!("Bearer {OPENAI_KEY}").as_str()
     );
     let to_claude = claude_calls.last().unwrap();
-    assert_eq!(to_claude.headers["x-api-key"], ANTHROPIC_KEY);
+    assert_eq!(
+        to_claude.uri.path(),
+        "/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/converse"
+    );
+    let signature = to_claude.headers["authorization"].to_str().unwrap();
+    assert!(
+        signature.contains("/us-east-1/bedrock/aws4_request"),
+        "{signature}"
+    );
     assert!(
         to_claude.body.to_string().contains("Acme Cloud"),
         "{}",

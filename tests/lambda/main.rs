@@ -327,7 +327,7 @@ fn a_functions_sdk_config_comes_from_lambdas_environment() {
     assert_eq!(config.region().map(|r| r.as_ref()), Some("eu-west-1"));
     assert_eq!(config.endpoint_url(), None);
     assert!(config.credentials_provider().is_some());
-    let missing = lambda::aws_config(|name| lambda(name).filter(|_| name != "AWS_REGION"))
+    let missing = lambda::aws_config(move |name| lambda(name).filter(|_| name != "AWS_REGION"))
         .unwrap_err()
         .to_string();
     assert!(missing.contains("AWS_REGION"), "{missing}");

@@ -1,5 +1,6 @@
-//! Provider stand-ins: real HTTP servers on loopback that speak both the OpenAI chat-completions and the Anthropic
-//! Messages wire formats, scripted per call, counting what they get.
+//! Provider stand-ins: real HTTP servers on loopback that speak the OpenAI chat-completions, the Anthropic Messages
+//! and Amazon Bedrock's Converse wire formats, scripted per call, counting what they get. A Converse call must be
+//! signed (SigV4, by [`aws_identity`]'s secret, for service `bedrock`) or it is refused as Bedrock refuses it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -41,6 +42,47 @@ pub fn openai(base_url: String) -> ProviderConfig {
     timed(ProviderKind::Openai(endpoint(base_url)))
 }
 
+/// The AWS identity calls to a Bedrock stand-in are signed with, and checked against: the process's
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, as a function's role gives them) or the stand-ins' own.
+pub fn aws_identity() -> (String, String) {
+    let var =
+        |name: &str, otherwise: &str| std::env::var(name).unwrap_or_else(|_| otherwise.into());
+    (
+        var("AWS_ACCESS_KEY_ID", "AKIDSTANDIN"),
+        var("AWS_SECRET_ACCESS_KEY", "stand-in-secret"),
+    )
+}
+
+/// AWS settings that sign with [`aws_identity`] in `us-east-1`, as a process's own.
+pub fn aws() -> aws_config::SdkConfig {
+    let (id, secret) = aws_identity();
+    let credentials =
+        aws_sdk_dynamodb::config::Credentials::new(id, secret, None, None, "stand-in");
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::SharedCredentialsProvider::new(
+            credentials,
+        ))
+        .http_client(onejob::startup::https_client())
+        .build()
+}
+
+/// The cross-region inference profile every Bedrock stand-in provider names.
+pub const BEDROCK_MODEL: &str = "us.anthropic.claude-haiku-4-5-20251001-v1:0";
+
+/// A Bedrock provider whose calls go to the stand-in at `base_url` (its root: a stand-in's `/v1` is left out),
+/// timed like [`openai`].
+pub fn bedrock(base_url: String) -> ProviderConfig {
+    timed(ProviderKind::Bedrock(
+        onejob::providers::bedrock::BedrockSettings {
+            model: BEDROCK_MODEL.into(),
+            endpoint_url: Some(base_url.trim_end_matches("/v1").to_owned()),
+            ..Default::default()
+        },
+    ))
+}
+
 /// An anthropic provider at `base_url`, timed like [`openai`].
 pub fn anthropic(base_url: String) -> ProviderConfig {
     timed(ProviderKind::Anthropic(ProviderEndpoint {
@@ -64,7 +106,7 @@ pub enum Reply {
     /// 200 with this JSON as the answer, reporting a prompt token for every this many bytes of what it was sent
     /// (an honest count of text that packs many bytes a token: separator lines, runs of spaces).
     Packed(Value, u64),
-    /// This status, with this body.
+    /// This status, with this body (to a Bedrock call, with this exception name: `ThrottlingException`).
     Status(u16, &'static str),
     /// 429 with `Retry-After: <seconds>`.
     RateLimited(u64),
@@ -120,6 +162,7 @@ pub struct StandIn {
 enum Wire {
     OpenAi,
     Anthropic,
+    Bedrock,
 }
 
 /// What the stand-in answers: the answer (JSON or prose) and the prompt tokens it reports.
@@ -156,6 +199,21 @@ fn answer(wire: Wire, content: Answer, prompt_tokens: u64) -> Value {
                 "usage": {"input_tokens": prompt_tokens, "output_tokens": 10},
             })
         }
+        Wire::Bedrock => {
+            let (block, stop) = match content {
+                Answer::Json(output) => (
+                    json!({"toolUse": {"toolUseId": "tooluse_stand_in", "name": "answer", "input": output}}),
+                    "tool_use",
+                ),
+                Answer::Prose(text) => (json!({"text": text}), "end_turn"),
+            };
+            json!({
+                "output": {"message": {"role": "assistant", "content": [block]}},
+                "stopReason": stop,
+                "usage": {"inputTokens": prompt_tokens, "outputTokens": 10, "totalTokens": prompt_tokens + 10},
+                "metrics": {"latencyMs": 1},
+            })
+        }
     }
 }
 
@@ -180,6 +238,10 @@ fn honest_prompt_tokens(wire: Wire, body: &Value) -> u64 {
                     .unwrap_or_default()
                     .len()
         }
+        Wire::Bedrock => {
+            let text = |v: &Value| v[0]["text"].as_str().unwrap_or_default().len();
+            text(&body["system"]) + text(&body["messages"][0]["content"])
+        }
     };
     texts as u64
 }
@@ -203,6 +265,8 @@ impl StandIn {
                     respond(Wire::Anthropic, state, uri, headers, body)
                 }),
             )
+            // Bedrock's Converse, signed.
+            .route("/model/{model}/converse", post(converse))
             // An Azure OpenAI deployment's path.
             .route(
                 "/openai/deployments/{deployment}/chat/completions",
@@ -240,6 +304,29 @@ impl StandIn {
             .unwrap_or_else(|_| panic!("the stand-in never received {n} calls"))
             .unwrap();
     }
+}
+
+/// A Converse call: refused as Bedrock refuses it (403 `InvalidSignatureException`) unless its SigV4 signature is
+/// [`aws_identity`]'s over exactly what arrived, then answered as the script says.
+async fn converse(
+    state: State<Arc<Script>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(why) = sigv4::verify(&uri, &headers, &body) {
+        let refusal = json!({"message": why});
+        return (
+            StatusCode::FORBIDDEN,
+            [("x-amzn-errortype", "InvalidSignatureException")],
+            Json(refusal),
+        )
+            .into_response();
+    }
+    let Ok(body) = serde_json::from_slice(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    respond(Wire::Bedrock, state, uri, headers, Json(body)).await
 }
 
 async fn respond(
@@ -280,8 +367,14 @@ async fn respond(
         Reply::Packed(output, bytes) => {
             Json(answer(wire, Answer::Json(output), honest.div_ceil(bytes))).into_response()
         }
+        Reply::Status(status, exception) if wire == Wire::Bedrock => {
+            aws_error(status, exception, None)
+        }
         Reply::Status(status, body) => {
             (StatusCode::from_u16(status).unwrap(), body).into_response()
+        }
+        Reply::RateLimited(seconds) if wire == Wire::Bedrock => {
+            aws_error(429, "ThrottlingException", Some(seconds))
         }
         Reply::RateLimited(seconds) => (
             StatusCode::TOO_MANY_REQUESTS,
@@ -289,6 +382,9 @@ async fn respond(
             "rate limited",
         )
             .into_response(),
+        Reply::Unavailable(seconds) if wire == Wire::Bedrock => {
+            aws_error(503, "ServiceUnavailableException", Some(seconds))
+        }
         Reply::Unavailable(seconds) => (
             StatusCode::SERVICE_UNAVAILABLE,
             [("retry-after", seconds.to_string())],
@@ -327,6 +423,97 @@ async fn respond(
                 .clone()
                 .unwrap();
             Json(answer(wire, Answer::Json(output), honest)).into_response()
+        }
+    }
+}
+
+/// An AWS service's error answer: the status, the exception's name in `x-amzn-ErrorType`, a JSON message.
+fn aws_error(status: u16, exception: &str, retry_after: Option<u64>) -> Response {
+    let mut response = (
+        StatusCode::from_u16(status).unwrap(),
+        [("x-amzn-errortype", exception.to_owned())],
+        Json(json!({"message": format!("{exception} from the stand-in")})),
+    )
+        .into_response();
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert("retry-after", seconds.to_string().parse().unwrap());
+    }
+    response
+}
+
+/// Checks a request's SigV4 signature as AWS does: the same canonical request, signed again with the secret of
+/// the access key it names, must give the signature it carries.
+mod sigv4 {
+    use std::time::SystemTime;
+
+    use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+    use aws_sigv4::sign::v4;
+    use axum::http::{HeaderMap, Uri};
+
+    pub fn verify(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Result<(), String> {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .ok_or(format!("no {name} header"))
+        };
+        let authorization = header("authorization")?;
+        let fields = authorization
+            .strip_prefix("AWS4-HMAC-SHA256 ")
+            .ok_or("not a SigV4 authorization")?;
+        let field = |name: &str| {
+            fields
+                .split(", ")
+                .find_map(|f| f.strip_prefix(name))
+                .ok_or(format!("no {name} in the authorization"))
+        };
+        let scope: Vec<&str> = field("Credential=")?.split('/').collect();
+        let [access_key, _day, region, service, "aws4_request"] = scope[..] else {
+            return Err(format!("a malformed credential scope: {scope:?}"));
+        };
+        let (expected_key, secret) = super::aws_identity();
+        if access_key != expected_key || service != "bedrock" {
+            return Err(format!("signed by {access_key} for {service}"));
+        }
+        let signed: Vec<&str> = field("SignedHeaders=")?.split(';').collect();
+        let time = chrono::NaiveDateTime::parse_from_str(header("x-amz-date")?, "%Y%m%dT%H%M%SZ")
+            .map_err(|e| e.to_string())?
+            .and_utc();
+        let token = headers
+            .get("x-amz-security-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let identity =
+            aws_sdk_dynamodb::config::Credentials::new(access_key, secret, token, None, "check")
+                .into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(region)
+            .name(service)
+            .time(SystemTime::from(time))
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| e.to_string())?
+            .into();
+        let host = header("host")?;
+        let url = format!("http://{host}{uri}");
+        let mut values = Vec::new();
+        for name in &signed {
+            values.push((*name, header(name)?));
+        }
+        let request =
+            SignableRequest::new("POST", url, values.into_iter(), SignableBody::Bytes(body))
+                .map_err(|e| e.to_string())?;
+        let again = sign(request, &params).map_err(|e| e.to_string())?;
+        if field("Signature=")? == again.signature() {
+            Ok(())
+        } else {
+            Err(
+                "the request signature we calculated does not match the signature you provided"
+                    .into(),
+            )
         }
     }
 }

@@ -61,7 +61,8 @@ enum Command {
     },
     /// Check a config as a deployed function reads it — the providers it names and no demo ones, its contract
     /// files beside it, every chain on configured providers — and print the fingerprints its functions' /healthz
-    /// and first log line will show. Run it before `sam deploy`.
+    /// and first log line will show, and the stack's `BedrockModelArns` for its Bedrock providers (in
+    /// `AWS_REGION`'s region where a provider names none). Run it before `sam deploy`.
     Check {
         /// The config file: the config layer's onejob.toml.
         #[arg(long, env = "ONEJOB_CONFIG", default_value = "config/onejob.toml")]
@@ -135,6 +136,18 @@ fn check(path: &std::path::Path) -> Result<ExitCode, CliError> {
         println!("  {} on {}", contract.reference, chain.join(" → "));
     }
     println!("contracts: {}", contracts.fingerprint());
+    // What the stack's functions must be allowed to invoke: the template's BedrockModelArns.
+    let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "*".into());
+    let arns: Vec<String> = (config.providers.values())
+        .filter_map(|p| match &p.kind {
+            onejob::providers::ProviderKind::Bedrock(bedrock) => Some(bedrock.invoke_arns(&region)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if !arns.is_empty() {
+        println!("BedrockModelArns={}", arns.join(","));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -11,7 +11,7 @@ use onejob::startup::{self, StartError};
 
 pub async fn serve(addr: SocketAddr, storage: &Storage) -> Result<(), StartError> {
     let config = storage.config()?;
-    let keys = provider_keys().await?;
+    let keys = provider_keys(&config).await?;
     let (store, place) = storage.open(&config).await?;
     // The bus's client, if there is a bus: the AWS SDK's usual settings (credentials, region, AWS_ENDPOINT_URL).
     let bus = match config.event_bus {

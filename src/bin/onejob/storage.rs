@@ -7,6 +7,7 @@ use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::engine::Engine;
 use onejob::metrics::Metrics;
+use onejob::providers::ProviderKind;
 use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
 use onejob::startup::{self, SECRET_ARN_VAR, StartError};
@@ -79,7 +80,7 @@ impl Storage {
     /// dispatched); and where the store is.
     pub async fn engine(&self) -> Result<(Engine, String), StartError> {
         let config = self.config()?;
-        let keys = provider_keys().await?;
+        let keys = provider_keys(&config).await?;
         let (store, place) = self.open(&config).await?;
         let (queue, _) = LocalQueue::new(Arc::new(SystemClock));
         let engine = startup::engine(
@@ -95,14 +96,16 @@ impl Storage {
     }
 }
 
-/// The provider keys: from the Secrets Manager secret `ONEJOB_SECRET_ARN` names, if it is set (then the AWS SDK's
-/// usual settings apply); else none, and each provider's key comes from its environment variable.
-pub async fn provider_keys() -> Result<ProviderKeys, StartError> {
-    match std::env::var(SECRET_ARN_VAR) {
-        Ok(arn) if !arn.is_empty() => {
-            let aws = startup::aws_config().await;
-            startup::provider_keys(&aws, Some(&arn)).await
-        }
-        _ => Ok(ProviderKeys::default()),
+/// The provider keys: from the Secrets Manager secret `ONEJOB_SECRET_ARN` names, if it is set; else none, and each
+/// provider's key comes from its environment variable. Where the secret is read or a provider is on Bedrock, the
+/// AWS SDK's usual settings (credentials, region, `AWS_ENDPOINT_URL…`) are loaded for them.
+pub async fn provider_keys(config: &Config) -> Result<ProviderKeys, StartError> {
+    let arn = std::env::var(SECRET_ARN_VAR).ok().filter(|a| !a.is_empty());
+    let on_bedrock =
+        (config.providers.values()).any(|p| matches!(p.kind, ProviderKind::Bedrock(_)));
+    if arn.is_none() && !on_bedrock {
+        return Ok(ProviderKeys::default());
     }
+    let aws = startup::aws_config().await;
+    startup::provider_keys(&aws, arn.as_deref()).await
 }

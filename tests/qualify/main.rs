@@ -1,7 +1,10 @@
 //! Qualification: a provider keeps a contract or it does not, and a failed check names its reason. Each
-//! misbehaviour is a real HTTP stand-in on loopback, spoken to in both wire formats (openai and anthropic) through
-//! the real clients; time is a manual clock, so "slower than the timeout" needs no waiting.
+//! misbehaviour is a real HTTP stand-in on loopback, spoken to in every wire format (openai, anthropic, and
+//! Bedrock's Converse, signed) through the real clients; time is a manual clock, so "slower than the timeout"
+//! needs no waiting. `bedrock.rs`: what each Bedrock answer means.
 
+mod bedrock;
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -30,14 +33,19 @@ use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
 use support::stand_in::{
-    Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, anthropic, endpoint, openai, timed,
+    BEDROCK_MODEL, Gate, LATE_MS, Reply, StandIn, TIMEOUT_MS, anthropic, bedrock, endpoint, openai,
+    timed,
 };
 
 /// A provider config for a stand-in's base URL.
 type ProviderAt = fn(String) -> ProviderConfig;
 
-/// The two HTTP wire formats.
-const KINDS: [(&str, ProviderAt); 2] = [("openai", openai), ("anthropic", anthropic)];
+/// The three wire formats.
+const KINDS: [(&str, ProviderAt); 3] = [
+    ("openai", openai),
+    ("anthropic", anthropic),
+    ("bedrock", bedrock),
+];
 
 /// The built-in contracts.
 fn contracts() -> Contracts {
@@ -59,7 +67,8 @@ fn clock() -> Arc<ManualClock> {
 /// `config` as the configured provider `candidate`.
 fn providers(config: ProviderConfig, clock: Arc<ManualClock>) -> Providers {
     let name = ProviderName::parse("candidate").unwrap();
-    Providers::from_config(&[(name, config)].into(), &ProviderKeys::default(), clock)
+    let keys = ProviderKeys::default().with_aws(support::stand_in::aws());
+    Providers::from_config(&[(name, config)].into(), &keys, clock).unwrap()
 }
 
 /// Qualifies `config` for summarize@1, `runs` runs of each sample.
@@ -130,19 +139,30 @@ async fn a_well_behaved_provider_qualifies_in_both_wire_formats() {
         assert_eq!(stand_in.call_count(), 6, "{kind}: every run is a real call");
         assert_eq!(seen.first(), Some(&(0, 1, 1, 6)), "{kind}: progress");
         assert_eq!(seen.last(), Some(&(2, 2, 6, 6)), "{kind}: progress");
+        let (temperature, budget, model) = match kind {
+            "bedrock" => (
+                "/inferenceConfig/temperature",
+                "/inferenceConfig/maxTokens",
+                BEDROCK_MODEL,
+            ),
+            _ => ("/temperature", "/max_tokens", "stand-in-model"),
+        };
         for call in stand_in.calls() {
-            assert_eq!(call.body["temperature"], json!(0.0), "{kind}");
-            assert_eq!(call.body["max_tokens"], json!(256), "{kind}");
+            assert_eq!(call.body.pointer(temperature), Some(&json!(0.0)), "{kind}");
+            assert_eq!(call.body.pointer(budget), Some(&json!(256)), "{kind}");
         }
-        let keys: std::collections::BTreeSet<String> = stand_in
-            .calls()
-            .iter()
-            .map(|c| c.headers["idempotency-key"].to_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(keys.len(), 6, "{kind}: a key of its own per run");
+        if kind != "bedrock" {
+            // Bedrock takes no idempotency key.
+            let keys: std::collections::BTreeSet<String> = stand_in
+                .calls()
+                .iter()
+                .map(|c| c.headers["idempotency-key"].to_str().unwrap().to_owned())
+                .collect();
+            assert_eq!(keys.len(), 6, "{kind}: a key of its own per run");
+        }
         let run = &evidence.runs[0];
         let report = run.report.as_ref().unwrap();
-        assert_eq!(report.model.as_deref(), Some("stand-in-model"), "{kind}");
+        assert_eq!(report.model.as_deref(), Some(model), "{kind}");
         assert!(report.input_tokens.unwrap() > 0, "{kind}");
         assert!(run.counted_prompt_tokens.unwrap() > 0, "{kind}");
         assert!(summary(&evidence).contains("QUALIFIED"), "{kind}");
