@@ -136,9 +136,10 @@ def check(template):
         for s in secrets:
             expect(s["Resource"] == {"Ref": "ProviderKeysSecretArn"},
                    f"{name} reads the provider keys' secret only: {s['Resource']}")
-    expect(sum(1 for found in statements.values()
-               if any("secretsmanager" in json.dumps(s["Action"]) for s in found)) == len(functions),
-           "every function may read the provider keys' secret")
+    readers = {name for name, found in statements.items()
+               if any("secretsmanager" in json.dumps(s["Action"]) for s in found)}
+    callers = {functions[f]["Properties"]["Role"]["Fn::GetAtt"][0] for f in ["WorkerFunction", "SweeperFunction"]}
+    expect(readers == callers, f"the functions that call providers, and they alone, read their keys: {sorted(readers)}")
     putters = {name: [s for s in found if "events:PutEvents" in json.dumps(s["Action"])]
                for name, found in statements.items()}
     putters = {name: found for name, found in putters.items() if found}
@@ -150,7 +151,6 @@ def check(template):
 
     invokers = {name: [s for s in found if "bedrock" in json.dumps(s["Action"])] for name, found in statements.items()}
     invokers = {name: found for name, found in invokers.items() if found}
-    callers = {functions[f]["Properties"]["Role"]["Fn::GetAtt"][0] for f in ["WorkerFunction", "SweeperFunction"]}
     expect(set(invokers) == callers,
            f"the functions that call providers, and they alone, may invoke Bedrock: {sorted(invokers)}")
     for found in invokers.values():

@@ -33,6 +33,7 @@ use crate::engine::Engine;
 use crate::http::auth::Auth;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
+use crate::providers::Providers;
 use crate::queue::Delivery;
 use crate::queue::sqs::SqsQueue;
 use crate::startup::{self, SECRET_ARN_VAR, StartError};
@@ -83,12 +84,18 @@ impl Settings {
 /// `/opt/onejob.toml`.
 pub const CONFIG_VAR: &str = "ONEJOB_CONFIG";
 
-/// What the api and worker functions do when their container starts: JSON logs, the settings and the AWS SDK's
-/// config from the environment, the engine.
-pub async fn start() -> Result<(Settings, Arc<Engine>), StartError> {
+/// What the api function does when its container starts: JSON logs, the settings and the AWS SDK's config from
+/// the environment, [`api_engine`].
+pub async fn start_api() -> Result<(Settings, Arc<Engine>), StartError> {
     let (settings, aws) = start_settings()?;
-    let engine = engine(&settings, &aws).await?;
+    let engine = Arc::new(api_engine(&settings, &aws)?);
     Ok((settings, engine))
+}
+
+/// What the worker function does when its container starts: [`start_api`]'s, with [`engine`].
+pub async fn start_worker() -> Result<Arc<Engine>, StartError> {
+    let (settings, aws) = start_settings()?;
+    engine(&settings, &aws).await
 }
 
 /// What the sweeper function does when its container starts: [`start`]'s, with [`sweeper_engine`].
@@ -160,8 +167,8 @@ impl aws_types::service_config::LoadServiceConfig for ServiceEnv {
     }
 }
 
-/// The engine of one Lambda container: DynamoDB (arming every ended job's deliveries if the config names a bus),
-/// SQS, the compiled-in contracts on the config's chains, the configured providers with the keys of the secret.
+/// The engine of the worker's container: DynamoDB (arming every ended job's deliveries if the config names a bus),
+/// SQS, the config's contracts on its chains, its providers' clients with the keys of the secret.
 pub async fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
     Ok(Arc::new(engine_with(settings, aws, None).await?))
 }
@@ -177,6 +184,13 @@ pub async fn sweeper_engine(
     Ok(Arc::new(engine_with(settings, aws, client).await?))
 }
 
+/// The api function's engine: [`engine`]'s store and queue, and its providers described, not called — the api
+/// function calls none, so it reads no key and carries no provider client's code.
+pub fn api_engine(settings: &Settings, aws: &SdkConfig) -> Result<Engine, StartError> {
+    let providers = Providers::described(&settings.config.providers);
+    on_aws(settings, aws, providers, None)
+}
+
 /// [`engine`], putting events on the config's bus (if it names one) with `bus`.
 pub async fn engine_with(
     settings: &Settings,
@@ -184,12 +198,23 @@ pub async fn engine_with(
     bus: Option<aws_sdk_eventbridge::Client>,
 ) -> Result<Engine, StartError> {
     let keys = startup::provider_keys(aws, settings.secret_arn.as_deref()).await?;
+    let providers = startup::providers(&settings.config, &keys, Arc::new(SystemClock))?;
+    on_aws(settings, aws, providers, bus)
+}
+
+/// An engine of `providers` on the stack's table and queue.
+fn on_aws(
+    settings: &Settings,
+    aws: &SdkConfig,
+    providers: Providers,
+    bus: Option<aws_sdk_eventbridge::Client>,
+) -> Result<Engine, StartError> {
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table)
         .arming_every_job(settings.config.event_bus.is_some());
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);
     startup::engine(
         &settings.config,
-        &keys,
+        providers,
         Arc::new(store),
         Arc::new(SystemClock),
         Arc::new(queue),

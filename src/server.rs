@@ -69,9 +69,10 @@ pub fn start(
         source,
     })?;
     let (queue, messages) = LocalQueue::new(clock.clone());
+    let providers = startup::providers(config, keys, clock.clone())?;
     let engine = Arc::new(startup::engine(
         config,
-        keys,
+        providers,
         store,
         clock,
         Arc::new(queue),

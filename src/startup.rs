@@ -52,11 +52,12 @@ pub enum StartError {
 }
 
 /// The engine `config` describes, on `store`, with `clock`, `dispatcher` and `metrics` (the exporter): its contracts
-/// (built in, and its own files) on the chains it names, its providers with `keys`, its sinks (the owners'
-/// endpoints; the bus it names, put on with `bus` in a process that delivers), its limits.
+/// (built in, and its own files) on the chains it names, its `providers` (their clients, as [`providers`] makes
+/// them, in a process that calls them), its sinks (the owners' endpoints; the bus it names, put on with `bus` in a
+/// process that delivers), its limits.
 pub fn engine(
     config: &Config,
-    keys: &ProviderKeys,
+    providers: Providers,
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     dispatcher: Arc<dyn Dispatcher>,
@@ -64,7 +65,6 @@ pub fn engine(
     metrics: Metrics,
 ) -> Result<Engine, StartError> {
     let contracts = config.contracts()?;
-    let providers = Providers::from_config(&config.providers, keys, clock.clone())?;
     let settings = config.engine_settings();
     let events = &settings.events;
     let sinks = Sinks {
@@ -81,6 +81,15 @@ pub fn engine(
         settings,
         metrics,
     ))
+}
+
+/// The clients of `config`'s providers, with `keys`, on `clock`: for a process that calls them.
+pub fn providers(
+    config: &Config,
+    keys: &ProviderKeys,
+    clock: Arc<dyn Clock>,
+) -> Result<Providers, StartError> {
+    Ok(Providers::from_config(&config.providers, keys, clock)?)
 }
 
 /// The provider keys of the secret `arn` names (read now, and again after a key is refused), or none: each

@@ -153,7 +153,7 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
     let (queue, _messages) = LocalQueue::new(clock.clone());
     let mut engine = startup::engine(
         &config,
-        &ProviderKeys::default(),
+        startup::providers(&config, &ProviderKeys::default(), clock.clone()).unwrap(),
         store.clone(),
         clock.clone(),
         Arc::new(queue),

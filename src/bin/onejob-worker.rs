@@ -6,7 +6,7 @@ use onejob::lambda;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let (_, engine) = lambda::start().await?;
+    let engine = lambda::start_worker().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let engine = engine.clone();
         async move {

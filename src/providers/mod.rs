@@ -231,6 +231,26 @@ impl Providers {
         ))
     }
 
+    /// Each configured provider's settings and fingerprint, with no client: for a process that calls no provider
+    /// (the api function), whose package then carries no client's code and which needs no key. A call answers
+    /// `not_called`.
+    pub fn described(configs: &BTreeMap<ProviderName, ProviderConfig>) -> Self {
+        let client: Arc<dyn Provider> = Arc::new(NotCalled);
+        Self(
+            configs
+                .iter()
+                .map(|(name, config)| {
+                    let configured = ConfiguredProvider {
+                        config: config.clone(),
+                        client: client.clone(),
+                        fingerprint: fingerprint(config),
+                    };
+                    (name.clone(), configured)
+                })
+                .collect(),
+        )
+    }
+
     pub fn get(&self, name: &ProviderName) -> Option<&ConfiguredProvider> {
         self.0.get(name)
     }
@@ -250,6 +270,17 @@ impl Providers {
             .map(|p| p.config.timeout() + p.config.late_result())
             .max()
             .unwrap_or_default()
+    }
+}
+
+/// The client of a process that calls no provider ([`Providers::described`]).
+#[derive(Debug)]
+struct NotCalled;
+
+#[async_trait]
+impl Provider for NotCalled {
+    async fn call(&self, _: &ProviderRequest) -> Reply {
+        Reply::failed("not_called", "this process calls no provider")
     }
 }
 

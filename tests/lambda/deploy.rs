@@ -72,13 +72,20 @@ fn bedrock_endpoint(stand_in: &StandIn) -> String {
     format!("http://{}", stand_in.addr)
 }
 
-/// A function of the stack, started as on Lambda from `env`.
+/// The worker function of the stack, started as on Lambda from `env`.
 async fn start(
     env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static,
 ) -> Arc<Engine> {
     let settings = Settings::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
     lambda::engine(&settings, &aws).await.unwrap()
+}
+
+/// The api function of the stack, started as on Lambda from `env`: its providers described, not called.
+fn start_api(env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static) -> Arc<Engine> {
+    let settings = Settings::from(&env).unwrap();
+    let aws = lambda::aws_config(env).unwrap();
+    Arc::new(lambda::api_engine(&settings, &aws).unwrap())
 }
 
 /// `onejob ARGS` as a team runs it against the deployed stack (moto), with the stack's secret and Bedrock at
@@ -167,7 +174,7 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
     let samples = 2;
     assert_eq!(claude.calls().len(), samples, "{qualified}");
 
-    let api = start(api_env.clone()).await;
+    let api = start_api(api_env.clone());
     let (status, health) = call_api(&api, health_event()).await;
     let health: Value = serde_json::from_str(&health).unwrap();
     assert_eq!(status, 200);

@@ -369,7 +369,7 @@ fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig)
     let (queue, _) = LocalQueue::new(clock.clone());
     onejob::startup::engine(
         &config,
-        &ProviderKeys::default(),
+        onejob::startup::providers(&config, &ProviderKeys::default(), clock.clone()).unwrap(),
         store,
         clock,
         Arc::new(queue),

@@ -63,7 +63,7 @@ impl Rig {
         let (queue, messages) = LocalQueue::new(clock.clone());
         let engine = startup::engine(
             &config,
-            &ProviderKeys::default(),
+            startup::providers(&config, &ProviderKeys::default(), clock.clone()).unwrap(),
             store.clone(),
             clock.clone(),
             Arc::new(queue),

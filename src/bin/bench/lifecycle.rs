@@ -23,7 +23,8 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
     let engine = Arc::new(
         onejob::startup::engine(
             &config,
-            &ProviderKeys::default(),
+            onejob::startup::providers(&config, &ProviderKeys::default(), Arc::new(SystemClock))
+                .unwrap(),
             store,
             Arc::new(SystemClock),
             Arc::new(queue),

@@ -83,9 +83,10 @@ impl Storage {
         let keys = provider_keys(&config).await?;
         let (store, place) = self.open(&config).await?;
         let (queue, _) = LocalQueue::new(Arc::new(SystemClock));
+        let providers = startup::providers(&config, &keys, Arc::new(SystemClock))?;
         let engine = startup::engine(
             &config,
-            &keys,
+            providers,
             store,
             Arc::new(SystemClock),
             Arc::new(queue),
