@@ -223,14 +223,16 @@ fn on_aws(
     )
 }
 
-/// The API function's router: owners come from the JWT authorizer's claims; each answer is followed by the
-/// invocation's metrics line.
-pub fn api(engine: Arc<Engine>, body_limit: usize) -> Router {
+/// The API function's router: owners (and operators, by the config's claim) come from the JWT authorizer's claims;
+/// each answer is followed by the invocation's metrics line.
+pub fn api(engine: Arc<Engine>, config: &Config) -> Router {
     let metrics = engine.clone();
     router(AppState {
         engine,
-        auth: Arc::new(Auth::JwtClaims),
-        body_limit,
+        auth: Arc::new(Auth::JwtClaims {
+            operators: config.operators.claim(),
+        }),
+        body_limit: config.body_limit_bytes,
     })
     .layer(axum::middleware::map_response(
         move |response: axum::response::Response| {

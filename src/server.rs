@@ -25,10 +25,7 @@ use crate::worker;
 /// The tokens to accept on `addr`: the configured ones; with none, the dev tokens, on loopback only.
 pub fn tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, StartError> {
     if !config.tokens.is_empty() {
-        Ok(Tokens::new(
-            config.tokens.clone(),
-            config.metrics_token.clone(),
-        ))
+        Ok(Tokens::new(config.tokens.clone(), config.operator_tokens()))
     } else if addr.ip().is_loopback() {
         Ok(Tokens::dev())
     } else {

@@ -204,7 +204,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
         &conn,
         "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')",
     );
-    assert_eq!((version, columns.len()), (8, 2));
+    assert_eq!((version, columns.len()), (9, 2));
     let indexes = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name",
@@ -215,6 +215,8 @@ async fn a_version_4_file_gains_the_retry_columns() {
             "jobs_by_expiry",
             "jobs_by_id",
             "jobs_by_owner",
+            "jobs_live_by_owner",
+            "jobs_needing_a_person",
             "sqlite_autoindex_jobs_1"
         ]
     );
@@ -227,8 +229,8 @@ async fn a_version_4_file_gains_the_retry_columns() {
 }
 
 /// A file of schema 7 (no `Idempotency-Key` on manual attempts and cancels yet) gains the attempts' `request` and
-/// `cancelled_by` on open, keeps its jobs, and a keyed cancel of one of its attempts answers as it did when sent
-/// again.
+/// `cancelled_by` on open, and on the way through version 8 the jobs' `interventions` and the owners' and call
+/// slots' tables; it keeps its jobs, and a keyed cancel of one of its attempts answers as it did when sent again.
 #[tokio::test]
 async fn a_version_7_file_gains_the_keyed_requests_columns() {
     let dir = tempfile::tempdir().unwrap();
@@ -247,6 +249,11 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
     conn.execute_batch(
         "ALTER TABLE attempts DROP COLUMN request;
          ALTER TABLE attempts DROP COLUMN cancelled_by;
+         ALTER TABLE jobs DROP COLUMN interventions;
+         DROP TABLE owner_ledgers;
+         DROP TABLE call_slots;
+         DROP INDEX jobs_live_by_owner;
+         DROP INDEX jobs_needing_a_person;
          PRAGMA user_version = 7;",
     )
     .unwrap();
@@ -283,7 +290,7 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
         &conn,
         "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('request', 'cancelled_by')",
     );
-    assert_eq!((version, columns.len()), (8, 2));
+    assert_eq!((version, columns.len()), (9, 2));
 }
 
 /// A file of schema 5 — the job id a unique column of its own — is made again on open with jobs found by
@@ -330,7 +337,9 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
              providers TEXT NOT NULL, status TEXT NOT NULL, version INTEGER NOT NULL, completed_by INTEGER,
              result TEXT, error TEXT, cancelled_at INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
              expires_at INTEGER NOT NULL, cancelled_by TEXT, UNIQUE (owner, idempotency_key)) STRICT;
-         INSERT INTO jobs_5 SELECT * FROM jobs;
+         INSERT INTO jobs_5 SELECT seq, id, owner, idempotency_key, fingerprint, contract, input, providers, status,
+             version, completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by
+             FROM jobs;
          DROP TABLE jobs;
          ALTER TABLE jobs_5 RENAME TO jobs;
          CREATE INDEX jobs_by_owner ON jobs (owner, created_at DESC, id DESC);
@@ -352,7 +361,7 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
     let events = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('endpoints', 'deliveries') ORDER BY name",

@@ -5,5 +5,5 @@ use onejob::lambda;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     let (settings, engine) = lambda::start_api().await?;
-    lambda_http::run(lambda::api(engine, settings.config.body_limit_bytes)).await
+    lambda_http::run(lambda::api(engine, &settings.config)).await
 }

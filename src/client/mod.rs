@@ -238,6 +238,12 @@ impl Client {
         Ok(self.send(Method::POST, &path, None, &key, true).await?.body)
     }
 
+    /// The caller's usage by day and contract, `from` to `to` (days, `YYYY-MM-DD`, both included).
+    pub async fn usage(&self, from: &str, to: &str) -> Result<Value, ClientError> {
+        let path = format!("/v1/usage?from={from}&to={to}");
+        Ok(self.send(Method::GET, &path, None, &[], true).await?.body)
+    }
+
     /// The job's completion events and where each delivery stands.
     pub async fn job_events(&self, id: &str) -> Result<Value, ClientError> {
         let path = format!("/v1/jobs/{id}/events");

@@ -1,6 +1,6 @@
 //! A job as the terminal shows it (`onejob jobs get`, `jobs watch`, `jobs create --wait`): the status, one line per
 //! attempt with its provider, state and elapsed time (a spinner while it runs), the winner marked and discarded
-//! results shown with whom they lost to.
+//! results shown with whom they lost to, and the bill.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -36,6 +36,10 @@ pub fn job(job: &Value, now: DateTime<Utc>, frame: usize) -> String {
         out.push_str(&self::attempt(attempt, attempts, winner, now, frame));
         out.push('\n');
     }
+    if let Some(bill) = self::bill(&job["bill"]) {
+        out.push_str(&bill);
+        out.push('\n');
+    }
     if let Some(error) = job["error"].as_object() {
         out.push_str(&format!(
             "error: {}: {}\n",
@@ -47,6 +51,45 @@ pub fn job(job: &Value, now: DateTime<Utc>, frame: usize) -> String {
         out.push_str(&format!("result: {}\n", job["result"]));
     }
     out
+}
+
+/// The bill's line: the cost, what of it was thrown away, the tokens, and what is not known.
+fn bill(bill: &Value) -> Option<String> {
+    let total = bill.get("total")?;
+    let currency = bill["currency"].as_str().unwrap_or("");
+    let cost = |share: &Value| share["cost"].as_f64().unwrap_or(0.0);
+    let mut line = format!(
+        "bill: {:.6} {currency}, {} tokens in, {} out",
+        cost(total),
+        total["input_tokens"],
+        total["output_tokens"]
+    );
+    if bill["discarded"]["attempts"].as_u64().unwrap_or(0) > 0 {
+        line.push_str(&format!(
+            "; {:.6} on discarded answers",
+            cost(&bill["discarded"])
+        ));
+    }
+    let listed = |key: &str| -> Vec<String> {
+        bill[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| format!("#{n}"))
+            .collect()
+    };
+    let unknown = listed("unknown_attempts");
+    if !unknown.is_empty() {
+        line.push_str(&format!(
+            "; {} not known yet (no answer)",
+            unknown.join(", ")
+        ));
+    }
+    let unpriced = listed("unpriced_attempts");
+    if !unpriced.is_empty() {
+        line.push_str(&format!("; {} without a price", unpriced.join(", ")));
+    }
+    Some(line)
 }
 
 fn attempt(

@@ -10,7 +10,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::contracts::{ContractError, Contracts};
-use crate::domain::{ContractRef, Fingerprint, Owner, ProviderName, RetryLimits};
+use crate::domain::{
+    ContractRef, Fingerprint, Limits, Owner, Price, PriceTable, ProviderName, RetryLimits,
+};
 use crate::providers::{DemoBehavior, ProviderConfig};
 
 /// Every key is optional: a missing one takes its value from [`Config::default`].
@@ -27,9 +29,12 @@ pub struct Config {
     pub body_limit_bytes: usize,
     /// Bearer token → owner. `ONEJOB_TOKENS="tokenA=alice,tokenB=bob"` adds to (and overrides) these.
     pub tokens: BTreeMap<String, Owner>,
-    /// The operators' bearer token for `GET /metrics` (`ONEJOB_METRICS_TOKEN` overrides it). Without one, nobody
-    /// reads the counters (with the dev tokens, `dev-token-metrics` does).
+    /// An operator's bearer token, named `operator` (`ONEJOB_METRICS_TOKEN` overrides it): it reads
+    /// `GET /metrics` and everything an operator may. With the dev tokens, `dev-token-metrics` is it.
     pub metrics_token: Option<String>,
+    /// Operators: who reads every owner's jobs that need a person, acts on them (each act recorded on the job with
+    /// its operator's name), reads `/metrics`, the full provider view and any owner's usage.
+    pub operators: Operators,
     /// How long a job, and the memory of its idempotency key, is kept; after it, the key makes a new job.
     pub retention_days: u32,
     /// The most attempts one job may have: failover stops there and a manual retry answers 409
@@ -60,6 +65,13 @@ pub struct Config {
     pub provider_retry_within_ms: u64,
     /// The providers jobs may run on, by name.
     pub providers: BTreeMap<ProviderName, ProviderConfig>,
+    /// What providers' calls cost (`[prices]`: a currency, and per million tokens by provider or model name).
+    /// Without one, the built-in demo providers have illustrative prices and any other provider none: its
+    /// attempts' tokens are counted, their cost is not.
+    pub prices: Option<PriceTable>,
+    /// What each owner may start: `[limits.default]` for every owner, `[limits.owners.NAME]` for one (live jobs at
+    /// once, creates a minute, a budget a day or a month). None by default.
+    pub limits: Limits,
     /// How many attempts the local worker runs at once.
     pub worker_concurrency: usize,
     /// How often the local server sweeps (expired leases, unclaimed attempts).
@@ -88,6 +100,28 @@ pub struct Config {
     /// first log line show. Not a key.
     #[serde(skip)]
     pub origin: Option<Origin>,
+}
+
+/// Who the operators are (`[operators]`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Operators {
+    /// Locally: bearer token → the operator's name.
+    pub tokens: BTreeMap<String, String>,
+    /// On AWS: the JWT claim that makes a caller an operator, and the value it must hold (a scope's or a group's
+    /// name); the operator is named by the token's `sub`.
+    pub claim: Option<String>,
+    pub value: Option<String>,
+}
+
+impl Operators {
+    /// The claim rule, when both halves are set.
+    pub fn claim(&self) -> Option<crate::http::auth::OperatorClaim> {
+        Some(crate::http::auth::OperatorClaim {
+            claim: self.claim.clone()?,
+            value: self.value.clone()?,
+        })
+    }
 }
 
 /// Where a config came from.
@@ -159,6 +193,21 @@ fn default_providers() -> BTreeMap<ProviderName, ProviderConfig> {
     .collect()
 }
 
+/// Illustrative prices of the built-in demo providers, so that a first run shows bills.
+fn demo_prices() -> PriceTable {
+    let price = Price {
+        input: 0.15,
+        output: 0.60,
+        cached_input: None,
+    };
+    PriceTable {
+        per_million: (default_providers().into_keys())
+            .map(|name| (name.to_string(), price))
+            .collect(),
+        ..PriceTable::default()
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -167,6 +216,7 @@ impl Default for Config {
             body_limit_bytes: 256 * 1024,
             tokens: BTreeMap::new(),
             metrics_token: None,
+            operators: Operators::default(),
             retention_days: 30,
             max_attempts_per_job: crate::domain::Failover::DEFAULT_MAX_ATTEMPTS,
             provider_retries: 2,
@@ -178,6 +228,8 @@ impl Default for Config {
             provider_state_cache_ms: 100,
             provider_retry_within_ms: 60_000,
             providers: default_providers(),
+            prices: None,
+            limits: Limits::default(),
             worker_concurrency: 64,
             sweep_interval_ms: 5_000,
             redispatch_after_ms: 30_000,
@@ -199,6 +251,25 @@ impl Config {
         if let Ok(bus) = std::env::var("ONEJOB_EVENT_BUS") {
             self.event_bus = Some(bus).filter(|b| !b.is_empty());
         }
+    }
+
+    /// The price table: the configured one; without one, the demo providers' illustrative prices if they are the
+    /// providers, else none.
+    pub fn prices(&self) -> PriceTable {
+        match &self.prices {
+            Some(prices) => prices.clone(),
+            None if self.providers == default_providers() => demo_prices(),
+            None => PriceTable::default(),
+        }
+    }
+
+    /// The operators' tokens and their names: `[operators] tokens`, and `metrics_token` as `operator`.
+    pub fn operator_tokens(&self) -> BTreeMap<String, String> {
+        let mut tokens = self.operators.tokens.clone();
+        if let Some(token) = &self.metrics_token {
+            tokens.insert(token.clone(), "operator".into());
+        }
+        tokens
     }
 
     /// The built-in contracts and the config's contract files, each on its chain; every provider of every chain
@@ -237,6 +308,8 @@ impl Config {
                 bus: self.event_bus.clone(),
             },
             config: self.origin.as_ref().map(|o| o.fingerprint),
+            prices: self.prices(),
+            limits: self.limits.clone(),
             ..Default::default()
         }
     }
@@ -287,6 +360,15 @@ impl Config {
                 name: name.to_string(),
                 message,
             })?;
+        }
+        if let Some(prices) = &config.prices {
+            prices.check().map_err(ConfigError::Invalid)?;
+        }
+        config.limits.check().map_err(ConfigError::Invalid)?;
+        if config.operators.claim.is_some() != config.operators.value.is_some() {
+            return Err(ConfigError::Invalid(
+                "operators: set both claim and value (the JWT claim, and what it must hold), or neither".into(),
+            ));
         }
         let day = RetryLimits::MAX_WITHIN_MS;
         if config.breaker_window_ms > day || config.breaker_cooldown_ms > day {

@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use futures_util::{StreamExt, stream};
 
 use super::{Batch, Engine};
-use crate::domain::event::{self, Due};
+use crate::domain::event::{self, Due, body};
 use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, SinkKind, Timestamp};
 use crate::sinks::Outcome;
 use crate::sinks::endpoint::EndpointRefused;
@@ -63,13 +63,13 @@ impl Engine {
         self.store.put_endpoint(owner, None).await
     }
 
-    /// The completion events of the owner's job `id` and where each delivery stands (`None`: no such job).
+    /// The completion events of job `id` (`actor`'s to see) and where each delivery stands (`None`: no such job).
     pub async fn job_events(
         &self,
-        owner: &Owner,
+        actor: &super::Actor,
         id: &JobId,
     ) -> Result<Option<Vec<EventDelivery>>, StoreError> {
-        if self.get_job(owner, id).await?.is_none() {
+        if self.job_for(actor, id).await?.is_none() {
             return Ok(None);
         }
         let deliveries = self.store.deliveries(id).await?;
@@ -180,7 +180,10 @@ impl Engine {
         }
         let tried = join_all(events.into_iter().map(|event| async {
             let outcome = match self.sinks.get(event.sink) {
-                Some(sink) => sink.put(&job, &event, endpoint.as_ref()).await,
+                Some(sink) => {
+                    let body = body(&job, &event, self.currency());
+                    sink.put(&event, &body, endpoint.as_ref()).await
+                }
                 None => Outcome::Refused("this process does not deliver to this sink".into()),
             };
             self.tried(&job, &event, &outcome);

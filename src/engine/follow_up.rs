@@ -67,13 +67,18 @@ impl Engine {
         match wrote {
             Wrote::Claimed(_) => count(AttemptState::Started),
             Wrote::Unknown(_) => count(AttemptState::Unknown),
-            Wrote::Won(_) => count(AttemptState::Succeeded),
-            Wrote::Lost(_) => {
-                if let Some(n) = wrote.attempt() {
-                    self.metrics.race_lost(job, n);
-                }
+            Wrote::Won(n) => {
+                count(AttemptState::Succeeded);
+                self.metrics.billed(job, n, "won");
             }
-            Wrote::Failed(_) => count(AttemptState::Failed),
+            Wrote::Lost(n) => {
+                self.metrics.race_lost(job, n);
+                self.metrics.billed(job, n, "discarded");
+            }
+            Wrote::Failed(n) => {
+                count(AttemptState::Failed);
+                self.metrics.billed(job, n, "failed");
+            }
             Wrote::AttemptCancelled(_) => count(AttemptState::Cancelled),
             Wrote::Created | Wrote::Added | Wrote::JobCancelled | Wrote::Nothing => {}
         }

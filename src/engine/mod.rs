@@ -9,6 +9,7 @@
 //! - `qualification`: the qualification ledger — failover's gate, standings, production's suspicions;
 //! - `deliveries`: endpoints and the deliverer of completion events (to the `sinks`);
 //! - `intake`: the rules a create must pass before it is written;
+//! - `usage`: what an owner's intents cost, by day and contract (from the jobs' own bills);
 //! - `changes`, `in_flight`, `recent`: what one process keeps for a moment (who waits for which job, creates
 //!   being written, provider state read a moment ago).
 //!
@@ -34,6 +35,7 @@ mod intake;
 mod qualification;
 mod recent;
 mod sweep;
+mod usage;
 mod writes;
 
 use std::future::Future;
@@ -44,18 +46,19 @@ use chrono::Duration;
 use crate::clock::Clock;
 use crate::contracts::Contracts;
 use crate::domain::{
-    Failover, Fingerprint, IdempotencyKey, Job, JobId, Owner, ProviderName, Qualification,
-    RetryPolicy, Stamp, Timestamp, WriteToken,
+    Failover, Fingerprint, IdempotencyKey, Job, JobId, JobStatus, Limits, Owner, PriceTable,
+    ProviderName, Qualification, RetryPolicy, Stamp, Timestamp, WriteToken,
 };
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::queue::Dispatcher;
 use crate::sinks::Sinks;
-use crate::store::{JobPage, JobStore, ListQuery, StoreError};
+use crate::store::{Cursor, JobPage, JobStore, ListQuery, StoreError};
 pub use changes::JobWatch;
 pub use deliveries::EventSettings;
 pub use intake::{Intake, Refused};
 use recent::Recent;
+pub use usage::{Usage, UsageRow};
 pub use writes::AddedAttempt;
 
 /// What one batch of a sweep's work came to.
@@ -107,6 +110,10 @@ pub struct EngineSettings {
     pub events: EventSettings,
     /// The fingerprint of the config file's text this engine was made from (none: the built-in defaults).
     pub config: Option<Fingerprint>,
+    /// What providers' calls cost: each attempt's usage is priced when it is recorded.
+    pub prices: PriceTable,
+    /// What each owner may start.
+    pub limits: Limits,
 }
 
 impl Default for EngineSettings {
@@ -133,6 +140,8 @@ impl Default for EngineSettings {
             answer_budget: Duration::minutes(5),
             events: EventSettings::default(),
             config: None,
+            prices: PriceTable::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -192,6 +201,11 @@ pub struct AnswerLost {
 }
 
 impl Engine {
+    /// The currency of the price table: what bills and usage are in.
+    pub fn currency(&self) -> &str {
+        &self.settings.prices.currency
+    }
+
     /// The engine on `store`, its messages sent through `dispatcher`, its events through `sinks`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -295,6 +309,27 @@ impl Engine {
         self.store.get_job(owner, id, self.clock.now()).await
     }
 
+    /// The job `id` names, as `actor` may see it: an owner its own, an operator any owner's.
+    pub async fn job_for(&self, actor: &Actor, id: &JobId) -> Result<Option<Job>, StoreError> {
+        match actor {
+            Actor::Owner(owner) => self.get_job(owner, id).await,
+            Actor::Operator(_) => self.store.read_job(id, self.clock.now()).await,
+        }
+    }
+
+    /// Every owner's jobs that need a person (`unknown`, `failed`, or only `status`), the latest first: the
+    /// operators' view.
+    pub async fn needing_a_person(
+        &self,
+        status: Option<JobStatus>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+    ) -> Result<JobPage, StoreError> {
+        (self.store)
+            .needing_a_person(status, limit, cursor, self.clock.now())
+            .await
+    }
+
     /// The owner's job that `key` names, unless it is gone.
     pub async fn find_job(
         &self,
@@ -310,5 +345,37 @@ impl Engine {
 
     async fn existing_job(&self, owner: &Owner, id: &JobId) -> Result<Job, StoreError> {
         self.get_job(owner, id).await?.ok_or(StoreError::NotFound)
+    }
+
+    /// The job `actor` acts on and the owner it acts as: an owner on its own job; an operator on any owner's, as
+    /// its owner (the write records the operator).
+    async fn acted_on(&self, actor: &Actor, id: &JobId) -> Result<Job, StoreError> {
+        self.job_for(actor, id).await?.ok_or(StoreError::NotFound)
+    }
+}
+
+/// On whose behalf a caller acts: an owner, on its own jobs only; or an operator, on any owner's, each of its acts
+/// recorded on the job with its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    Owner(Owner),
+    Operator(String),
+}
+
+impl Actor {
+    /// The operator's name, for the stamp of a write it makes.
+    pub fn operator(&self) -> Option<String> {
+        match self {
+            Self::Owner(_) => None,
+            Self::Operator(name) => Some(name.clone()),
+        }
+    }
+
+    /// What an `Idempotency-Key`'s request is scoped by, besides the job: an operator's keys are its own.
+    fn scope(&self) -> String {
+        match self {
+            Self::Owner(_) => String::new(),
+            Self::Operator(name) => format!("operator {name}: "),
+        }
     }
 }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use super::Engine;
 use super::follow_up::Wrote;
 use super::in_flight::{Turn, led_by};
+use super::{Actor, Engine};
 use crate::domain::{
     AttemptCancel, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Refusal,
     WriteToken,
@@ -56,7 +56,7 @@ impl Engine {
             trace::join(&span, &job.id, None);
         }
         span.record("outcome", kind.as_str());
-        self.metrics.create(&new.contract, kind, began.elapsed());
+        (self.metrics).create(&new.owner, &new.contract, kind, began.elapsed());
         Ok(outcome)
     }
 
@@ -66,9 +66,14 @@ impl Engine {
         token: &WriteToken,
     ) -> Result<CreateOutcome, StoreError> {
         let retention = self.settings.retention;
+        let limits = self.settings.limits.of(&new.owner);
         self.persist("create", token, self.write_deadline(), |stamp| {
             let new = new.clone();
-            async move { self.store.create_job(new, retention, &stamp).await }
+            async move {
+                (self.store)
+                    .create_within(new, retention, &stamp, limits)
+                    .await
+            }
         })
         .await
     }
@@ -79,17 +84,22 @@ impl Engine {
     /// (`replayed`), whatever that attempt did since; another request under the key is refused.
     pub async fn add_attempt(
         &self,
-        owner: &Owner,
+        actor: &Actor,
         id: &JobId,
         provider: Option<ProviderName>,
         key: Option<&IdempotencyKey>,
     ) -> Result<AddedAttempt, StoreError> {
-        let job = self.existing_job(owner, id).await?;
+        let job = self.acted_on(actor, id).await?;
+        let owner = &job.owner;
         let failover = match &provider {
             Some(_) => self.failover_to(BTreeSet::new()),
             None => self.failover(&job).await?,
         };
-        let asked = format!("attempt {}", provider.as_ref().map_or("", |p| p.as_str()));
+        let asked = format!(
+            "{}attempt {}",
+            actor.scope(),
+            provider.as_ref().map_or("", |p| p.as_str())
+        );
         let request = key.map(|key| WriteToken::for_request(owner, id, key, &asked));
         // A fresh token of its own, and the request kept apart: a repeat of this write after a lost answer finds
         // its token (created, 201); the same request sent again finds its request (replayed, 200).
@@ -97,7 +107,7 @@ impl Engine {
         let written = self
             .persist("add attempt", &token, self.write_deadline(), |stamp| {
                 let (provider, failover) = (provider.clone(), &failover);
-                let stamp = stamp.serving(request.clone());
+                let stamp = (stamp.serving(request.clone())).by_operator(actor.operator());
                 async move {
                     self.store
                         .add_attempt(owner, id, provider, failover, &stamp)
@@ -143,17 +153,20 @@ impl Engine {
     /// `Idempotency-Key` (`key`), whatever its attempt did since.
     pub async fn cancel_attempt(
         &self,
-        owner: &Owner,
+        actor: &Actor,
         id: &JobId,
         number: u32,
         key: Option<&IdempotencyKey>,
     ) -> Result<Job, StoreError> {
-        let job = self.existing_job(owner, id).await?;
+        let job = self.acted_on(actor, id).await?;
+        let owner = &job.owner;
         let failover = self.failover(&job).await?;
-        let token = Self::caller_token(owner, id, key, &format!("cancel attempt {number}"));
+        let asked = format!("{}cancel attempt {number}", actor.scope());
+        let token = Self::caller_token(owner, id, key, &asked);
         let (outcome, job) = self
             .persist("cancel attempt", &token, self.write_deadline(), |stamp| {
                 let failover = &failover;
+                let stamp = stamp.by_operator(actor.operator());
                 async move {
                     self.store
                         .cancel_attempt(owner, id, number, failover, &stamp)
@@ -178,18 +191,20 @@ impl Engine {
     /// Cancels the job; idempotent, and under an `Idempotency-Key` (`key`) its repeat is this cancel's.
     pub async fn cancel_job(
         &self,
-        owner: &Owner,
+        actor: &Actor,
         id: &JobId,
         key: Option<&IdempotencyKey>,
     ) -> Result<Job, StoreError> {
-        let token = Self::caller_token(owner, id, key, "cancel");
+        let owner = &match actor {
+            Actor::Owner(owner) => owner.clone(),
+            Actor::Operator(_) => self.acted_on(actor, id).await?.owner,
+        };
+        let token = Self::caller_token(owner, id, key, &format!("{}cancel", actor.scope()));
         let (outcome, job) = self
-            .persist(
-                "cancel job",
-                &token,
-                self.write_deadline(),
-                |stamp| async move { self.store.cancel_job(owner, id, &stamp).await },
-            )
+            .persist("cancel job", &token, self.write_deadline(), |stamp| {
+                let stamp = stamp.by_operator(actor.operator());
+                async move { self.store.cancel_job(owner, id, &stamp).await }
+            })
             .await?;
         // Also when it was cancelled before: that may have been this very call, whose first answer was lost.
         let wrote = match outcome {

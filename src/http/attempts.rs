@@ -6,11 +6,12 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Viewer;
 use super::body::{MaybeJson, MaybeKey};
 use super::error::ApiError;
 use super::jobs::{AttemptView, JobView, job_id, job_response};
 use crate::domain::{JobId, Refusal};
+use crate::engine::Actor;
 use crate::requests::AddAttemptRequest;
 use crate::store::StoreError;
 
@@ -37,7 +38,7 @@ use crate::store::StoreError;
 )]
 pub async fn add_attempt(
     State(app): State<AppState>,
-    Caller(owner): Caller,
+    viewer: Viewer,
     Path(id): Path<String>,
     MaybeKey(key): MaybeKey,
     MaybeJson(request): MaybeJson<AddAttemptRequest>,
@@ -49,7 +50,7 @@ pub async fn add_attempt(
         .transpose()?;
     let added = app
         .engine
-        .add_attempt(&owner, &id, provider, key.as_ref())
+        .add_attempt(&Actor::from(viewer), &id, provider, key.as_ref())
         .await
         .map_err(|e| keyed(e, &id))?;
     let attempt = added
@@ -97,7 +98,7 @@ pub(super) fn keyed(e: StoreError, id: &JobId) -> ApiError {
 )]
 pub async fn cancel_attempt(
     State(app): State<AppState>,
-    Caller(owner): Caller,
+    viewer: Viewer,
     Path((id, number)): Path<(String, String)>,
     MaybeKey(key): MaybeKey,
 ) -> Result<Response, ApiError> {
@@ -107,7 +108,7 @@ pub async fn cancel_attempt(
         .map_err(|_| ApiError::InvalidParameter(format!("not an attempt number: {number:?}")))?;
     let job = app
         .engine
-        .cancel_attempt(&owner, &id, number, key.as_ref())
+        .cancel_attempt(&Actor::from(viewer), &id, number, key.as_ref())
         .await
         .map_err(|e| keyed(e, &id))?;
     Ok(job_response(&app, StatusCode::OK, &job))

@@ -1,6 +1,7 @@
-//! Who is calling. Locally: `Authorization: Bearer <token>`, each token mapped to an owner by the config. On Lambda:
-//! the `sub` claim that API Gateway's JWT authorizer verified (bearer tokens are not accepted there). The owner
-//! never comes from a request body.
+//! Who is calling. Locally: `Authorization: Bearer <token>`, each token mapped by the config to an owner or to an
+//! operator. On Lambda: the `sub` claim that API Gateway's JWT authorizer verified (bearer tokens are not accepted
+//! there), an operator when the token holds the configured claim (`[operators] claim`, `value`). The owner never
+//! comes from a request body; an operator acts on an owner's job only through the endpoints that record it.
 
 use std::collections::BTreeMap;
 
@@ -12,24 +13,26 @@ use lambda_http::request::RequestContext;
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::Owner;
+use crate::engine::Actor;
 
-/// Bearer token → owner, and the operators' token that reads `/metrics`.
+/// Bearer tokens: each an owner's, or an operator's.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
     owners: BTreeMap<String, Owner>,
-    /// Counters cover every owner's activity: only this token reads them. None: nobody does.
-    metrics: Option<String>,
+    /// Operators' tokens, by the name each act of theirs is recorded under: they read `/metrics`, the full
+    /// provider view, every owner's jobs that need a person and their usage, and act on any owner's job.
+    operators: BTreeMap<String, String>,
 }
 
 impl Tokens {
     /// Accepted only on a loopback address, when no token is configured; printed at start-up.
     pub const DEV: [(&'static str, &'static str); 2] =
         [("dev-token-alice", "alice"), ("dev-token-bob", "bob")];
-    /// The operators' token that goes with the dev tokens.
+    /// The operator's token that goes with the dev tokens (its name: `operator`).
     pub const DEV_METRICS: &'static str = "dev-token-metrics";
 
-    pub fn new(owners: BTreeMap<String, Owner>, metrics: Option<String>) -> Self {
-        Self { owners, metrics }
+    pub fn new(owners: BTreeMap<String, Owner>, operators: BTreeMap<String, String>) -> Self {
+        Self { owners, operators }
     }
 
     pub fn dev() -> Self {
@@ -42,7 +45,8 @@ impl Tokens {
                 )
             })
             .collect();
-        Self::new(owners, Some(Self::DEV_METRICS.to_owned()))
+        let operators = [(Self::DEV_METRICS.to_owned(), "operator".to_owned())].into();
+        Self::new(owners, operators)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -66,32 +70,74 @@ fn bearer(parts: &Parts) -> Option<&str> {
         })
 }
 
+/// Which JWT claim makes a caller an operator, and the value it must hold: the value itself, or one of its
+/// members (a scope's space-separated list, a groups array as API Gateway hands it over: `[a b]`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorClaim {
+    pub claim: String,
+    pub value: String,
+}
+
+impl OperatorClaim {
+    fn holds(&self, claims: &std::collections::HashMap<String, String>) -> bool {
+        claims.get(&self.claim).is_some_and(|held| {
+            held.split(|c: char| c.is_whitespace() || matches!(c, ',' | '[' | ']' | '"'))
+                .any(|member| member == self.value)
+        })
+    }
+}
+
 /// How requests are authenticated.
 #[derive(Debug, Clone)]
 pub enum Auth {
     /// The local server: bearer tokens from the config.
     Tokens(Tokens),
-    /// Behind API Gateway's JWT authorizer: the `sub` claim of the verified token.
-    JwtClaims,
+    /// Behind API Gateway's JWT authorizer: the `sub` claim of the verified token; a caller whose token holds the
+    /// operators' claim is an operator, named by its `sub`.
+    JwtClaims { operators: Option<OperatorClaim> },
 }
 
 impl Auth {
+    /// The verified claims of a request behind API Gateway.
+    fn claims(parts: &Parts) -> Option<&std::collections::HashMap<String, String>> {
+        match parts.extensions.get::<RequestContext>()? {
+            RequestContext::ApiGatewayV2(context) => {
+                Some(&context.authorizer.as_ref()?.jwt.as_ref()?.claims)
+            }
+            _ => None,
+        }
+    }
+
     fn owner(&self, parts: &Parts) -> Option<Owner> {
         match self {
             Self::Tokens(tokens) => tokens.owner(bearer(parts)?).cloned(),
-            Self::JwtClaims => match parts.extensions.get::<RequestContext>()? {
-                RequestContext::ApiGatewayV2(context) => {
-                    let sub = context
-                        .authorizer
-                        .as_ref()?
-                        .jwt
-                        .as_ref()?
-                        .claims
-                        .get("sub")?;
-                    Owner::parse(sub).ok()
-                }
-                _ => None,
+            Self::JwtClaims { .. } => Owner::parse(Self::claims(parts)?.get("sub")?).ok(),
+        }
+    }
+
+    /// The operator a request comes from, if it comes from one; `Err(())` when it came with an owner's
+    /// credential (known, but not an operator's).
+    fn operator(&self, parts: &Parts) -> Result<Option<String>, ()> {
+        match self {
+            Self::Tokens(tokens) => match bearer(parts) {
+                Some(token) => match tokens.operators.get(token) {
+                    Some(name) => Ok(Some(name.clone())),
+                    None if tokens.owner(token).is_some() => Err(()),
+                    None => Ok(None),
+                },
+                None => Ok(None),
             },
+            Self::JwtClaims { operators } => {
+                let Some(claims) = Self::claims(parts) else {
+                    return Ok(None);
+                };
+                match operators {
+                    Some(rule) if rule.holds(claims) => Ok(claims.get("sub").cloned()),
+                    _ if claims.contains_key("sub") => Err(()),
+                    _ => Ok(None),
+                }
+            }
         }
     }
 }
@@ -112,43 +158,49 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// A request with the operators' token (`/metrics`). An owner's token is known but not enough: 403.
-#[derive(Debug, Clone, Copy)]
-pub struct Operator;
+/// A request from an operator, named. An owner's credential is known but not enough: 403.
+#[derive(Debug, Clone)]
+pub struct Operator(pub String);
 
 impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Auth::Tokens(tokens) = state.auth.as_ref() else {
-            // Behind API Gateway, counters leave as CloudWatch metrics, not through the API.
-            return Err(ApiError::Forbidden);
-        };
-        match bearer(parts) {
-            Some(token) if tokens.metrics.as_deref() == Some(token) => Ok(Operator),
-            Some(token) if tokens.owner(token).is_some() => Err(ApiError::Forbidden),
-            _ => Err(ApiError::Unauthorized),
+        match state.auth.operator(parts) {
+            Ok(Some(name)) => Ok(Self(name)),
+            Err(()) => Err(ApiError::Forbidden),
+            Ok(None) => Err(ApiError::Unauthorized),
         }
     }
 }
 
-/// Who reads a view that every owner may read and operators see more of (`GET /v1/providers`).
+/// Who reads a view that every owner may read and operators see more of (`GET /v1/providers`, a job).
 #[derive(Debug, Clone)]
 pub enum Viewer {
     Owner(Owner),
-    Operator,
+    Operator(String),
 }
 
 impl FromRequestParts<AppState> for Viewer {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        match Caller::from_request_parts(parts, state).await {
-            Ok(Caller(owner)) => Ok(Self::Owner(owner)),
-            Err(_) => Operator::from_request_parts(parts, state)
-                .await
-                .map(|_| Self::Operator)
-                .map_err(|_| ApiError::Unauthorized),
+        if let Ok(Some(name)) = state.auth.operator(parts) {
+            return Ok(Self::Operator(name));
+        }
+        state
+            .auth
+            .owner(parts)
+            .map(Self::Owner)
+            .ok_or(ApiError::Unauthorized)
+    }
+}
+
+impl From<Viewer> for Actor {
+    fn from(viewer: Viewer) -> Self {
+        match viewer {
+            Viewer::Owner(owner) => Actor::Owner(owner),
+            Viewer::Operator(name) => Actor::Operator(name),
         }
     }
 }

@@ -144,7 +144,7 @@ pub async fn list_providers(
     State(app): State<AppState>,
     viewer: Viewer,
 ) -> Result<Json<ProviderList>, ApiError> {
-    let operator = matches!(viewer, Viewer::Operator);
+    let operator = matches!(viewer, Viewer::Operator(_));
     let engine = &app.engine;
     let mut providers = Vec::new();
     for (name, rows) in engine.standings().await? {

@@ -9,11 +9,12 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::{Caller, Viewer};
 use super::body::StrictJson;
 use super::error::ApiError;
 use super::jobs::{job_id, rfc3339};
 use crate::domain::{Endpoint, EventDelivery};
+use crate::engine::Actor;
 use crate::requests::EndpointRequest;
 
 /// The owner's endpoint and the secret its events are signed with.
@@ -123,13 +124,13 @@ pub async fn delete_endpoint(
 )]
 pub async fn list_events(
     State(app): State<AppState>,
-    Caller(owner): Caller,
+    viewer: Viewer,
     Path(id): Path<String>,
 ) -> Result<Json<EventList>, ApiError> {
     let id = job_id(&id)?;
     let events = app
         .engine
-        .job_events(&owner, &id)
+        .job_events(&Actor::from(viewer), &id)
         .await?
         .ok_or(ApiError::JobNotFound)?;
     Ok(Json(EventList { events }))

@@ -13,13 +13,15 @@ use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::{Caller, Viewer};
 use super::body::{Key, MaybeKey, StrictJson};
 use super::error::ApiError;
+use super::usage::BillView;
 use crate::domain::{
-    Attempt, AttemptState, CallReport, ErrorInfo, IdempotencyKey, Job, JobId, JobStatus, Timestamp,
+    Attempt, AttemptState, Bill, CallReport, ErrorInfo, IdempotencyKey, Intervention, Job, JobId,
+    JobStatus, Timestamp,
 };
-use crate::engine::Intake;
+use crate::engine::{Actor, Engine, Intake};
 use crate::requests::CreateJobRequest;
 use crate::store::{CreateOutcome, Cursor, JobPage, ListQuery};
 
@@ -57,6 +59,10 @@ pub struct JobView {
     /// When the job is gone and its idempotency key free again (the retention period after its creation).
     #[schema(format = DateTime)]
     pub expires_at: String,
+    /// What the intent cost so far, every answer paid for included.
+    pub bill: BillView,
+    /// What operators did to the job on its owner's behalf, and who.
+    pub interventions: Vec<Intervention>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,8 +92,8 @@ pub(super) fn rfc3339(t: Timestamp) -> String {
 }
 
 impl JobView {
-    /// The job as it reads at `now` (whether it is settled depends on the time).
-    pub fn new(job: &Job, now: Timestamp) -> Self {
+    /// The job as it reads at `now` (whether it is settled depends on the time), its bill in `currency`.
+    pub fn new(job: &Job, now: Timestamp, currency: &str) -> Self {
         let settles_at = job.settles_at();
         Self {
             id: job.id.to_string(),
@@ -107,6 +113,8 @@ impl JobView {
             created_at: rfc3339(job.created_at),
             updated_at: rfc3339(job.updated_at),
             expires_at: rfc3339(job.expires_at),
+            bill: BillView::new(&Bill::of(job), currency),
+            interventions: job.interventions.clone(),
         }
     }
 }
@@ -129,7 +137,7 @@ impl From<&Attempt> for AttemptView {
 }
 
 pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Response {
-    let view = JobView::new(job, app.engine.clock.now());
+    let view = JobView::new(job, app.engine.clock.now(), app.engine.currency());
     (status, Json(view)).into_response()
 }
 
@@ -231,7 +239,7 @@ const POLL_EVERY: Duration = Duration::seconds(1);
 )]
 pub async fn get_job(
     State(app): State<AppState>,
-    Caller(owner): Caller,
+    viewer: Viewer,
     Path(id): Path<String>,
     headers: HeaderMap,
     params: Result<Query<GetParams>, QueryRejection>,
@@ -245,14 +253,15 @@ pub async fn get_job(
     }
     let id = job_id(&id)?;
     let engine = &app.engine;
+    let actor = Actor::from(viewer);
     // Watch before the first read, so that no change between the two is missed.
     let mut changes = engine.watch(&id);
     let read = || async {
         let job = engine
-            .get_job(&owner, &id)
+            .job_for(&actor, &id)
             .await?
             .ok_or(ApiError::JobNotFound)?;
-        Ok::<_, ApiError>(Tagged::new(&job, engine.clock.now()))
+        Ok::<_, ApiError>(Tagged::new(&job, engine))
     };
     let first = read().await?;
     // What the client has seen: the versions it names (a list, weak tags or `*`, compared as RFC 9110 §13.1.2
@@ -282,9 +291,7 @@ pub async fn get_job(
         };
         // A change that made the job final brought it along: no write can change it any more, so it is not read.
         let now = match last {
-            Some(job) if !job.is_expired(engine.clock.now()) => {
-                Tagged::new(&job, engine.clock.now())
-            }
+            Some(job) if !job.is_expired(engine.clock.now()) => Tagged::new(&job, engine),
             _ => read().await?,
         };
         if seen.precondition_passes(&now.tag()) {
@@ -309,8 +316,9 @@ struct Tagged {
 }
 
 impl Tagged {
-    fn new(job: &Job, now: Timestamp) -> Self {
-        let view = JobView::new(job, now);
+    fn new(job: &Job, engine: &Engine) -> Self {
+        let now = engine.clock.now();
+        let view = JobView::new(job, now, engine.currency());
         let bytes = serde_json::to_vec(&view).expect("a job view always serialises");
         let etag = format!("\"{}\"", &hex::encode(Sha256::digest(bytes))[..32]);
         let settles_at = job.settles_at().filter(|at| !view.settled && *at > now);
@@ -399,6 +407,7 @@ pub async fn list_jobs(
         status: params.status,
         limit,
         cursor,
+        created_before: None,
     };
     let page = match params.idempotency_key {
         None => app.engine.list_jobs(&owner, &query).await?,
@@ -422,7 +431,9 @@ pub async fn list_jobs(
     };
     let now = app.engine.clock.now();
     Ok(Json(JobList {
-        jobs: page.jobs.iter().map(|job| JobView::new(job, now)).collect(),
+        jobs: (page.jobs.iter())
+            .map(|job| JobView::new(job, now, app.engine.currency()))
+            .collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))
 }
@@ -442,11 +453,12 @@ pub async fn list_jobs(
 )]
 pub async fn cancel_job(
     State(app): State<AppState>,
-    Caller(owner): Caller,
+    viewer: Viewer,
     Path(id): Path<String>,
     MaybeKey(key): MaybeKey,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let job = app.engine.cancel_job(&owner, &id, key.as_ref()).await?;
+    let actor = Actor::from(viewer);
+    let job = app.engine.cancel_job(&actor, &id, key.as_ref()).await?;
     Ok(job_response(&app, StatusCode::OK, &job))
 }

@@ -2,7 +2,8 @@
 //! `lambda_http`, tests bind it to port 0. Handlers speak only HTTP: the request's rules are extractors (`auth`,
 //! `body`), the create's are the engine's intake, every error is an [`error::ApiError`].
 //!
-//! - `jobs`, `attempts`, `events`: the API's resources; `catalogue`: contracts and providers; `meta`: liveness and
+//! - `jobs`, `attempts`, `events`: the API's resources; `usage`: what intents cost (a job's bill, an owner's usage);
+//!   `operators`: every owner's jobs that need a person; `catalogue`: contracts and providers; `meta`: liveness and
 //!   the operators' counters; `page`: the page at `/`; `openapi`: the document of all of them.
 
 pub mod attempts;
@@ -14,7 +15,9 @@ pub mod events;
 pub mod jobs;
 pub mod meta;
 pub mod openapi;
+pub mod operators;
 pub mod page;
+pub mod usage;
 
 use std::sync::Arc;
 

@@ -15,14 +15,15 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::Problem;
-use super::{AppState, attempts, catalogue, events, jobs, meta};
+use super::{AppState, attempts, catalogue, events, jobs, meta, operators, usage};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per user intent: idempotent job creation, guarded attempts, first-wins results."),
     components(schemas(Problem, jobs::JobView, jobs::AttemptView, jobs::JobList, crate::requests::CreateJobRequest, catalogue::ContractList,
                        catalogue::ProviderList, crate::requests::AddAttemptRequest, crate::requests::EndpointRequest,
-                       events::EndpointView, events::EventList, crate::domain::EventDelivery)),
+                       events::EndpointView, events::EventList, crate::domain::EventDelivery, usage::BillView,
+                       usage::ShareView, usage::UsageView, usage::UsageRowView, crate::domain::Intervention)),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -45,6 +46,8 @@ pub fn api_routes() -> OpenApiRouter<AppState> {
             events::delete_endpoint
         ))
         .routes(routes!(events::list_events))
+        .routes(routes!(usage::get_usage))
+        .routes(routes!(operators::needing_a_person))
 }
 
 /// The document once every route is in: each operation may answer 500, every problem answer (4xx, 5xx) has the

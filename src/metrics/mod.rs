@@ -16,7 +16,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::domain::{AttemptState, ContractRef, Job, JobStatus, ProviderName, SinkKind};
+use crate::domain::{AttemptState, ContractRef, Job, JobStatus, Owner, ProviderName, SinkKind};
 
 /// One metric: its name, whether it is a histogram (else a counter) and its Prometheus buckets, its unit, its
 /// labels, what it counts.
@@ -138,6 +138,26 @@ const EVENT_TRIES: MetricSpec = counter(
     &["sink", "outcome"],
     "Completion event tries by sink (endpoint, bus) and outcome (delivered, rejected, unreachable, refused).",
 );
+const COST: MetricSpec = histogram(
+    "onejob_attempt_cost",
+    (
+        Unit::Count,
+        &[0.000_01, 0.000_1, 0.001, 0.01, 0.1, 1.0, 10.0],
+    ),
+    &["owner", "contract", "provider", "outcome"],
+    "What each attempt's call cost, in the price table's currency, by what became of its answer (won; discarded: \
+     paid for and thrown away; failed); its sum is the spend. Attempts with no price are not in it.",
+);
+const TOKENS: MetricSpec = counter(
+    "onejob_tokens_total",
+    &["owner", "contract", "provider", "kind"],
+    "Tokens providers reported, by kind (input, output, cached_input, reasoning).",
+);
+const CALLS_AVOIDED: MetricSpec = counter(
+    "onejob_calls_avoided_total",
+    &["owner", "contract", "outcome"],
+    "Creates answered from the job their key already named, with no provider call (replayed, conflict).",
+);
 const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
     "onejob_event_delivery_seconds",
     (
@@ -151,7 +171,7 @@ const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
 );
 
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 13] = [
+pub const METRICS: [MetricSpec; 16] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
@@ -165,6 +185,9 @@ pub const METRICS: [MetricSpec; 13] = [
     ATTEMPTS_PER_JOB,
     EVENT_TRIES,
     EVENT_DELIVERY_SECONDS,
+    COST,
+    TOKENS,
+    CALLS_AVOIDED,
 ];
 
 /// The durations of a request's parts, in seconds, with their bucket bounds: a create takes milliseconds, a
@@ -282,12 +305,45 @@ impl Metrics {
         self.0.register_histogram(&key(spec, values), &METADATA)
     }
 
-    /// A create answered `kind` after `took`.
-    pub fn create(&self, contract: &ContractRef, kind: CreateKind, took: Duration) {
+    /// `owner`'s create answered `kind` after `took`; one answered from an existing job avoided a call.
+    pub fn create(&self, owner: &Owner, contract: &ContractRef, kind: CreateKind, took: Duration) {
         let labels = [contract.name(), kind.as_str()];
         self.counter(&CREATES, &labels).increment(1);
         self.histogram(&CREATE_SECONDS, &labels)
             .record(took.as_secs_f64());
+        if kind != CreateKind::Created {
+            let labels = [owner.as_str(), contract.name(), kind.as_str()];
+            self.counter(&CALLS_AVOIDED, &labels).increment(1);
+        }
+    }
+
+    /// What attempt `number` of `job` reported when its answer was written as `outcome` (won, discarded, failed):
+    /// its tokens, and its cost if it was priced.
+    pub fn billed(&self, job: &Job, number: u32, outcome: &str) {
+        let Some(report) = job.attempt(number).and_then(|a| a.report.as_ref()) else {
+            return;
+        };
+        let (owner, contract, provider) = (
+            job.owner.as_str(),
+            job.contract.name(),
+            provider_of(job, number),
+        );
+        let kinds = [
+            ("input", report.input_tokens),
+            ("output", report.output_tokens),
+            ("cached_input", report.cached_input_tokens),
+            ("reasoning", report.reasoning_tokens),
+        ];
+        for (kind, tokens) in kinds {
+            if let Some(tokens) = tokens {
+                self.counter(&TOKENS, &[owner, contract, provider, kind])
+                    .increment(tokens);
+            }
+        }
+        if let Some(nanos) = report.cost_nanos {
+            self.histogram(&COST, &[owner, contract, provider, outcome])
+                .record(crate::domain::amount(nanos));
+        }
     }
 
     /// Attempt `number` of `job` (as the write left it) entered `state`; a queued retry counts as one, a claim

@@ -4,6 +4,10 @@ fn summarize() -> ContractRef {
     ContractRef::new("summarize", 1).unwrap()
 }
 
+fn alice() -> Owner {
+    Owner::parse("alice").unwrap()
+}
+
 fn openai() -> ProviderName {
     ProviderName::parse("openai").unwrap()
 }
@@ -11,8 +15,14 @@ fn openai() -> ProviderName {
 #[test]
 fn prometheus_text_has_each_histograms_buckets_under_its_labels() {
     let metrics = Metrics::prometheus();
-    metrics.create(&summarize(), CreateKind::Created, Duration::from_millis(3));
     metrics.create(
+        &alice(),
+        &summarize(),
+        CreateKind::Created,
+        Duration::from_millis(3),
+    );
+    metrics.create(
+        &alice(),
         &summarize(),
         CreateKind::Replayed,
         Duration::from_micros(300),
@@ -36,6 +46,7 @@ fn prometheus_text_has_each_histograms_buckets_under_its_labels() {
         "onejob_provider_call_seconds_bucket{provider=\"openai\",model=\"gpt-x\",outcome=\"answered\",le=\"1\"} 0",
         "onejob_provider_call_seconds_bucket{provider=\"openai\",model=\"gpt-x\",outcome=\"answered\",le=\"2.5\"} 1",
         "onejob_creates_total{contract=\"summarize\",outcome=\"created\"} 1",
+        "onejob_calls_avoided_total{owner=\"alice\",contract=\"summarize\",outcome=\"replayed\"} 1",
         "onejob_breaker_trips_total{provider=\"openai\"} 1",
         "onejob_store_retries_total 1",
         "# HELP onejob_breaker_trips_total Times a provider's breaker opened.",
@@ -54,8 +65,18 @@ fn prometheus_text_has_each_histograms_buckets_under_its_labels() {
 #[test]
 fn an_emf_document_per_label_set_carries_its_dimensions_and_what_came_since_the_last() {
     let metrics = Metrics::emf();
-    metrics.create(&summarize(), CreateKind::Created, Duration::from_millis(4));
-    metrics.create(&summarize(), CreateKind::Created, Duration::from_millis(6));
+    metrics.create(
+        &alice(),
+        &summarize(),
+        CreateKind::Created,
+        Duration::from_millis(4),
+    );
+    metrics.create(
+        &alice(),
+        &summarize(),
+        CreateKind::Created,
+        Duration::from_millis(6),
+    );
     metrics.provider_call(&openai(), "gpt-x", "failed", Duration::from_millis(500));
     metrics.store_retry();
     let lines = metrics.drain_emf(1_000);
@@ -122,7 +143,12 @@ fn an_emf_document_per_label_set_carries_its_dimensions_and_what_came_since_the_
 fn an_emf_histogram_of_more_than_a_hundred_values_spans_documents() {
     let metrics = Metrics::emf();
     for ms in 0..250 {
-        metrics.create(&summarize(), CreateKind::Created, Duration::from_millis(ms));
+        metrics.create(
+            &alice(),
+            &summarize(),
+            CreateKind::Created,
+            Duration::from_millis(ms),
+        );
     }
     let documents: Vec<serde_json::Value> = metrics
         .drain_emf(1_000)

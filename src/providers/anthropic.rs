@@ -58,10 +58,16 @@ fn read_answer(text: &str) -> Reply {
     let Ok(body) = serde_json::from_str::<Value>(text) else {
         return Reply::failed("bad_response", format!("not a message: {}", snippet(text)));
     };
+    let usage = |field: &str| body["usage"][field].as_u64();
+    let cached = usage("cache_read_input_tokens");
+    // `input_tokens` leaves out what was read from the cache and what was written to it: the prompt is all three.
     let report = CallReport {
         model: body["model"].as_str().map(str::to_owned),
-        input_tokens: body.pointer("/usage/input_tokens").and_then(Value::as_u64),
-        output_tokens: body.pointer("/usage/output_tokens").and_then(Value::as_u64),
+        input_tokens: usage("input_tokens").map(|fresh| {
+            fresh + cached.unwrap_or(0) + usage("cache_creation_input_tokens").unwrap_or(0)
+        }),
+        output_tokens: usage("output_tokens"),
+        cached_input_tokens: cached,
         ..CallReport::default()
     };
     let blocks = body["content"]

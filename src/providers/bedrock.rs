@@ -195,11 +195,19 @@ impl super::Provider for BedrockProvider {
 /// The `answer` tool call's input, with the usage Bedrock reports (the model is the configured one: Converse does
 /// not name it).
 fn read_answer(output: &ConverseOutput, model: &str) -> Reply {
+    let count = |n: i32| u64::try_from(n).unwrap_or_default();
     let usage = output.usage();
+    let cached = usage.and_then(|u| u.cache_read_input_tokens()).map(count);
+    // `inputTokens` leaves out what was read from the cache and what was written to it: the prompt is all three.
     let report = CallReport {
         model: Some(model.to_owned()),
-        input_tokens: usage.and_then(|u| u64::try_from(u.input_tokens()).ok()),
-        output_tokens: usage.and_then(|u| u64::try_from(u.output_tokens()).ok()),
+        input_tokens: usage.map(|u| {
+            count(u.input_tokens())
+                + cached.unwrap_or(0)
+                + u.cache_write_input_tokens().map_or(0, count)
+        }),
+        output_tokens: usage.map(|u| count(u.output_tokens())),
+        cached_input_tokens: cached,
         ..CallReport::default()
     };
     let blocks = match output.output() {

@@ -51,10 +51,22 @@ impl Provider for DemoProvider {
                 ProviderOutcome::Answered(output)
             }
         };
+        // Usage as a model would report it, a token for every four bytes (an average), for an answer only: a
+        // refusal says no work was done.
+        let tokens = |bytes: usize| Some(bytes.div_ceil(4) as u64);
+        let (input_tokens, output_tokens) = match &outcome {
+            ProviderOutcome::Answered(output) => (
+                tokens(request.prompt.len()),
+                tokens(output.to_string().len()),
+            ),
+            _ => (None, None),
+        };
         Reply::new(
             outcome,
             CallReport {
                 model: Some(format!("demo/{}", self.behavior.as_str())),
+                input_tokens,
+                output_tokens,
                 ..CallReport::default()
             },
         )

@@ -55,12 +55,14 @@ fn read_answer(text: &str) -> Reply {
             format!("not a chat completion: {}", snippet(text)),
         );
     };
+    let usage = |path: &str| body.pointer(path).and_then(Value::as_u64);
+    // `prompt_tokens` counts the cached ones too, `completion_tokens` the reasoning ones.
     let report = CallReport {
         model: body["model"].as_str().map(str::to_owned),
-        input_tokens: body.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
-        output_tokens: body
-            .pointer("/usage/completion_tokens")
-            .and_then(Value::as_u64),
+        input_tokens: usage("/usage/prompt_tokens"),
+        output_tokens: usage("/usage/completion_tokens"),
+        cached_input_tokens: usage("/usage/prompt_tokens_details/cached_tokens"),
+        reasoning_tokens: usage("/usage/completion_tokens_details/reasoning_tokens"),
         ..CallReport::default()
     };
     let choice = &body["choices"][0];

@@ -9,8 +9,9 @@ use async_trait::async_trait;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 
 use super::{Outcome, Sink};
-use crate::domain::event::body;
-use crate::domain::{Endpoint, EventDelivery, Job, SinkKind};
+use serde_json::Value;
+
+use crate::domain::{Endpoint, EventDelivery, SinkKind};
 
 #[derive(Debug)]
 pub struct BusSink {
@@ -42,7 +43,7 @@ impl Sink for BusSink {
         SinkKind::Bus
     }
 
-    async fn put(&self, job: &Job, event: &EventDelivery, _: Option<&Endpoint>) -> Outcome {
+    async fn put(&self, event: &EventDelivery, body: &Value, _: Option<&Endpoint>) -> Outcome {
         let Some(client) = &self.client else {
             return Outcome::Refused(
                 "this process has no EventBridge client (the sweeper puts events on the bus)"
@@ -53,7 +54,7 @@ impl Sink for BusSink {
             .event_bus_name(&self.name)
             .source("onejob")
             .detail_type("job.settled")
-            .detail(body(job, event).to_string())
+            .detail(body.to_string())
             .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(
                 event.settled_at.timestamp_millis(),
             ))

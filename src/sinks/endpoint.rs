@@ -14,8 +14,10 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::{Outcome, Sink};
 use crate::clock::Clock;
-use crate::domain::event::{body, signature};
-use crate::domain::{Endpoint, EventDelivery, Job, SinkKind};
+use serde_json::Value;
+
+use crate::domain::event::signature;
+use crate::domain::{Endpoint, EventDelivery, SinkKind};
 
 /// Why an endpoint is refused.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +99,12 @@ impl Sink for EndpointSink {
         SinkKind::Endpoint
     }
 
-    async fn put(&self, job: &Job, event: &EventDelivery, endpoint: Option<&Endpoint>) -> Outcome {
+    async fn put(
+        &self,
+        event: &EventDelivery,
+        body: &Value,
+        endpoint: Option<&Endpoint>,
+    ) -> Outcome {
         let Some(endpoint) = endpoint else {
             return Outcome::Refused("no endpoint".into());
         };
@@ -106,7 +113,7 @@ impl Sink for EndpointSink {
         if let Err(refused) = self.vet(&endpoint.url) {
             return Outcome::Refused(refused.to_string());
         }
-        let body = serde_json::to_vec(&body(job, event)).expect("JSON always serialises");
+        let body = serde_json::to_vec(body).expect("JSON always serialises");
         let signed = signature(&endpoint.secret, self.clock.now(), &body);
         let sent = self
             .client

@@ -16,7 +16,7 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 
-use crate::domain::{Endpoint, EventDelivery, Job, SinkKind};
+use crate::domain::{Endpoint, EventDelivery, SinkKind};
 use crate::metrics::EventTry;
 
 /// What one try of an event at one sink came to.
@@ -57,8 +57,13 @@ impl Outcome {
 pub trait Sink: Send + Sync + Debug {
     fn kind(&self) -> SinkKind;
 
-    /// One try of `event` of `job`; `endpoint` is the owner's, for a sink that posts to it.
-    async fn put(&self, job: &Job, event: &EventDelivery, endpoint: Option<&Endpoint>) -> Outcome;
+    /// One try of `event`, whose JSON is `body`; `endpoint` is the owner's, for a sink that posts to it.
+    async fn put(
+        &self,
+        event: &EventDelivery,
+        body: &serde_json::Value,
+        endpoint: Option<&Endpoint>,
+    ) -> Outcome;
 }
 
 /// The sinks of a deployment: every owner's endpoint, and the bus if the config names one and this process delivers

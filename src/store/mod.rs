@@ -19,8 +19,8 @@ use chrono::Duration;
 use crate::domain::{
     Applied, AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint,
     ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
-    Owner, ParseError, ProviderName, Qualification, Refusal, Stamp, Timestamp, Transition,
-    WriteToken,
+    Owner, OwnerLimits, ParseError, ProviderName, Qualification, Refusal, Stamp, Timestamp,
+    Transition, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -96,6 +96,8 @@ pub struct ListQuery {
     /// 1 to [`ListQuery::MAX_LIMIT`].
     pub limit: usize,
     pub cursor: Option<Cursor>,
+    /// Only jobs created before this moment (a usage report's last day's end).
+    pub created_before: Option<Timestamp>,
 }
 
 impl ListQuery {
@@ -185,7 +187,42 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         new: NewJob,
         retention: Duration,
         stamp: &Stamp,
+    ) -> Result<CreateOutcome, StoreError> {
+        (self.create_within(new, retention, stamp, &OwnerLimits::default())).await
+    }
+
+    /// [`JobStore::create_job`] within the owner's `limits`: a job the key names answers as it would (a replay is
+    /// never refused); else, in the write that would create the job, the owner's live jobs and ledger are held to
+    /// the limits ([`OwnerLimits::admit`]) — beyond one, [`Refusal::Limit`] and nothing written — and the ledger
+    /// counts the create. A limit of N admits at most N under concurrent creates.
+    async fn create_within(
+        &self,
+        new: NewJob,
+        retention: Duration,
+        stamp: &Stamp,
+        limits: &OwnerLimits,
     ) -> Result<CreateOutcome, StoreError>;
+
+    /// Adds `tokens` and `nanos` to `owner`'s spend in the period `period` names (a new period starts at 0):
+    /// what its budget is held to. Advisory, written after the answer it counts; a repeat after a lost answer may
+    /// count it twice.
+    async fn record_spend(
+        &self,
+        owner: &Owner,
+        period: &str,
+        tokens: u64,
+        nanos: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Every owner's jobs that need a person — `unknown` or `failed` (or only `status`) — not expired by `now`,
+    /// the latest to come to need one first: the operators' view.
+    async fn needing_a_person(
+        &self,
+        status: Option<JobStatus>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError>;
 
     /// A consistent read of one job with its attempts, whoever owns it, unless it expired before `now`: for the
     /// engine's own steps (a message names a job, not its owner).
@@ -408,6 +445,21 @@ pub trait ProviderStore: Send + Sync + Debug {
         seen: &Qualification,
         evidence: &Qualification,
     ) -> Result<bool, StoreError>;
+
+    /// Takes one of `provider`'s `cap` call slots for `holder` until `until` (a slot held past it is free again: its
+    /// holder died), unless all are taken at `now`; whether `holder` holds one (taking it again is holding it).
+    async fn take_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+        cap: u32,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    /// Frees `holder`'s slot of `provider`, if it holds one.
+    async fn free_call_slot(&self, provider: &ProviderName, holder: &str)
+    -> Result<(), StoreError>;
 }
 
 /// Completion events' side of the store: owners' endpoints and each job's deliveries (`domain::event`). A job's

@@ -190,7 +190,7 @@ impl Step<'_> {
             Some(reply) => self.settle(contract, &prepared, reply).await,
             None => {
                 // No answer at all: the provider's health, for its breaker (the time-out is written already).
-                self.advise(true, None, None).await;
+                self.advise(true, None, None, None).await;
                 Ok(Processed::Unknown)
             }
         }
@@ -302,7 +302,9 @@ impl Step<'_> {
             ..
         } = reply;
         checks::annotate(prepared, &mut report);
+        self.price(&mut report);
         let model = report.model.clone();
+        let spent = report.clone();
         let (processed, broke) = match outcome {
             ProviderOutcome::Answered(output) => {
                 match checks::check_answer(contract, prepared, &output, &report) {
@@ -328,15 +330,37 @@ impl Step<'_> {
                 (marked, None)
             }
         };
-        self.advise(provider_failing, model.as_deref(), broke.as_ref())
-            .await;
+        self.advise(
+            provider_failing,
+            model.as_deref(),
+            broke.as_ref(),
+            Some(&spent),
+        )
+        .await;
         processed
     }
 
+    /// The call's cost by the price table, kept with its usage: what it cost when it was made.
+    fn price(&self, report: &mut CallReport) {
+        let attempt = self
+            .job
+            .attempt(self.message.number)
+            .expect("the claimed attempt exists");
+        let model = (self.engine.providers.get(&attempt.provider)).and_then(|p| p.config.model());
+        report.cost_nanos =
+            (self.engine.settings.prices).cost_nanos(&attempt.provider, model, report);
+    }
+
     /// What the call told of its provider, once its answer is written: whether it is failing (its breaker) and what
-    /// model answered and whether the answer broke the contract (its standing). Advisory state: it never decides
-    /// the attempt, and it stops at the deadline.
-    async fn advise(&self, failing: bool, model: Option<&str>, broke: Option<&ErrorInfo>) {
+    /// model answered and whether the answer broke the contract (its standing); and what it cost, for its owner's
+    /// budget. Advisory state: it never decides the attempt, and it stops at the deadline.
+    async fn advise(
+        &self,
+        failing: bool,
+        model: Option<&str>,
+        broke: Option<&ErrorInfo>,
+        spent: Option<&CallReport>,
+    ) {
         let attempt = self
             .job
             .attempt(self.message.number)
@@ -349,6 +373,9 @@ impl Step<'_> {
             self.engine
                 .observe(self.job, self.message.number, model, broke)
                 .await;
+            if let Some(report) = spent {
+                self.engine.spent(&self.job.owner, report).await;
+            }
         };
         match self.deadline {
             None => advice.await,

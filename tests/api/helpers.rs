@@ -135,7 +135,7 @@ impl TestApp {
     async fn spawn_on(backend: Backend, config: Config, clock: Arc<ManualClock>) -> Self {
         let faults = FaultyStore::new(backend.open(), Vec::new());
         let store = faults.clone();
-        let tokens = Tokens::new(config.tokens.clone(), config.metrics_token.clone());
+        let tokens = Tokens::new(config.tokens.clone(), config.operator_tokens());
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let keys = ProviderKeys::default();
         let running =

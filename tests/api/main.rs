@@ -1,6 +1,7 @@
 //! HTTP-level tests: the real router on a socket bound to port 0, real concurrency, counted rows.
 
 mod bad_input;
+mod bills;
 mod create;
 mod engine;
 mod events;

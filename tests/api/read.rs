@@ -169,7 +169,9 @@ async fn the_openapi_document_describes_the_api() {
             "/v1/jobs/{id}/attempts/{number}/cancel",
             "/v1/jobs/{id}/cancel",
             "/v1/jobs/{id}/events",
+            "/v1/operator/jobs",
             "/v1/providers",
+            "/v1/usage",
         ]
     );
     let create = &paths["/v1/jobs"]["post"]["responses"];
@@ -213,7 +215,7 @@ async fn the_openapi_document_is_one_generators_take_as_it_is() {
         }
     }
     assert_eq!(
-        unauthorized, 13,
+        unauthorized, 15,
         "every operation but /healthz is behind a token"
     );
     let attempts = &paths["/v1/jobs/{id}/attempts"]["post"]["requestBody"];

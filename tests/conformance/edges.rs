@@ -23,6 +23,7 @@ async fn listed_as(store: &dyn JobStore, now: onejob::domain::Timestamp) -> Vec<
             status: Some(status),
             limit: 10,
             cursor: None,
+            created_before: None,
         };
         let page = store
             .list_jobs(&onejob::domain::Owner::parse("alice").unwrap(), &query, now)
@@ -96,6 +97,7 @@ pub async fn a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job(
         status: None,
         limit: 10,
         cursor: None,
+        created_before: None,
     };
     let listed = store.list_jobs(&old.owner, &query, end).await.unwrap();
     assert_eq!(listed.jobs, vec![]);
@@ -183,6 +185,9 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
         model: Some("m".repeat(100_000)),
         input_tokens: Some(u64::MAX),
         output_tokens: Some(u64::MAX),
+        cached_input_tokens: Some(u64::MAX),
+        reasoning_tokens: Some(u64::MAX),
+        cost_nanos: Some(u64::MAX),
         retry_after_s: Some(u64::MAX),
         note: Some("n".repeat(100_000)),
     };

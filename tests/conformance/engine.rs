@@ -6,6 +6,7 @@ use std::sync::Arc;
 use onejob::clock::Clock;
 use onejob::config::Config;
 use onejob::domain::{AttemptRef, AttemptState, Job, JobStatus, ProviderName, Refusal};
+use onejob::engine::Actor;
 use onejob::store::{JobStore, StoreError};
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
@@ -65,7 +66,7 @@ pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStor
     let refused = rig
         .engine
         .add_attempt(
-            &job.owner,
+            &Actor::Owner(job.owner.clone()),
             &job.id,
             Some(ProviderName::parse("fallback").unwrap()),
             None,
@@ -165,7 +166,7 @@ pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobSto
     let step = rig.process_in_background(&message);
     primary.received(1).await;
     rig.engine
-        .cancel_job(&job.owner, &job.id, None)
+        .cancel_job(&Actor::Owner(job.owner.clone()), &job.id, None)
         .await
         .unwrap();
     gate.open(summary("late"));
@@ -768,7 +769,10 @@ pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc
     for i in 0..jobs {
         let job = rig.engine.create_job(rig.intent(&format!("k{i}"))).await;
         let job = job.unwrap().job().clone();
-        rig.engine.cancel_job(&owner, &job.id, None).await.unwrap();
+        (rig.engine)
+            .cancel_job(&Actor::Owner(owner.clone()), &job.id, None)
+            .await
+            .unwrap();
     }
     let engine = &rig.engine;
     let delivered =

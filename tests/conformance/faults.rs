@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use onejob::clock::Clock;
 use onejob::domain::{AttemptState, Endpoint, Fingerprint, Job, JobStatus, ProviderName};
+use onejob::engine::Actor;
 use onejob::store::{CreateOutcome, EventStore, JobStore, ListQuery, StoreError};
 use onejob::worker::sweeper::sweep;
 use onejob::worker::{Processed, process_attempt};
@@ -117,6 +118,7 @@ pub async fn a_create_that_fails_either_side_of_its_write_is_created_once(
             status: None,
             limit: 100,
             cursor: None,
+            created_before: None,
         };
         let page = rig.engine.list_jobs(&intent.owner, &query).await.unwrap();
         let mine: Vec<&Job> = page
@@ -398,7 +400,7 @@ pub async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at
         faulty.plan(&[(Call::CancelAttempt, fault)]);
         let cancelled = rig
             .engine
-            .cancel_attempt(&job.owner, &job.id, 1, None)
+            .cancel_attempt(&Actor::Owner(job.owner.clone()), &job.id, 1, None)
             .await
             .unwrap();
         assert!(faulty.spent());
@@ -428,7 +430,12 @@ pub async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt
         let key = onejob::domain::IdempotencyKey::parse(&format!("retry-click-{i}")).unwrap();
         let added = rig
             .engine
-            .add_attempt(&job.owner, &job.id, Some(fallback_provider()), Some(&key))
+            .add_attempt(
+                &Actor::Owner(job.owner.clone()),
+                &job.id,
+                Some(fallback_provider()),
+                Some(&key),
+            )
             .await
             .unwrap();
         assert!(faulty.spent());
@@ -455,7 +462,7 @@ pub async fn a_job_cancel_that_fails_either_side_of_its_write_cancels(store: Arc
         faulty.plan(&[(Call::CancelJob, fault)]);
         let cancelled = rig
             .engine
-            .cancel_job(&job.owner, &job.id, None)
+            .cancel_job(&Actor::Owner(job.owner.clone()), &job.id, None)
             .await
             .unwrap();
         assert!(faulty.spent());

@@ -140,6 +140,7 @@ pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobS
             status: None,
             limit: 3,
             cursor,
+            created_before: None,
         };
         let page = store
             .list_jobs(&owner("alice"), &query, later())
@@ -158,6 +159,7 @@ pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobS
         status: Some(JobStatus::Cancelled),
         limit: 10,
         cursor: None,
+        created_before: None,
     };
     let page = store
         .list_jobs(&owner("alice"), &query, later())

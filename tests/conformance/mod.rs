@@ -181,6 +181,7 @@ pub async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
         status: None,
         limit: ListQuery::MAX_LIMIT,
         cursor: None,
+        created_before: None,
     };
     store
         .list_jobs(&owner(owner_name), &query, later())

@@ -137,11 +137,19 @@ impl Functions {
     }
 }
 
+/// The api function's config as the tests deploy it: its operators are the callers in the `onejob-operators` group.
+fn api_config() -> Config {
+    let mut config = Config::default();
+    config.operators.claim = Some("cognito:groups".into());
+    config.operators.value = Some("onejob-operators".into());
+    config
+}
+
 /// Runs an API Gateway event through the api function on `engine`, as `lambda_http::run` does: the status and the
 /// body text.
 async fn call_api(engine: &Arc<Engine>, event: Value) -> (u16, String) {
     let request: LambdaRequest = serde_json::from_value(event).unwrap();
-    let mut function = Adapter::from(lambda::api(engine.clone(), 256 * 1024));
+    let mut function = Adapter::from(lambda::api(engine.clone(), &api_config()));
     let response = function
         .call(LambdaEvent::new(request, Context::default()))
         .await

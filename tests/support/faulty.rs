@@ -10,10 +10,12 @@ use async_trait::async_trait;
 use chrono::Duration;
 use onejob::domain::{
     Applied, AttemptRef, Breaker, Deliveries, Endpoint, Fingerprint, IdempotencyKey, Job, JobId,
-    NewJob, Owner, ProviderName, Qualification, Stamp, Timestamp, Transition,
+    JobStatus, NewJob, Owner, OwnerLimits, ProviderName, Qualification, Stamp, Timestamp,
+    Transition,
 };
 use onejob::store::{
-    CreateOutcome, EventStore, JobPage, JobStore, JobWrite, ListQuery, ProviderStore, StoreError,
+    CreateOutcome, Cursor, EventStore, JobPage, JobStore, JobWrite, ListQuery, ProviderStore,
+    StoreError,
 };
 
 /// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
@@ -43,6 +45,10 @@ pub enum Call {
     Deliveries,
     PutDeliveries,
     DueDeliveries,
+    RecordSpend,
+    NeedingAPerson,
+    TakeCallSlot,
+    FreeCallSlot,
 }
 
 impl Call {
@@ -258,18 +264,62 @@ impl ProviderStore for FaultyStore {
         let op = self.inner.put_breaker(provider, breaker, rev);
         self.through(Call::PutBreaker, op).await
     }
+
+    async fn take_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+        cap: u32,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let op = self.inner.take_call_slot(provider, holder, cap, until, now);
+        self.through(Call::TakeCallSlot, op).await
+    }
+
+    async fn free_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let op = self.inner.free_call_slot(provider, holder);
+        self.through(Call::FreeCallSlot, op).await
+    }
 }
 
 #[async_trait]
 impl JobStore for FaultyStore {
-    async fn create_job(
+    async fn create_within(
         &self,
         new: NewJob,
         retention: Duration,
         stamp: &Stamp,
+        limits: &OwnerLimits,
     ) -> Result<CreateOutcome, StoreError> {
-        let op = self.inner.create_job(new, retention, stamp);
+        let op = self.inner.create_within(new, retention, stamp, limits);
         self.through(Call::Create, op).await
+    }
+
+    async fn record_spend(
+        &self,
+        owner: &Owner,
+        period: &str,
+        tokens: u64,
+        nanos: u64,
+    ) -> Result<(), StoreError> {
+        let op = self.inner.record_spend(owner, period, tokens, nanos);
+        self.through(Call::RecordSpend, op).await
+    }
+
+    async fn needing_a_person(
+        &self,
+        status: Option<JobStatus>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        let op = self.inner.needing_a_person(status, limit, cursor, now);
+        self.through(Call::NeedingAPerson, op).await
     }
 
     async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {

@@ -10,6 +10,7 @@ use onejob::config::Config;
 use onejob::domain::{
     AttemptRef, ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
 };
+use onejob::engine::Actor;
 use onejob::engine::Engine;
 use onejob::metrics::Metrics;
 use onejob::providers::ProviderConfig;
@@ -195,7 +196,7 @@ impl Rig {
 
     pub async fn cancel_attempt(&self, job: &Job, number: u32) -> Job {
         self.engine
-            .cancel_attempt(&self.owner, &job.id, number, None)
+            .cancel_attempt(&Actor::Owner(self.owner.clone()), &job.id, number, None)
             .await
             .unwrap()
     }

@@ -12,6 +12,7 @@ use chrono::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::bill::{Bill, amount};
 use super::ids::{JobId, Owner};
 use super::job::Job;
 use super::status::JobStatus;
@@ -216,7 +217,9 @@ impl Deliveries {
 
 /// The body of `event`'s POST (and the bus entry's detail): what settled, and how; the job itself is one
 /// authorised `GET` away.
-pub fn body(job: &Job, event: &EventDelivery) -> serde_json::Value {
+pub fn body(job: &Job, event: &EventDelivery, currency: &str) -> serde_json::Value {
+    let bill = Bill::of(job);
+    let total = bill.total();
     serde_json::json!({
         "id": event.id,
         "type": "job.settled",
@@ -228,6 +231,15 @@ pub fn body(job: &Job, event: &EventDelivery) -> serde_json::Value {
             "result": job.result,
             "error": job.error,
             "attempts": job.attempts.len(),
+            "usage": {
+                "currency": currency,
+                "cost": amount(total.cost_nanos),
+                "input_tokens": total.input_tokens,
+                "output_tokens": total.output_tokens,
+                "discarded_cost": amount(bill.discarded.cost_nanos),
+                "unknown_attempts": bill.unknown,
+                "complete": bill.complete(),
+            },
         },
     })
 }

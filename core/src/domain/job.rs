@@ -48,12 +48,33 @@ pub struct Job {
     /// The token of the write that cancelled it.
     pub cancelled_by: Option<WriteToken>,
     pub attempts: Vec<Attempt>,
+    /// What operators did to the job on its owner's behalf, and who, oldest first.
+    pub interventions: Vec<Intervention>,
     pub created_at: Timestamp,
     /// The last time the job's status, version or result changed.
     pub updated_at: Timestamp,
     /// When the job is gone, on every store and for every read, and its key is free again (invariant 13). Whole
     /// seconds (DynamoDB's TTL keeps seconds).
     pub expires_at: Timestamp,
+}
+
+/// An operator's act on an owner's job (a manual attempt, an attempt or the job cancelled), kept on the job: an
+/// operator acts for any owner, and the job says who did what.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Intervention {
+    /// The operator: a token's name locally, the JWT's `sub` on AWS.
+    pub by: String,
+    /// `attempt_added`, `attempt_cancelled` or `job_cancelled`.
+    pub action: String,
+    /// The attempt it queued or cancelled.
+    pub attempt: Option<u32>,
+    #[schema(value_type = String, format = DateTime)]
+    pub at: Timestamp,
+}
+
+impl Intervention {
+    /// The most a job keeps: each is a write that moved the job, and a job has at most 25 attempts.
+    pub const MAX: usize = 64;
 }
 
 /// Everything a create carries; the job's id is derived from `owner` and `idempotency_key`.
@@ -104,6 +125,7 @@ impl Job {
             cancelled_at: None,
             cancelled_by: None,
             attempts: vec![Attempt::queued(1, first, stamp)],
+            interventions: Vec::new(),
             created_at: now,
             updated_at: now,
             expires_at: expiry(now, retention),
@@ -227,7 +249,22 @@ impl Job {
         let number = self.queue(provider, stamp);
         self.attempt_mut(number).expect("just queued").request = stamp.request.clone();
         self.updated_at = stamp.now;
+        self.record(stamp, "attempt_added", Some(number));
         Ok(number)
+    }
+
+    /// Records what an operator's write did, if an operator made it.
+    fn record(&mut self, stamp: &Stamp, action: &str, attempt: Option<u32>) {
+        if let Some(by) = &stamp.operator
+            && self.interventions.len() < Intervention::MAX
+        {
+            self.interventions.push(Intervention {
+                by: by.clone(),
+                action: action.to_owned(),
+                attempt,
+                at: stamp.now,
+            });
+        }
     }
 
     /// Refuses `request` if another request under its key was made on this job (invariant 17): the tokens of the
@@ -424,6 +461,7 @@ impl Job {
         attempt.cancelled_by = Some(stamp.token.clone());
         self.fail_over(failover, stamp);
         self.updated_at = stamp.now;
+        self.record(stamp, "attempt_cancelled", Some(number));
         Ok(AttemptCancel::Cancelled)
     }
 
@@ -449,6 +487,7 @@ impl Job {
         self.cancelled_by = Some(stamp.token.clone());
         self.version += 1;
         self.updated_at = stamp.now;
+        self.record(stamp, "job_cancelled", None);
         Ok(JobCancel::Cancelled)
     }
 

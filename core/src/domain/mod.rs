@@ -6,19 +6,22 @@
 //! - [`failover`]: where a job goes after an attempt ends without a result.
 //! - [`write`](mod@write): what a transition is given (the writer's stamp) and what it answers;
 //!   [`transition`]: each transition as a value, as a store applies it.
-//! - [`report`]: the bounded error and call report kept on an attempt.
+//! - [`report`]: the bounded error and call report kept on an attempt; [`bill`]: what an intent cost.
 //! - [`ids`], [`fingerprint`], [`qualification`]: names, the intent's fingerprint, providers' standing.
 //! - [`breaker`]: a provider's breaker, shared by every worker through the store.
+//! - [`limits`]: what one owner may start (live jobs, creates a minute, a budget), and its ledger.
 //! - [`event`]: completion events, their endpoint, signature and deliveries.
 //! - [`time`]: the one `Timestamp` every part keeps.
 
 pub mod attempt;
+pub mod bill;
 pub mod breaker;
 pub mod event;
 pub mod failover;
 pub mod fingerprint;
 pub mod ids;
 pub mod job;
+pub mod limits;
 pub mod qualification;
 pub mod report;
 pub mod status;
@@ -32,12 +35,14 @@ pub mod fixtures;
 mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
+pub use bill::{Bill, Price, PriceTable, Share, amount};
 pub use breaker::{Admission, Breaker, BreakerPolicy, BreakerState};
 pub use event::{Deliveries, Endpoint, EventDelivery, SinkKind};
 pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
-pub use job::{Job, MAX_INPUT_BYTES, NewJob, expiry};
+pub use job::{Intervention, Job, MAX_INPUT_BYTES, NewJob, expiry};
+pub use limits::{Budget, LimitReached, Limits, OwnerLedger, OwnerLimits, Period};
 pub use qualification::{ContractStanding, Qualification, RunEvidence, Standing, Suspicion};
 pub use report::{CallReport, ErrorInfo};
 pub use status::JobStatus;

@@ -55,6 +55,16 @@ pub struct CallReport {
     /// Answer tokens, as the provider counted them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<u64>,
+    /// Of the prompt tokens, those the provider read from its prompt cache (billed at its cached rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Of the answer tokens, those the model spent reasoning (billed as answer tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// What the call cost by the deployment's price table when it was recorded, in billionths of the table's
+    /// currency; none when no price was configured for the provider, or it reported no usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_nanos: Option<u64>,
     /// The provider's `Retry-After`, in seconds: information for the operator. onejob never retries by itself; a
     /// retry is a new attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]

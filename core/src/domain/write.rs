@@ -3,6 +3,7 @@
 
 use super::attempt::AttemptState;
 use super::ids::WriteToken;
+use super::limits::LimitReached;
 use super::status::JobStatus;
 use super::time::Timestamp;
 
@@ -31,6 +32,9 @@ pub enum Refusal {
     /// The request's `Idempotency-Key` was used on this job for another request.
     #[error("this Idempotency-Key was used on this job for another request")]
     KeyReused,
+    /// A create beyond one of its owner's limits: nothing was written.
+    #[error(transparent)]
+    Limit(#[from] LimitReached),
 }
 
 /// What a completion did.
@@ -69,6 +73,8 @@ pub struct Stamp {
     /// The caller's request a manual attempt serves, when it came with an `Idempotency-Key`
     /// ([`WriteToken::for_request`]): kept on the attempt, so the same request sent again answers with it.
     pub request: Option<WriteToken>,
+    /// The operator this write acts for, on an owner's behalf: the job records what it did and who.
+    pub operator: Option<String>,
 }
 
 impl Stamp {
@@ -77,7 +83,13 @@ impl Stamp {
             token,
             now,
             request: None,
+            operator: None,
         }
+    }
+
+    /// This stamp, for a write an operator makes on an owner's behalf.
+    pub fn by_operator(self, operator: Option<String>) -> Self {
+        Self { operator, ..self }
     }
 
     /// This stamp, for a write that serves the caller's `request`.

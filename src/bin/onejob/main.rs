@@ -87,6 +87,18 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// What your jobs cost on a running server, by day and contract (their bills added up): from the first of
+    /// this month to today unless --from and --to say otherwise.
+    Usage {
+        /// The first day, YYYY-MM-DD.
+        #[arg(long)]
+        from: Option<chrono::NaiveDate>,
+        /// The last day, YYYY-MM-DD.
+        #[arg(long)]
+        to: Option<chrono::NaiveDate>,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Your completion events' endpoint on a running server: set, show, remove.
     Endpoint {
         #[command(subcommand)]
@@ -181,6 +193,9 @@ async fn main() -> ExitCode {
         }
         Command::Attempts { command, remote } => {
             remote::attempts(command, &remote).await.map(ExitCode::from)
+        }
+        Command::Usage { from, to, remote } => {
+            remote::usage(from, to, &remote).await.map(ExitCode::from)
         }
         Command::Endpoint { command, remote } => {
             remote::endpoint(command, &remote).await.map(ExitCode::from)

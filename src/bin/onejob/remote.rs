@@ -249,6 +249,68 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
     }
 }
 
+/// Runs `usage`: the caller's usage from `from` (default: the first of this month) to `to` (default: today).
+pub async fn usage(
+    from: Option<chrono::NaiveDate>,
+    to: Option<chrono::NaiveDate>,
+    remote: &Remote,
+) -> Result<u8, CliError> {
+    use chrono::Datelike;
+    let today = Utc::now().date_naive();
+    let to = to.unwrap_or(today);
+    let from = from.unwrap_or_else(|| to.with_day(1).expect("the first of a month"));
+    let usage = remote
+        .client()?
+        .usage(&from.to_string(), &to.to_string())
+        .await?;
+    if remote.json {
+        println!("{usage:#}");
+        return Ok(0);
+    }
+    let currency = usage["currency"].as_str().unwrap_or("");
+    let cost = |share: &Value| format!("{:.6}", share["cost"].as_f64().unwrap_or(0.0));
+    println!(
+        "{:<10}  {:<16} {:>6} {:>12} {:>12} {:>14} {:>14} {:>7}",
+        "day",
+        "contract",
+        "jobs",
+        "tokens in",
+        "tokens out",
+        format!("cost {currency}"),
+        "discarded",
+        "unknown"
+    );
+    let rows = usage["rows"].as_array().map_or(&[][..], Vec::as_slice);
+    for row in rows {
+        println!(
+            "{:<10}  {:<16} {:>6} {:>12} {:>12} {:>14} {:>14} {:>7}",
+            row["date"].as_str().unwrap_or("?"),
+            row["contract"].as_str().unwrap_or("?"),
+            row["jobs"],
+            row["total"]["input_tokens"],
+            row["total"]["output_tokens"],
+            cost(&row["total"]),
+            cost(&row["discarded"]),
+            row["unknown_attempts"],
+        );
+    }
+    println!(
+        "{:<10}  {:<16} {:>6} {:>12} {:>12} {:>14}",
+        "total",
+        "",
+        "",
+        usage["total"]["input_tokens"],
+        usage["total"]["output_tokens"],
+        cost(&usage["total"])
+    );
+    if let Some(day) = usage["complete_from"].as_str() {
+        eprintln!(
+            "more jobs than one report reads: complete from {day}; ask again with --to before it"
+        );
+    }
+    Ok(0)
+}
+
 /// Runs an `endpoint` command.
 pub async fn endpoint(command: EndpointCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;

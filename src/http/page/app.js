@@ -145,6 +145,7 @@ function showJobs() {
     $("jobs").tBodies[0].replaceChildren(...rows);
     $("jobs-empty").hidden = rows.length > 0;
     await refreshAttention(() => stopped);
+    await refreshSpend(() => stopped);
   };
   const tick = async () => {
     await refreshJobs();
@@ -180,6 +181,20 @@ async function refreshAttention(stopped) {
       el("td", {}, el("span", { className: `status ${job.status}` }, job.status)),
       el("td", {}, why(job)))));
   $("attention-empty").hidden = shown.length > 0;
+}
+
+/** The caller's totals since the first of this month (UTC), from `GET /v1/usage`. */
+async function refreshSpend(stopped) {
+  const today = new Date().toISOString().slice(0, 10);
+  const answer = await api(`/v1/usage?from=${today.slice(0, 8)}01&to=${today}`);
+  if (stopped() || answer.status !== 200) return;
+  const { currency, total, rows } = answer.body;
+  const jobs = rows.reduce((n, row) => n + row.jobs, 0);
+  const discarded = rows.reduce((sum, row) => sum + row.discarded.cost, 0);
+  const unknown = rows.reduce((n, row) => n + row.unknown_attempts, 0);
+  $("spend").textContent = `${total.cost.toFixed(6)} ${currency} on ${jobs} jobs · ` +
+    `${total.input_tokens} tokens in, ${total.output_tokens} out · ${discarded.toFixed(6)} on discarded answers` +
+    (unknown ? ` · ${unknown} attempts' cost not known yet` : "");
 }
 
 // ---- providers -----------------------------------------------------------------------------------------------
@@ -302,6 +317,24 @@ function render(job, limits = providerTimeouts ?? new Map()) {
   $("job-outcome").textContent = job.result !== null
     ? JSON.stringify(job.result, null, 2)
     : job.error ? `${job.error.code}: ${job.error.message}` : "—";
+  renderBill(job.bill);
+}
+
+/** Every answer paid for, by what became of it; a cost not known yet is said, not shown as zero. */
+function renderBill(bill) {
+  const row = (label, share) => el("tr", { dataset: { part: label } },
+    el("td", {}, label), el("td", {}, String(share.attempts)), el("td", {}, String(share.input_tokens)),
+    el("td", {}, String(share.output_tokens)), el("td", {}, `${share.cost.toFixed(6)} ${bill.currency}`));
+  $("job-bill").tBodies[0].replaceChildren(row("kept", bill.won), row("discarded", bill.discarded),
+    row("failed", bill.failed), row("total", bill.total));
+  const notes = [];
+  if (bill.unknown_attempts.length) {
+    notes.push(`Attempt ${bill.unknown_attempts.join(", ")}: no answer yet, so its cost is not known (it may have been billed).`);
+  }
+  if (bill.unpriced_attempts.length) {
+    notes.push(`Attempt ${bill.unpriced_attempts.join(", ")}: no price configured; its tokens are counted, its cost is not.`);
+  }
+  $("bill-note").textContent = notes.join(" ");
 }
 
 /** How many attempts the job had when its actions were last shown: part of each action's key. */

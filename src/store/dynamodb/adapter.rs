@@ -13,8 +13,8 @@ use super::transitions;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, Stamp,
-    Timestamp, Transition,
+    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
+    Owner, OwnerLimits, Stamp, Timestamp, Transition,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError};
 
@@ -43,21 +43,38 @@ impl DynamoStore {
 
 #[async_trait]
 impl JobStore for DynamoStore {
-    async fn create_job(
+    async fn create_within(
         &self,
         new: NewJob,
         retention: Duration,
         stamp: &Stamp,
+        limits: &OwnerLimits,
     ) -> Result<CreateOutcome, StoreError> {
         let job = Job::new(new, retention, stamp);
-        if let Some(input) = encode_input(&job) {
-            // A job that is there answers without a write: a replay would otherwise pay for its input again.
-            if let Some(item) = self.read_item(&job.id).await? {
-                let existing = decode_item(&item)?;
-                if !existing.job.is_expired(stamp.now) {
-                    return self.of_existing(existing, &job, stamp).await;
-                }
+        let input = encode_input(&job);
+        // A job that is there answers without a write: a replay would otherwise pay for its input again, and is
+        // never refused by a limit.
+        if (input.is_some() || limits.any())
+            && let Some(item) = self.read_item(&job.id).await?
+        {
+            let existing = decode_item(&item)?;
+            if !existing.job.is_expired(stamp.now) {
+                return self.of_existing(existing, &job, stamp).await;
             }
+        }
+        if limits.any() {
+            match self.reserve(&job.owner, &job.id, limits, stamp.now).await {
+                // A create of this very key by another function may have landed since the read above.
+                Err(StoreError::Refused(refusal)) => {
+                    return match self.read_item(&job.id).await? {
+                        Some(item) => self.of_existing(decode_item(&item)?, &job, stamp).await,
+                        None => Err(StoreError::Refused(refusal)),
+                    };
+                }
+                reserved => reserved?,
+            }
+        }
+        if let Some(input) = input {
             // Written before the job, so a job never lacks its input; the same intent writes the same item.
             self.client
                 .put_item()
@@ -93,6 +110,26 @@ impl JobStore for DynamoStore {
                 other => Err(StoreError::backend(other)),
             },
         }
+    }
+
+    async fn record_spend(
+        &self,
+        owner: &Owner,
+        period: &str,
+        tokens: u64,
+        nanos: u64,
+    ) -> Result<(), StoreError> {
+        self.add_spend(owner, period, tokens, nanos).await
+    }
+
+    async fn needing_a_person(
+        &self,
+        status: Option<JobStatus>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        self.people_needed(status, limit, cursor, now).await
     }
 
     async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
@@ -142,15 +179,25 @@ impl JobStore for DynamoStore {
         });
         // The index holds keys only: the items of each page of keys are read, and the status is the job's own.
         // A filter may leave pages short: keep reading until the page is full or the owner has no more.
+        // Before a moment: a key made at it (`<ms>#<id>`) sorts after its bare time.
+        let before = (query.created_before).map(|t| s(&format!("{:013}", t.timestamp_millis())));
+        let condition = match before {
+            Some(_) => "#owner = :owner AND created_key < :before",
+            None => "#owner = :owner",
+        };
         loop {
-            let out = self
+            let mut request = self
                 .client
                 .query()
                 .table_name(&self.table)
                 .index_name(OWNER_INDEX)
-                .key_condition_expression("#owner = :owner")
+                .key_condition_expression(condition)
                 .expression_attribute_names("#owner", "owner")
-                .expression_attribute_values(":owner", s(owner.as_str()))
+                .expression_attribute_values(":owner", s(owner.as_str()));
+            if let Some(before) = &before {
+                request = request.expression_attribute_values(":before", before.clone());
+            }
+            let out = request
                 .scan_index_forward(false)
                 .limit((query.limit + 1) as i32)
                 .set_exclusive_start_key(start.take())
@@ -217,7 +264,7 @@ impl JobStore for DynamoStore {
                 Applied::Claimed,
             ),
             Transition::MarkUnknown { number } => (
-                transitions::mark_unknown(*number, stamp),
+                transitions::mark_unknown(id, *number, stamp),
                 Applied::MarkedUnknown,
             ),
             Transition::Complete {
@@ -232,14 +279,16 @@ impl JobStore for DynamoStore {
                 transitions::redispatch(*number, stamp),
                 Applied::Redispatched,
             ),
-            // Cancelled before: the domain calls that an answer, not an error, and nothing is written.
-            Transition::CancelJob => (
+            // Cancelled before: the domain calls that an answer, not an error, and nothing is written. An
+            // operator's cancel is recorded on the job: written in full.
+            Transition::CancelJob if stamp.operator.is_none() => (
                 transitions::cancel_job(stamp),
                 Applied::JobCancelled(JobCancel::Cancelled),
             ),
             Transition::AddAttempt { .. }
             | Transition::Fail { .. }
-            | Transition::CancelAttempt { .. } => {
+            | Transition::CancelAttempt { .. }
+            | Transition::CancelJob => {
                 return self
                     .read_then_write(id, owner, stamp.now, None, domain)
                     .await;

@@ -37,8 +37,8 @@ use super::codec::{Packed, fingerprint_bytes, json_text_option as json_opt};
 use super::update::{Sweep, sweep_key, sweep_kind};
 use super::{DynamoError, Item};
 use crate::domain::{
-    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey, Job,
-    JobId, Owner, ProviderName, Timestamp, WriteToken,
+    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey,
+    Intervention, Job, JobId, JobStatus, Owner, ProviderName, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -76,6 +76,9 @@ struct JobItem {
     sweep_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     slot: Option<Slot>,
+    /// Operators' acts on the job, as JSON text; absent while there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "json_opt")]
+    interventions: Option<Vec<Intervention>>,
 }
 
 /// One attempt, under its number in the job's `attempts` map.
@@ -213,7 +216,13 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
                 Sweep::Started,
                 live.lease_expires_at.unwrap_or(job.updated_at),
             )),
-            Sweep::Events => None,
+            Sweep::Events | Sweep::Unknown | Sweep::Failed => None,
+        })
+        // A job that needs a person, by when it came to: the operators' view.
+        .or(match job.status() {
+            JobStatus::Unknown => Some((Sweep::Unknown, job.updated_at)),
+            JobStatus::Failed => Some((Sweep::Failed, job.updated_at)),
+            _ => None,
         });
     let item = JobItem {
         pk: job.id.intent().to_owned(),
@@ -242,6 +251,7 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
             at: job.cancelled_at.unwrap_or(job.updated_at),
             token: job.cancelled_by.clone(),
         }),
+        interventions: (!job.interventions.is_empty()).then(|| job.interventions.clone()),
     };
     serde_dynamo::to_item(item).expect("a job's item always encodes")
 }
@@ -342,6 +352,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         result,
         // A job that has its result has no error (a late winner after a failure leaves the old one behind).
         error: stored.error.filter(|_| completed_by.is_none()),
+        interventions: stored.interventions.unwrap_or_default(),
         cancelled_at,
         cancelled_by,
         attempts,

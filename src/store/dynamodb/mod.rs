@@ -9,6 +9,7 @@
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on all of it.
 //! - `events`: the [`EventStore`](crate::store::EventStore) port: endpoints' and deliveries' items.
 //! - `providers`: the [`ProviderStore`](crate::store::ProviderStore) port: qualification evidence and breakers.
+//! - `owners`: owners' ledgers (their limits), providers' call slots, the jobs that need a person.
 //!
 //! # Retention
 //!
@@ -43,6 +44,7 @@ mod capacity;
 mod codec;
 mod events;
 mod item;
+mod owners;
 mod providers;
 mod table;
 mod transitions;

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::codec::json_text;
 use super::item::read;
 use super::{DynamoStore, Item, n, s, sdk};
-use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification};
+use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification, Timestamp};
 use crate::store::{ProviderStore, StoreError};
 
 /// A qualification's item.
@@ -145,5 +145,24 @@ impl ProviderStore for DynamoStore {
         let first_or_seen = "attribute_not_exists(pk) OR rev = :rev";
         self.put_if(item, first_or_seen, (":rev", n(rev as i64)))
             .await
+    }
+
+    async fn take_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+        cap: u32,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.slot(provider, holder, Some((cap, until, now))).await
+    }
+
+    async fn free_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        self.slot(provider, holder, None).await.map(|_| ())
     }
 }

@@ -33,17 +33,15 @@ pub(super) fn claim(id: &JobId, number: u32, lease_expires_at: Timestamp, stamp:
     u
 }
 
-/// `started` → `unknown`, unless the job was cancelled (a slot held by attempt 0); no sweep entry after it.
-pub(super) fn mark_unknown(number: u32, stamp: &Stamp) -> Update {
+/// `started` → `unknown` in a job without an outcome: the job now needs a person, and its sweep entry says so
+/// (the operators' view). An orphan of a job that has its result is written in full (it needs nobody).
+pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> Update {
     let mut u = Update::new(number, stamp);
-    u.condition(
-        "#attempts.#n.#state = :started AND (attribute_not_exists(slot) OR slot.attempt > :zero)",
-    );
+    u.condition("#attempts.#n.#state = :started AND attribute_not_exists(slot)");
     u.value(":started", s(AttemptState::Started.as_str()));
     u.set("#attempts.#n.#state = :unknown");
     u.value(":unknown", s(AttemptState::Unknown.as_str()));
-    u.remove("sweep_pk");
-    u.remove("sweep_at");
+    u.sweep(Sweep::Unknown, id, stamp.now);
     u
 }
 

@@ -17,6 +17,10 @@ pub(super) enum Sweep {
     Started,
     /// A job's deliveries of completion events, by when they are due (their item, not the job's).
     Events,
+    /// A job `unknown` (its live attempt may still be working) or `failed`, that needs a person: by when it came
+    /// to be so (the operators' view).
+    Unknown,
+    Failed,
 }
 
 impl Sweep {
@@ -25,6 +29,8 @@ impl Sweep {
             Self::Queued => "QUEUED",
             Self::Started => "STARTED",
             Self::Events => "EVENTS",
+            Self::Unknown => "UNKNOWN",
+            Self::Failed => "FAILED",
         }
     }
 }

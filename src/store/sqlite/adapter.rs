@@ -8,9 +8,10 @@ use super::rows::{
     JOB_ROW, JobRow, attempt_refs, delete_jobs, insert_job, job_for_key, key_holder, load_job,
     parse_job_id,
 };
-use super::{SqliteError, SqliteStore};
+use super::{SqliteError, SqliteStore, owners};
 use crate::domain::{
-    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, NewJob, Owner, Stamp, Timestamp,
+    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, NewJob, Owner, OwnerLimits,
+    Refusal, Stamp, Timestamp,
 };
 use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError};
 
@@ -42,18 +43,34 @@ impl SqliteStore {
 
 #[async_trait]
 impl JobStore for SqliteStore {
-    async fn create_job(
+    async fn create_within(
         &self,
         new: NewJob,
         retention: Retention,
         stamp: &Stamp,
+        limits: &OwnerLimits,
     ) -> Result<CreateOutcome, StoreError> {
         let job = Job::new(new, retention, stamp);
-        let (token, now) = (stamp.token.clone(), stamp.now);
+        let (token, now, limits) = (stamp.token.clone(), stamp.now, *limits);
         // Straight to the writer, whose insert the key's unique index decides: most creates are a key's first,
         // and a duplicate in flight in this process already waits for the first's answer (`engine::in_flight`),
-        // so a read ahead of the insert cost every create more than it saved the later duplicates.
+        // so a read ahead of the insert cost every create more than it saved the later duplicates. Within limits,
+        // the key's job is looked for first (a replay is never refused), then the owner's live jobs counted and
+        // its ledger read, all in the writer's transaction: no other create comes between them and the insert.
         self.write(move |tx| {
+            if limits.any() {
+                if let Some(existing) = job_for_key(tx, &job.owner, &job.idempotency_key, now)? {
+                    return Ok(CreateOutcome::of_existing(
+                        existing,
+                        &job.fingerprint,
+                        &token,
+                    ));
+                }
+                let live = owners::live_jobs(tx, &job.owner, now)?;
+                let ledger = owners::ledger(tx, &job.owner)?;
+                let after = limits.admit(live, &ledger, now).map_err(Refusal::from)?;
+                owners::put_ledger(tx, &job.owner, &after)?;
+            }
             if insert_job(tx, &job)? {
                 return Ok(CreateOutcome::Created(job));
             }
@@ -75,6 +92,33 @@ impl JobStore for SqliteStore {
             Ok(CreateOutcome::Created(job))
         })
         .await
+    }
+
+    async fn record_spend(
+        &self,
+        owner: &Owner,
+        period: &str,
+        tokens: u64,
+        nanos: u64,
+    ) -> Result<(), StoreError> {
+        let (owner, period) = (owner.clone(), period.to_owned());
+        self.write(move |tx| {
+            let ledger = owners::ledger(tx, &owner)?.spend(&period, tokens, nanos);
+            owners::put_ledger(tx, &owner, &ledger)
+        })
+        .await
+    }
+
+    async fn needing_a_person(
+        &self,
+        status: Option<JobStatus>,
+        limit: usize,
+        cursor: Option<&Cursor>,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        let cursor = cursor.cloned();
+        self.read(move |conn| owners::needing_a_person(conn, status, limit, cursor.as_ref(), now))
+            .await
     }
 
     async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {
@@ -106,6 +150,7 @@ impl JobStore for SqliteStore {
                 "SELECT {JOB_ROW} FROM jobs \
                  WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
                    AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) AND expires_at > ?6 \
+                   AND (?7 IS NULL OR created_at < ?7) \
                  ORDER BY created_at DESC, id DESC LIMIT ?5"
             ))?;
             let rows = stmt
@@ -117,6 +162,7 @@ impl JobStore for SqliteStore {
                         query.cursor.as_ref().map(|c| c.id.as_str().to_owned()),
                         query.limit as i64 + 1,
                         now.timestamp_millis(),
+                        query.created_before.map(|t| t.timestamp_millis()),
                     ],
                     JobRow::read,
                 )?

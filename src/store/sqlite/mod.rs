@@ -14,9 +14,11 @@
 //! - `adapter`: the [`JobStore`](crate::store::JobStore) port on them, each write whole or not at all.
 //! - `events`: the [`EventStore`](crate::store::EventStore) port: endpoints and deliveries.
 //! - `providers`: the [`ProviderStore`](crate::store::ProviderStore) port: qualification evidence and breakers.
+//! - `owners`: owners' ledgers and live jobs (their limits), providers' call slots, the jobs that need a person.
 
 mod adapter;
 mod events;
+mod owners;
 mod providers;
 mod rows;
 mod schema;

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use super::rows::{from_json, json_text};
-use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification};
+use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification, Timestamp};
 use crate::store::{ProviderStore, StoreError};
 
 #[async_trait]
@@ -106,5 +106,28 @@ impl ProviderStore for SqliteStore {
             Ok(changed == 1)
         })
         .await
+    }
+
+    async fn take_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+        cap: u32,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let (provider, holder) = (provider.to_string(), holder.to_owned());
+        self.write(move |tx| super::owners::take_slot(tx, &provider, &holder, cap, until, now))
+            .await
+    }
+
+    async fn free_call_slot(
+        &self,
+        provider: &ProviderName,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let (provider, holder) = (provider.to_string(), holder.to_owned());
+        self.write(move |tx| super::owners::free_slot(tx, &provider, &holder))
+            .await
     }
 }

@@ -13,9 +13,11 @@ use crate::store::StoreError;
 
 pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by";
-/// What reads a job row: its columns, then its row number (`seq`), by which its attempts name it.
+/// What reads a job row: its columns, its operators' acts, then its row number (`seq`), by which its attempts name
+/// it.
 pub(super) const JOB_ROW: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
-                           completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by, seq";
+                           completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by, \
+                           interventions, seq";
 pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of, \
                                request, cancelled_by";
@@ -30,8 +32,8 @@ pub(super) fn id_is(p: &str) -> String {
 pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreError> {
     let inserted = tx
         .prepare_cached(&format!(
-            "INSERT INTO jobs ({JOB_COLUMNS}, status) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+            "INSERT INTO jobs ({JOB_COLUMNS}, status, interventions) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
              ON CONFLICT DO NOTHING"
         ))?
         .execute(params![
@@ -52,6 +54,7 @@ pub(super) fn insert_job(tx: &Transaction<'_>, job: &Job) -> Result<bool, StoreE
             job.expires_at.timestamp_millis(),
             job.cancelled_by.as_ref().map(WriteToken::as_str),
             job.status().as_str(),
+            interventions(job),
         ])?;
     if inserted == 1 {
         let seq = tx.last_insert_rowid();
@@ -123,6 +126,7 @@ pub(super) fn write_back(
         after.cancelled_at,
         after.updated_at,
         &after.cancelled_by,
+        &after.interventions,
     ) != (
         before.status(),
         before.version,
@@ -132,11 +136,12 @@ pub(super) fn write_back(
         before.cancelled_at,
         before.updated_at,
         &before.cancelled_by,
+        &before.interventions,
     );
     if job_changed {
         let changed = tx.prepare_cached(
             "UPDATE jobs SET status = ?1, version = ?2, completed_by = ?3, result = ?4, error = ?5, \
-                             cancelled_at = ?6, updated_at = ?7, cancelled_by = ?11 \
+                             cancelled_at = ?6, updated_at = ?7, cancelled_by = ?11, interventions = ?12 \
              WHERE seq = ?8 AND version = ?9 AND completed_by IS ?10")?
         .execute(params![
                 after.status().as_str(),
@@ -150,6 +155,7 @@ pub(super) fn write_back(
                 before.version as i64,
                 before.completed_by,
                 after.cancelled_by.as_ref().map(WriteToken::as_str),
+                interventions(after),
             ])?;
         if changed != 1 {
             return Err(SqliteError::GuardFailed("jobs").into());
@@ -188,6 +194,11 @@ pub(super) fn write_back(
         }
     }
     Ok(())
+}
+
+/// A job's operators' acts as stored: JSON text, none while there are none.
+fn interventions(job: &Job) -> Option<String> {
+    (!job.interventions.is_empty()).then(|| json_text(&job.interventions))
 }
 
 fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), StoreError> {
@@ -290,6 +301,7 @@ pub(super) struct JobRow {
     updated_at: i64,
     expires_at: i64,
     cancelled_by: Option<String>,
+    interventions: Option<String>,
     seq: i64,
 }
 
@@ -312,7 +324,8 @@ impl JobRow {
             updated_at: row.get(13)?,
             expires_at: row.get(14)?,
             cancelled_by: row.get(15)?,
-            seq: row.get(16)?,
+            interventions: row.get(16)?,
+            seq: row.get(17)?,
         })
     }
 
@@ -344,6 +357,10 @@ impl JobRow {
             updated_at: millis(self.updated_at)?,
             expires_at: millis(self.expires_at)?,
             cancelled_by: self.cancelled_by.as_deref().map(token).transpose()?,
+            interventions: (self.interventions)
+                .map(|i| from_json("interventions", &i))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 }

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at      INTEGER NOT NULL,
     expires_at      INTEGER NOT NULL,
     cancelled_by    TEXT,
+    interventions   TEXT,
     UNIQUE (owner, idempotency_key)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS attempts (
@@ -198,8 +199,30 @@ ALTER TABLE attempts ADD COLUMN request TEXT;
 ALTER TABLE attempts ADD COLUMN cancelled_by TEXT;
 ";
 
+/// What version 9 added to version 8 (and every newer file has): what owners may start and spend (`owner_ledgers`,
+/// the live jobs counted by `jobs_live_by_owner`), the calls in flight to a provider (`call_slots`), and the jobs
+/// that need a person, every owner's, by when they came to need one (`jobs_needing_a_person`).
+const OWNERS: &str = "
+CREATE TABLE IF NOT EXISTS owner_ledgers (
+    owner  TEXT PRIMARY KEY,
+    ledger TEXT NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS call_slots (
+    provider TEXT NOT NULL,
+    holder   TEXT NOT NULL,
+    until    INTEGER NOT NULL,
+    PRIMARY KEY (provider, holder)
+) STRICT;
+CREATE INDEX IF NOT EXISTS jobs_live_by_owner ON jobs (owner) WHERE status IN ('queued', 'running', 'unknown');
+CREATE INDEX IF NOT EXISTS jobs_needing_a_person ON jobs (updated_at DESC, id DESC)
+    WHERE status IN ('unknown', 'failed');
+";
+
+/// What version 9 changed in version 8: operators' acts on a job are kept with it.
+const SCHEMA_8_TO_9: &str = "ALTER TABLE jobs ADD COLUMN interventions TEXT;";
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -212,13 +235,17 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             tx.execute_batch(INDEXES)?;
             tx.execute_batch(EVENTS)?;
         }
-        // Up to version 5 the tables are made again, as they are now; versions 6 and 7 gain version 8's columns.
+        // Up to version 5 the tables are made again, as they are now; versions 6 to 8 gain the columns since.
         1..=5 => from_before_events(&tx, version)?,
-        6 => {
-            from_before_events(&tx, version)?;
-            tx.execute_batch(SCHEMA_7_TO_8)?;
+        6..=8 => {
+            if version == 6 {
+                from_before_events(&tx, version)?;
+            }
+            if version <= 7 {
+                tx.execute_batch(SCHEMA_7_TO_8)?;
+            }
+            tx.execute_batch(SCHEMA_8_TO_9)?;
         }
-        7 => tx.execute_batch(SCHEMA_7_TO_8)?,
         SCHEMA_VERSION => {}
         newer => {
             return Err(SqliteError::Corrupt(
@@ -227,6 +254,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             )
             .into());
         }
+    }
+    if version < SCHEMA_VERSION {
+        tx.execute_batch(OWNERS)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;

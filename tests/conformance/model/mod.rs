@@ -353,6 +353,7 @@ async fn listed_status(store: &FaultyStore, model: &Model, job: &Job) -> JobStat
             status: Some(status),
             limit: ListQuery::MAX_LIMIT,
             cursor: None,
+            created_before: None,
         };
         let page = store
             .list_jobs(&model.owner, &query, model.now)

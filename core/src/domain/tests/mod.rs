@@ -1,6 +1,7 @@
 //! The transitions' own tests, and the model every store is held to: no sequence of transitions, repeats
 //! included, breaks an invariant (the fixtures are `domain::fixtures`).
 
+mod bill;
 mod failover;
 mod model;
 mod repeats;

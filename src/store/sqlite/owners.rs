@@ -1,0 +1,129 @@
+//! What owners may start and what providers may take, on SQLite: an owner's ledger (`owner_ledgers`, its window of
+//! creates and its period's spend, as JSON text), its live jobs counted through `jobs_live_by_owner` in the
+//! writer's transaction (no other write comes between the count and the insert), the calls in flight to each
+//! provider (`call_slots`), and the jobs that need a person (`jobs_needing_a_person`).
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+
+use super::rows::{JOB_ROW, JobRow, from_json, json_text};
+use crate::domain::{JobStatus, Owner, OwnerLedger, Timestamp};
+use crate::store::{Cursor, JobPage, StoreError};
+
+/// How many of `owner`'s jobs are `queued`, `running` or `unknown` and not expired at `now`.
+pub(super) fn live_jobs(
+    tx: &Transaction<'_>,
+    owner: &Owner,
+    now: Timestamp,
+) -> Result<u32, StoreError> {
+    let count: i64 = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM jobs \
+             WHERE owner = ?1 AND status IN ('queued', 'running', 'unknown') AND expires_at > ?2",
+        )?
+        .query_row(params![owner.as_str(), now.timestamp_millis()], |row| {
+            row.get(0)
+        })?;
+    Ok(u32::try_from(count).unwrap_or(u32::MAX))
+}
+
+/// `owner`'s ledger (an empty one if it has none yet).
+pub(super) fn ledger(conn: &Connection, owner: &Owner) -> Result<OwnerLedger, StoreError> {
+    let text: Option<String> = conn
+        .prepare_cached("SELECT ledger FROM owner_ledgers WHERE owner = ?1")?
+        .query_row([owner.as_str()], |row| row.get(0))
+        .optional()?;
+    Ok(text
+        .map(|t| from_json("ledger", &t))
+        .transpose()?
+        .unwrap_or_default())
+}
+
+pub(super) fn put_ledger(
+    tx: &Transaction<'_>,
+    owner: &Owner,
+    ledger: &OwnerLedger,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO owner_ledgers (owner, ledger) VALUES (?1, ?2) \
+         ON CONFLICT (owner) DO UPDATE SET ledger = ?2",
+    )?
+    .execute(params![owner.as_str(), json_text(ledger)])?;
+    Ok(())
+}
+
+/// Takes a slot of `provider` for `holder` unless `cap` unexpired ones are held by others.
+pub(super) fn take_slot(
+    tx: &Transaction<'_>,
+    provider: &str,
+    holder: &str,
+    cap: u32,
+    until: Timestamp,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    tx.prepare_cached("DELETE FROM call_slots WHERE provider = ?1 AND until <= ?2")?
+        .execute(params![provider, now.timestamp_millis()])?;
+    let others: i64 = tx
+        .prepare_cached("SELECT COUNT(*) FROM call_slots WHERE provider = ?1 AND holder <> ?2")?
+        .query_row(params![provider, holder], |row| row.get(0))?;
+    if others >= i64::from(cap) {
+        return Ok(false);
+    }
+    tx.prepare_cached(
+        "INSERT INTO call_slots (provider, holder, until) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (provider, holder) DO UPDATE SET until = ?3",
+    )?
+    .execute(params![provider, holder, until.timestamp_millis()])?;
+    Ok(true)
+}
+
+pub(super) fn free_slot(
+    tx: &Transaction<'_>,
+    provider: &str,
+    holder: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM call_slots WHERE provider = ?1 AND holder = ?2")?
+        .execute(params![provider, holder])?;
+    Ok(())
+}
+
+/// Every owner's jobs with status `unknown` or `failed` (or only `status`), not expired at `now`, the latest
+/// changed first, after `cursor`.
+pub(super) fn needing_a_person(
+    conn: &Connection,
+    status: Option<JobStatus>,
+    limit: usize,
+    cursor: Option<&Cursor>,
+    now: Timestamp,
+) -> Result<JobPage, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {JOB_ROW} FROM jobs \
+         WHERE status IN ('unknown', 'failed') AND (?1 IS NULL OR status = ?1) \
+           AND (?2 IS NULL OR (updated_at, id) < (?2, ?3)) AND expires_at > ?4 \
+         ORDER BY updated_at DESC, id DESC LIMIT ?5"
+    ))?;
+    let rows = stmt
+        .query_map(
+            params![
+                status.map(JobStatus::as_str),
+                cursor.map(|c| c.created_at_ms),
+                cursor.map(|c| c.id.as_str().to_owned()),
+                now.timestamp_millis(),
+                limit as i64 + 1,
+            ],
+            JobRow::read,
+        )?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut jobs = rows
+        .into_iter()
+        .map(|row| Ok(row.with_attempts(conn)?.1))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let next_cursor = (jobs.len() > limit).then(|| {
+        jobs.truncate(limit);
+        let last = jobs.last().expect("limit is at least 1");
+        Cursor {
+            created_at_ms: last.updated_at.timestamp_millis(),
+            id: last.id.clone(),
+        }
+    });
+    Ok(JobPage { jobs, next_cursor })
+}
