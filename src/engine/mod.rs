@@ -5,7 +5,7 @@
 //! - `attempts`: a worker's writes — the claim and the answer (result, failure, time-out);
 //! - `sweep`: the sweeper's writes and queries — expired leases, attempts dispatched again, retention;
 //! - `follow_up`: what follows every write, in one order (count, dispatch, change notice, event armed);
-//! - `breakers`: each provider's breaker, and waiting one out;
+//! - `breakers`: each provider's breaker, and waiting one out; `slots`: each provider's calls in flight, capped;
 //! - `qualification`: the qualification ledger — failover's gate, standings, production's suspicions;
 //! - `deliveries`: endpoints and the deliverer of completion events (to the `sinks`);
 //! - `intake`: the rules a create must pass before it is written;
@@ -34,6 +34,7 @@ mod in_flight;
 mod intake;
 mod qualification;
 mod recent;
+mod slots;
 mod sweep;
 mod usage;
 mod writes;

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::contracts::InputError;
-use crate::domain::{AttemptState, JobId, JobStatus, Refusal};
+use crate::domain::{AttemptState, JobId, JobStatus, LimitReached, Refusal};
 use crate::engine::Refused;
 use crate::json::JsonError;
 use crate::store::StoreError;
@@ -16,10 +16,14 @@ pub enum ApiError {
     /// 401 `unauthorized`: no bearer token, or one that names no owner.
     #[error("a valid bearer token is required")]
     Unauthorized,
-    /// 403 `forbidden`: a valid credential that does not reach this endpoint (`/metrics` wants the operators'
-    /// token).
-    #[error("this endpoint is for operators: send the metrics token")]
+    /// 403 `forbidden`: a valid credential that does not reach this endpoint (`/metrics`, the operators' view
+    /// and another owner's usage want an operator's).
+    #[error("this is for operators: send an operator's credential")]
     Forbidden,
+    /// 429 `too_many_live_jobs`, `too_many_creates` or `budget_exceeded`, with `Retry-After`: a create beyond one
+    /// of its owner's limits. Nothing was written; a replay of an existing job is never refused.
+    #[error("{0}")]
+    Limit(LimitReached),
     /// 400 `missing_idempotency_key`.
     #[error("this request needs an Idempotency-Key header")]
     MissingIdempotencyKey,
@@ -102,6 +106,14 @@ impl ApiError {
         match self {
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::Limit(limit) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                match limit {
+                    LimitReached::LiveJobs { .. } => "too_many_live_jobs",
+                    LimitReached::CreateRate { .. } => "too_many_creates",
+                    LimitReached::Budget { .. } => "budget_exceeded",
+                },
+            ),
             Self::MissingIdempotencyKey => (StatusCode::BAD_REQUEST, "missing_idempotency_key"),
             Self::InvalidIdempotencyKey(_) => (StatusCode::BAD_REQUEST, "invalid_idempotency_key"),
             Self::UnsupportedMediaType => {
@@ -200,6 +212,11 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"onejob\""),
             );
         }
+        if let Self::Limit(limit) = self {
+            // Whole seconds, rounded up: never sooner than the limit admits again.
+            let ms = limit.retry_after().num_milliseconds().max(0);
+            headers.insert(header::RETRY_AFTER, HeaderValue::from((ms + 999) / 1000));
+        }
         response
     }
 }
@@ -238,6 +255,7 @@ impl From<StoreError> for ApiError {
             StoreError::Refused(Refusal::AttemptLimitReached { limit }) => {
                 Self::AttemptLimitReached { limit }
             }
+            StoreError::Refused(Refusal::Limit(limit)) => Self::Limit(limit),
             // The API's only attempt transition is the out-of-band cancel.
             StoreError::Refused(Refusal::InvalidTransition { number, from, .. }) => {
                 Self::AttemptNotCancellable {

@@ -158,6 +158,8 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
         (status = 413, description = "body_too_large"),
         (status = 415, description = "unsupported_media_type"),
         (status = 422, description = "invalid_request, unknown_contract, unknown_provider, invalid_input"),
+        (status = 429, description = "too_many_live_jobs, too_many_creates, budget_exceeded: beyond one of the owner's limits; nothing was written",
+         headers(("Retry-After" = u64, description = "Seconds until a create may be admitted again"))),
     ),
     security(("bearer" = []))
 )]

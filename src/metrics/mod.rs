@@ -109,6 +109,11 @@ const BREAKER_WAITS: MetricSpec = counter(
     &["provider"],
     "Messages put off, their attempt left queued without a try, while the provider's breaker let no call through.",
 );
+const SLOT_WAITS: MetricSpec = counter(
+    "onejob_slot_waits_total",
+    &["provider"],
+    "Messages put off, their attempt left queued without a try, while every call slot of the provider was taken.",
+);
 const CREATE_SECONDS: MetricSpec = histogram(
     "onejob_create_seconds",
     SECONDS,
@@ -171,7 +176,7 @@ const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
 );
 
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 16] = [
+pub const METRICS: [MetricSpec; 17] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
@@ -179,6 +184,7 @@ pub const METRICS: [MetricSpec; 16] = [
     STORE_RETRIES,
     BREAKER_TRIPS,
     BREAKER_WAITS,
+    SLOT_WAITS,
     CREATE_SECONDS,
     QUEUE_WAIT_SECONDS,
     PROVIDER_CALL_SECONDS,
@@ -396,6 +402,11 @@ impl Metrics {
     pub fn breaker_wait(&self, provider: &ProviderName) {
         self.counter(&BREAKER_WAITS, &[provider.as_str()])
             .increment(1);
+    }
+
+    /// An attempt on `provider` was left queued, its message put off, while every call slot was taken.
+    pub fn slot_wait(&self, provider: &ProviderName) {
+        self.counter(&SLOT_WAITS, &[provider.as_str()]).increment(1);
     }
 
     /// A call to `provider` (model `model`, as configured) ended `outcome` after `took`.

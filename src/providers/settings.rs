@@ -211,16 +211,20 @@ pub struct ProviderLimits {
     pub retries: Option<u32>,
     /// How long after the first try a retry may still start, in place of `provider_retry_within_ms`.
     pub retry_within_ms: Option<u64>,
+    /// The most calls in flight to this provider at once, across every worker and function: beyond it an attempt
+    /// waits, queued, without a try (a burst queues instead of earning 429s). None: no cap.
+    pub max_in_flight: Option<u32>,
 }
 
 impl ProviderLimits {
     /// The table keys that are limits; the others belong to the kind.
-    const KEYS: [&str; 5] = [
+    const KEYS: [&str; 6] = [
         "context_window",
         "timeout_ms",
         "late_result_ms",
         "retries",
         "retry_within_ms",
+        "max_in_flight",
     ];
 }
 
@@ -232,6 +236,7 @@ impl Default for ProviderLimits {
             late_result_ms: 60_000,
             retries: None,
             retry_within_ms: None,
+            max_in_flight: None,
         }
     }
 }
@@ -395,6 +400,9 @@ impl ProviderConfig {
         if self.context_window() == Some(0) {
             return Err("context_window must be above 0".into());
         }
+        if self.limits.max_in_flight == Some(0) {
+            return Err("max_in_flight of 0 lets no call through: leave it out for no cap".into());
+        }
         Ok(())
     }
 }
@@ -416,6 +424,7 @@ mod tests {
             late_result_ms: 2,
             retries: Some(3),
             retry_within_ms: Some(4),
+            max_in_flight: None,
         };
         for kind in [
             "kind = \"demo\"\nbehavior = \"fail\"",

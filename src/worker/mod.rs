@@ -35,8 +35,9 @@ pub enum Processed {
     Failed,
     /// No answer in time (or the connection was lost after sending): the attempt is `unknown`.
     Unknown,
-    /// The attempt's provider lets no call through now and nothing else may take the job: the attempt stays
-    /// `queued`, unclaimed, and its message comes back when the breaker may let it through. No try is charged.
+    /// The attempt's provider takes no call now — its breaker is open and nothing else may take the job, or every
+    /// one of its call slots is taken: the attempt stays `queued`, unclaimed, and its message comes back. No try is
+    /// charged.
     Waiting,
 }
 
@@ -81,9 +82,20 @@ pub async fn process_message(
     sent: &Message,
     deadline: Option<Timestamp>,
 ) -> Result<Processed, StoreError> {
-    if engine.wait_out_breaker(sent).await? {
+    if engine.wait_out_breaker(sent).await? || !engine.take_slot(sent).await? {
         return Ok(Processed::Waiting);
     }
+    let processed = claim_and_run(engine, sent, deadline).await;
+    engine.free_slot(sent).await;
+    processed
+}
+
+/// The step once its provider may take the call: claim, call, write.
+async fn claim_and_run(
+    engine: &Engine,
+    sent: &Message,
+    deadline: Option<Timestamp>,
+) -> Result<Processed, StoreError> {
     let message = &sent.attempt;
     let token = WriteToken::new();
     let job = match engine

@@ -7,6 +7,8 @@ mod engine;
 mod events;
 mod helpers;
 mod intents;
+mod limits;
+mod operators;
 mod own_faults;
 mod read;
 #[path = "../support/mod.rs"]

@@ -414,6 +414,56 @@ async fn a_request_without_jwt_claims_is_unauthorized() {
     assert_eq!(f.api_event(local_token).await.0, 401);
 }
 
+/// An API Gateway event of `method` on `path` (with its query), from a caller whose verified claims are `claims`.
+fn api_call(method: &str, path: &str, claims: Value) -> Value {
+    let mut call = event("api-get.json");
+    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
+    call["rawPath"] = json!(bare);
+    call["rawQueryString"] = json!(query);
+    call["requestContext"]["http"]["path"] = json!(bare);
+    call["requestContext"]["http"]["method"] = json!(method);
+    call["requestContext"]["authorizer"]["jwt"]["claims"] = claims;
+    call
+}
+
+/// On AWS an operator is a caller whose JWT holds the configured claim (here the Cognito group
+/// `onejob-operators`, as API Gateway hands a groups array over): it lists every owner's jobs that need a person,
+/// settles one on its owner's behalf, and the job records the operator's `sub`. A caller without the group is an
+/// owner: the view is not theirs.
+#[tokio::test]
+async fn an_operator_on_aws_is_a_jwt_claim_and_the_job_records_its_sub() {
+    let Some(f) = functions().await else { return };
+    let (status, created) = f.api("api-create.json").await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let operator = json!({"sub": "ops-7", "cognito:groups": "[support onejob-operators]"});
+    let owner = json!({"sub": "alice", "cognito:groups": "[support]"});
+
+    let (status, refused) = f
+        .api_event(api_call("GET", "/v1/operator/jobs", owner.clone()))
+        .await;
+    assert_eq!((status, &refused["code"]), (403, &json!("forbidden")));
+    // Stop waiting on alice's queued attempt: her chain's fallback is not qualified, so the job fails.
+    let path = format!("/v1/jobs/{id}/attempts/1/cancel");
+    let (status, job) = f.api_event(api_call("POST", &path, operator.clone())).await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["interventions"][0]["by"], "ops-7", "{job}");
+    assert_eq!(job["interventions"][0]["action"], "attempt_cancelled");
+
+    let (status, page) = f
+        .api_event(api_call("GET", "/v1/operator/jobs?status=failed", operator))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let listed: Vec<&str> = (page["jobs"].as_array().unwrap().iter())
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert!(listed.contains(&id), "{page}");
+    // Alice sees who settled her job.
+    let (_, seen) = f.api_event(event_for("api-get.json", id)).await;
+    assert_eq!(seen["interventions"], job["interventions"]);
+}
+
 /// The functions read the provider keys from the Secrets Manager secret at start: the provider gets its key from
 /// there, and an answer that echoes the key back never brings it into the ledger (nor the logs that quote it). A
 /// rotated secret is not read again for every call, but once the provider refused the key: the next call carries

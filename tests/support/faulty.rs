@@ -92,6 +92,8 @@ pub struct FaultyStore {
     seen: tokio::sync::watch::Sender<Vec<(Call, Option<Fault>)>>,
     /// Moved on by [`FaultyStore::release`]: the calls stalled before it go on.
     released: tokio::sync::watch::Sender<u64>,
+    /// Every call that came back (its answer, or its fault), in order.
+    finished: tokio::sync::watch::Sender<Vec<Call>>,
 }
 
 impl fmt::Debug for FaultyStore {
@@ -107,12 +109,23 @@ impl FaultyStore {
             plan: Mutex::new(plan.into()),
             seen: tokio::sync::watch::Sender::new(Vec::new()),
             released: tokio::sync::watch::Sender::new(0),
+            finished: tokio::sync::watch::Sender::new(Vec::new()),
         })
     }
 
     /// Lets every call stalled so far go on (a stall planned later stalls until the next release).
     pub fn release(&self) {
         self.released.send_modify(|generation| *generation += 1);
+    }
+
+    /// Waits (on the store's own record, not on time) until `n` calls of this kind came back.
+    pub async fn finished(&self, call: Call, n: usize) {
+        let mut finished = self.finished.subscribe();
+        let done = finished.wait_for(|done| done.iter().filter(|c| **c == call).count() >= n);
+        tokio::time::timeout(std::time::Duration::from_secs(20), done)
+            .await
+            .unwrap_or_else(|_| panic!("{call:?} never came back {n} times"))
+            .expect("the store lives");
     }
 
     /// Waits (on the store's own record, not on time) until `n` calls of this kind were made.
@@ -165,6 +178,18 @@ impl FaultyStore {
     ) -> Result<T, StoreError> {
         // Read before the call is recorded: a release the test makes once it sees the call is a later one.
         let stalled = *self.released.borrow();
+        let answer = self.faulted(call, stalled, op).await;
+        self.finished.send_modify(|done| done.push(call));
+        answer
+    }
+
+    /// `op` through the fault planned for `call`, a stall released after `stalled`.
+    async fn faulted<T>(
+        &self,
+        call: Call,
+        stalled: u64,
+        op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         match self.take(call) {
             None | Some(Fault::Pass) => op.await,
             Some(Fault::Stall) => {

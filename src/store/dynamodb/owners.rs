@@ -28,6 +28,16 @@ use super::{DynamoError, DynamoStore, Item, RETRIES, SWEEP_INDEX, SWEEP_SHARDS, 
 use crate::domain::{JobId, JobStatus, Owner, OwnerLedger, OwnerLimits, ProviderName, Timestamp};
 use crate::store::{Cursor, JobPage, StoreError};
 
+/// How many times a guarded write of an owner's ledger or a provider's slots is tried while other writers win: a
+/// burst of one owner's creates from many functions meets here.
+const TRIES: u32 = 24;
+
+/// A pause before try `n` again, with full jitter: 5 ms doubling, at most 200 ms.
+async fn contended(tries: u32) {
+    let cap = (5u64 << tries.min(6)).min(200);
+    tokio::time::sleep(std::time::Duration::from_millis(fastrand::u64(0..=cap))).await;
+}
+
 /// How long a reservation stands without its job: longer than any create's write takes (a caller's write budget
 /// is seconds), after which a reservation whose job is missing is a create that failed.
 const RESERVATION: Duration = Duration::seconds(60);
@@ -130,7 +140,10 @@ impl DynamoStore {
         limits: &OwnerLimits,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        for _ in 0..RETRIES {
+        for tries in 0..TRIES {
+            if tries > 0 {
+                contended(tries).await;
+            }
             let Ledger {
                 ledger,
                 mut live,
@@ -238,7 +251,10 @@ impl DynamoStore {
         take: Option<(u32, Timestamp, Timestamp)>,
     ) -> Result<bool, StoreError> {
         let key = slots_key(provider);
-        for _ in 0..RETRIES {
+        for tries in 0..TRIES {
+            if tries > 0 {
+                contended(tries).await;
+            }
             let item = self.get(&key).await?.unwrap_or_default();
             let rev = number(&item, "rev");
             let mut holders = times(&item, "holders", &key)?;
