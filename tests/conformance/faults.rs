@@ -7,11 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 
 use onejob::clock::Clock;
-use onejob::domain::{AttemptState, Endpoint, Fingerprint, Job, JobStatus, ProviderName};
+use onejob::domain::{
+    AttemptRef, AttemptState, Endpoint, Fingerprint, Job, JobStatus, ProviderName,
+};
 use onejob::engine::Actor;
+use onejob::queue::Message;
 use onejob::store::{CreateOutcome, EventStore, JobStore, ListQuery, StoreError};
 use onejob::worker::sweeper::sweep;
-use onejob::worker::{Processed, process_attempt};
+use onejob::worker::{Processed, process_attempt, process_message};
 use serde_json::{Value, json};
 
 use crate::support::faulty::{Call, Fault, FaultyStore};
@@ -270,6 +273,106 @@ pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Ar
         let counted = usize::from(fault == Fault::After);
         assert_eq!(evidence.strikes.len(), counted, "{fault:?}");
     }
+}
+
+/// A call slot of a capped provider whose take fails on either side fails the step before any call (its message
+/// comes back); the redelivery takes the slot — its own again, if the failed take had landed — and calls once.
+/// A free that fails either side never decides the job: the slot frees itself at its lease's end, or at once.
+pub async fn a_call_slot_write_that_fails_either_side_never_calls_twice(store: Arc<dyn JobStore>) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(store.clone(), Vec::new());
+    let mut capped = openai(primary.base_url());
+    capped.limits.max_in_flight = Some(1);
+    let mut rig = Rig::new(faulty.clone(), capped, openai(fallback.base_url()));
+    let name = ProviderName::parse("primary").unwrap();
+    // Each message as the queue carries it: naming its attempt's provider.
+    let engine = rig.engine.clone();
+    let step = |message: &AttemptRef| {
+        let sent = Message::new(message.clone(), Some(name.clone()));
+        let engine = engine.clone();
+        async move { process_message(&engine, &sent, None).await }
+    };
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        faulty.plan(&[(Call::TakeCallSlot, fault)]);
+        let (job, message) = rig.create(&format!("slot-{i}")).await;
+        assert!(step(&message).await.is_err(), "{fault:?}");
+        assert_eq!(
+            primary.call_count(),
+            i,
+            "{fault:?}: no call before the slot"
+        );
+        assert_eq!(
+            step(&message).await.unwrap(),
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert_eq!(primary.call_count(), i + 1, "{fault:?}: one call");
+        assert_eq!(rig.job(&job).await.status(), JobStatus::Succeeded);
+    }
+    // A free that fails leaves the slot held until its lease ends; the next attempt waits, without a try.
+    faulty.plan(&[(Call::FreeCallSlot, Fault::Before)]);
+    let (_, message) = rig.create("slot-held").await;
+    assert_eq!(step(&message).await.unwrap(), Processed::Succeeded);
+    let (waiting, message) = rig.create("slot-waits").await;
+    assert_eq!(step(&message).await.unwrap(), Processed::Waiting);
+    assert_eq!(rig.job(&waiting).await.attempts.len(), 1, "no try charged");
+    // The message comes back (put off); once the slot's lease has ended, it takes the slot.
+    rig.clock.advance(engine.lease());
+    let again = rig.message().await;
+    assert_eq!(again, message);
+    assert_eq!(step(&again).await.unwrap(), Processed::Succeeded);
+    // A free whose answer was lost freed the slot.
+    faulty.plan(&[(Call::FreeCallSlot, Fault::After)]);
+    let (_, message) = rig.create("slot-freed").await;
+    assert_eq!(step(&message).await.unwrap(), Processed::Succeeded);
+    let (_, message) = rig.create("slot-next").await;
+    assert_eq!(step(&message).await.unwrap(), Processed::Succeeded);
+    assert!(faulty.spent());
+    let now = rig.clock.now();
+    assert!(
+        store
+            .take_call_slot(&name, "probe", 1, now, now)
+            .await
+            .unwrap(),
+        "every slot free"
+    );
+}
+
+/// A spend record that fails on either side never decides a job: the answer is written first, the job succeeds,
+/// and the owner's budget counts the call if the write landed.
+pub async fn a_spend_record_that_fails_either_side_never_decides_a_job(store: Arc<dyn JobStore>) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(store.clone(), Vec::new());
+    let mut rig = Rig::configured(
+        faulty.clone(),
+        openai(primary.base_url()),
+        openai(fallback.base_url()),
+        |config| {
+            config.limits.default.budget = Some(onejob::domain::Budget {
+                period: onejob::domain::Period::Month,
+                tokens: Some(1_000_000),
+                cost: None,
+            });
+        },
+    );
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        faulty.plan(&[(Call::RecordSpend, fault)]);
+        let (job, message) = rig.create(&format!("spend-{i}")).await;
+        assert_eq!(
+            rig.process(&message).await,
+            Processed::Succeeded,
+            "{fault:?}"
+        );
+        assert!(faulty.spent(), "{fault:?}");
+        assert_eq!(
+            rig.job(&job).await.status(),
+            JobStatus::Succeeded,
+            "{fault:?}"
+        );
+    }
+    assert_eq!(primary.call_count(), 2, "one call each");
 }
 
 /// A claim that fails on either side of its write is still this step's: the provider is called once, and a
