@@ -6,18 +6,19 @@
 //!
 //! - [`domain`], [`json`], [`requests`] (the `onejob-core` crate, `core/`): pure types and rules — idempotency
 //!   keys, job ids, the intent's fingerprint, jobs and every transition (`domain/job.rs`), their status and settle
-//!   (`domain/status.rs`), failover's decision, the writer's stamp, events; the strict JSON reader; the request
-//!   bodies. No I/O, no async. Start here to learn what the service promises.
+//!   (`domain/status.rs`), failover's decision, the writer's stamp, events, an intent's bill and the price table
+//!   (`domain/bill.rs`), owners' limits (`domain/limits.rs`); the strict JSON reader; the request bodies. No I/O, no async. Start here to learn what the service promises.
 //! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
 //!   input checks, prompt rendering, output checks.
 //! - Ports, each a trait and its adapters: [`store`] (`JobStore`, with its `EventStore` and `ProviderStore` sides;
 //!   [`store::sqlite`] the embedded default, [`store::dynamodb`]); [`queue`] (a message names one attempt: in
-//!   process, SQS); [`providers`] (the `Provider` trait, its `demo`, OpenAI-compatible and Anthropic clients, keys,
+//!   process, SQS); [`providers`] (the `Provider` trait, its `demo`, OpenAI-compatible, Anthropic and Bedrock clients, keys,
 //!   token counting, [`providers::checks`] every call must pass, [`providers::qualify`]); [`sinks`] (where
 //!   completion events go: the owner's endpoint, the EventBridge bus).
 //! - [`engine`]: every write of a job's life, by concept — a caller's (`writes`), a worker's (`attempts`), the
 //!   sweeper's (`sweep`) — each followed by the one `follow_up`; the create's rules (`intake`); breakers
-//!   (`breakers`), the qualification ledger (`qualification`), completion events (`deliveries`). The store, the
+//!   (`breakers`), the qualification ledger (`qualification`), completion events (`deliveries`), a provider's
+//!   calls in flight (`slots`), spend and usage (`usage`). The store, the
 //!   queue and the sinks are the engine's own: nothing else reaches them.
 //! - [`worker`]: one step, `process_attempt` (wait out an open breaker, claim, call, write the answer first, then
 //!   what it told of the provider), the sweeper step, and the local loops around both.
@@ -43,7 +44,8 @@
 //! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/attempts.rs` (logged, counted) |
 //! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `worker/mod.rs` |
 //! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the ledger read) |
-//! | 10 owners kept apart | `http/auth.rs`, every store read by owner |
+//! | 10 owners kept apart | `http/auth.rs` (owners and operators), every store read by owner, `engine` (`Actor`: an operator's act recorded on the job) |
+//! | owners' limits held in the create's write | `domain/limits.rs` (`OwnerLimits::admit`), `store/sqlite/owners.rs`, `store/dynamodb/owners.rs` |
 //! | 11 own writes repeated safely, answers kept, caps | `domain/write.rs`, `engine/mod.rs` (`persist`), `domain/report.rs`, `domain/job.rs` (`MAX_INPUT_BYTES`) |
 //! | 12 settled | `domain/status.rs` (`settles_at`) |
 //! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |

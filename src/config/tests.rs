@@ -116,6 +116,8 @@ fn the_example_config_parses() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("onejob.example.toml");
     let config = Config::load(Some(&path), None).unwrap();
     assert!(!config.providers.is_empty());
+    assert!(config.prices().per_million.contains_key("gpt-4.1-mini"));
+    assert_eq!(config.limits.default.live_jobs, Some(50));
 }
 
 /// A deployed function's config at `text`, loaded as the function loads it.

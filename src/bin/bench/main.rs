@@ -9,6 +9,8 @@
 //! - `lifecycle`: create → the demo provider answers at once → `succeeded`, in process: jobs/s and create-to-result
 //!   latency, the orchestration overhead.
 //! - `dynamo-cost`: store requests per operation on DynamoDB (moto at `AWS_ENDPOINT_URL`), beside the design's request budget.
+//! - `aws-cost`: onejob's own AWS cost per million jobs, from the requests its functions make on moto, at list
+//!   prices, beside Step Functions Standard.
 //! - `write-units`: DynamoDB write capacity units of one job's lifecycle at a 1 KiB and a 64 KiB input of prose
 //!   and of base64, by the documented sizing rules (`onejob::store::dynamodb::write_units`).
 //! - Each takes `--preload N`: that many jobs in the store before measuring (scale of cost).
@@ -25,6 +27,7 @@ use onejob::providers::{DemoBehavior, ProviderConfig};
 use onejob::store::JobStore;
 use serde_json::json;
 
+mod aws_cost;
 mod dynamo_cost;
 mod lambda_init;
 mod lifecycle;
@@ -83,6 +86,15 @@ enum Scenario {
     },
     /// Write capacity units of one job's lifecycle on DynamoDB, by its sizing rules (no server needed).
     WriteUnits,
+    /// onejob's own AWS cost per million jobs, from the requests its functions make on moto (AWS_ENDPOINT_URL), at
+    /// list prices, beside Step Functions Standard.
+    AwsCost {
+        #[arg(long, default_value_t = 200)]
+        jobs: usize,
+        /// How long a worker waits on the model, in seconds (its invocation lasts as long).
+        #[arg(long, default_value_t = 2.0)]
+        model_seconds: f64,
+    },
     /// Cold starts of Lambda bootstraps against a runtime API stand-in: size and init time of each.
     LambdaInit {
         /// The `bootstrap` binaries (e.g. target/lambda/*/bootstrap, built for this machine).
@@ -117,6 +129,10 @@ async fn main() {
         } => lifecycle(jobs, concurrency, preload).await,
         Scenario::DynamoCost { preload, reps } => dynamo_cost(preload, reps).await,
         Scenario::WriteUnits => dynamo_cost::write_units_per_lifecycle(),
+        Scenario::AwsCost {
+            jobs,
+            model_seconds,
+        } => aws_cost::aws_cost(jobs, model_seconds).await,
         Scenario::LambdaInit { bootstraps, runs } => lambda_init::measure(&bootstraps, runs).await,
         Scenario::Serve { target, db } => serve(target, &db).await,
     }
