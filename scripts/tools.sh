@@ -84,9 +84,9 @@ need() {
     exec {lock}>".tools/$tool.lock"
     flock "$lock"
     if ! has "$tool"; then
-      echo "${0##*/}: installing $tool (once)"
+      echo "${0#./}: installing $tool (once)"
       install "$tool"
-      has "$tool" || { echo "${0##*/}: $tool did not install" >&2; return 1; }
+      has "$tool" || { echo "${0#./}: $tool did not install" >&2; return 1; }
     fi
     exec {lock}>&-
   done
@@ -96,6 +96,6 @@ need() {
 timed() {
   local started=$SECONDS status=0
   "$@" || status=$?
-  echo "${0##*/}: $* took $((SECONDS - started)) s"
+  echo "${0#./}: $* took $((SECONDS - started)) s"
   return "$status"
 }
