@@ -133,7 +133,8 @@ async fn a_spent_budget_refuses_creates_until_the_next_period_and_a_replay_still
     let id = job["id"].as_str().unwrap();
     app.wait_until(ALICE, id, |j| j["status"] == "succeeded")
         .await;
-    app.faults.made(Call::RecordSpend, 1).await;
+    // The spend is recorded after the answer is written: wait for the record to land, not just to start.
+    app.faults.finished(Call::RecordSpend, 1).await;
 
     let refused = app.create(ALICE, "next", &body).await;
     let problem = assert_problem(refused, 429, "budget_exceeded").await;
