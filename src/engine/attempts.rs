@@ -7,8 +7,8 @@ use serde_json::Value;
 use super::follow_up::Wrote;
 use super::{AnswerLost, Engine};
 use crate::domain::{
-    AttemptRef, CallReport, Completion, ErrorInfo, Failover, Job, JobId, RetryPolicy, Stamp,
-    Timestamp, WriteToken,
+    AttemptRef, AttemptState, CallReport, Completion, ErrorInfo, Failover, Job, JobId, RetryPolicy,
+    Stamp, Timestamp, WriteToken,
 };
 use crate::store::StoreError;
 
@@ -156,11 +156,21 @@ impl Engine {
             .await;
         match written {
             Ok(after) => {
-                if let Some(error) = &after.error {
+                // A cancelled attempt's late failure is kept on it and moves nothing else.
+                let late = after
+                    .attempt(number)
+                    .is_some_and(|a| a.state == AttemptState::Cancelled);
+                if late {
+                    tracing::info!(job_id = %after.id, attempt = number, code = %error.code, "a cancelled attempt answered after all: kept on it");
+                } else if let Some(error) = &after.error {
                     tracing::warn!(job_id = %after.id, code = %error.code, "no failover: {}", error.message);
                 }
-                self.answer_followed_up(&after, Wrote::Failed(number))
-                    .await?;
+                let wrote = if late {
+                    Wrote::Late(number)
+                } else {
+                    Wrote::Failed(number)
+                };
+                self.answer_followed_up(&after, wrote).await?;
                 Ok(after)
             }
             Err(e) => {

@@ -152,7 +152,13 @@ impl Engine {
         let Some(job) = job else {
             return self.put_off(deliveries, rev, None).await;
         };
-        let endpoint = self.store.endpoint(&deliveries.owner).await?;
+        // The endpoint hears of the jobs that settle from its registration on, whatever armed the deliveries (a
+        // late message arms a job that ended before it, and the endpoint may be newer than that).
+        let endpoint = self
+            .store
+            .endpoint(&deliveries.owner)
+            .await?
+            .filter(|e| job.settles_at().is_none_or(|at| at >= e.created_at));
         let sinks: Vec<SinkKind> = self
             .sinks
             .for_owner(endpoint.is_some())
@@ -164,7 +170,7 @@ impl Engine {
             Due::Later(at) => return self.put_off(deliveries, rev, at).await,
             Due::Done => {
                 if sinks.is_empty() {
-                    tracing::info!(job_id = %job.id, "no endpoint any more: the event is dropped");
+                    tracing::info!(job_id = %job.id, "no endpoint for this settle: the event is dropped");
                 }
                 return self.put_off(deliveries, rev, None).await;
             }

@@ -28,6 +28,8 @@ pub(super) enum Wrote {
     Lost(u32),
     /// Attempt `n` failed; its retry or failover was queued in the same write.
     Failed(u32),
+    /// Cancelled attempt `n`'s provider answered without a result after all: kept on it, nothing else moved.
+    Late(u32),
     /// Attempt `n` was cancelled by this write; failover was queued in the same write.
     AttemptCancelled(u32),
     /// The job was cancelled by this write.
@@ -47,6 +49,7 @@ impl Wrote {
             | Self::Won(n)
             | Self::Lost(n)
             | Self::Failed(n)
+            | Self::Late(n)
             | Self::AttemptCancelled(n) => Some(n),
             Self::Created | Self::Added | Self::JobCancelled | Self::Nothing => None,
         }
@@ -79,6 +82,7 @@ impl Engine {
                 count(AttemptState::Failed);
                 self.metrics.billed(job, n, "failed");
             }
+            Wrote::Late(n) => self.metrics.billed(job, n, "failed"),
             Wrote::AttemptCancelled(_) => count(AttemptState::Cancelled),
             Wrote::Created | Wrote::Added | Wrote::JobCancelled | Wrote::Nothing => {}
         }

@@ -292,7 +292,15 @@ async fn a_job_ended_without_an_endpoint_has_no_events_and_another_owner_sees_no
     let receiver = StandIn::answering(json!({})).await;
     let app = app().await;
     let before = settled_job(&app, "before").await;
+    app.clock.advance(Duration::seconds(1));
     register_receiver(&app, &receiver).await;
+    // A message of the job that comes back only now (the queue's redelivery) arms its deliveries again; the
+    // endpoint registered since hears nothing of it.
+    app.engine()
+        .rearm_deliveries(&JobId::parse(&before).unwrap())
+        .await
+        .unwrap();
+    app.engine().deliver_due().await.unwrap();
     let after = settled_job(&app, "after").await;
     receiver.received(1).await;
     events_when(&app, &after, delivered).await;

@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
             the_answer_is_written_before_the_breaker_and_the_ledger,
             jobs_waiting_on_a_probe_are_called_once_it_answers,
             a_cancelled_attempts_answer_is_in_time_by_when_it_came,
+            a_cancelled_attempts_late_failure_is_kept_and_settles_nothing,
             a_key_echoed_in_an_answer_is_scrubbed_from_what_onejob_keeps,
             a_prompt_of_separator_lines_is_answered_not_called_truncated,
         );

@@ -450,6 +450,52 @@ pub async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(store: Arc<d
     assert!(rig.no_message());
 }
 
+/// Found by the model checker (core/tests/protocol): a cancelled attempt whose provider answers after all with an
+/// answer that breaks the contract was dropped — and with it the call's usage, which was paid for. It is kept on
+/// the attempt, which stays cancelled; the job, its settle and its event stay as they were, and the bill counts
+/// the call.
+pub async fn a_cancelled_attempts_late_failure_is_kept_and_settles_nothing(
+    store: Arc<dyn JobStore>,
+) {
+    let (gate, _, primary) = held_twice().await;
+    let unused = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(store, openai(primary.base_url()), openai(unused.base_url()));
+    let (job, message) = rig.create("late-failure").await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    let cancelled = rig.cancel_attempt(&job, 1).await;
+    assert_eq!(
+        cancelled.status(),
+        JobStatus::Failed,
+        "no qualified fallback"
+    );
+    let settles_at = cancelled.settles_at();
+    gate.open(json!({"summary": "x", "extra": true}));
+    assert_eq!(step.await.unwrap(), Processed::Failed);
+    let done = rig.job(&job).await;
+    let attempt = done.attempt(1).unwrap();
+    assert_eq!(attempt.state, AttemptState::Cancelled);
+    assert_eq!(
+        attempt.error.as_ref().map(|e| e.code.as_str()),
+        Some("output_invalid")
+    );
+    assert!(
+        attempt
+            .report
+            .as_ref()
+            .and_then(|r| r.output_tokens)
+            .is_some(),
+        "the call's usage is kept: {attempt:?}"
+    );
+    assert_eq!(
+        (done.status(), done.settles_at()),
+        (JobStatus::Failed, settles_at)
+    );
+    let bill = onejob::domain::Bill::of(&done);
+    assert_eq!((bill.failed.attempts, bill.unknown.len()), (1, 0));
+    assert!(rig.no_message());
+}
+
 /// A key the provider echoes in its answer is scrubbed from everything onejob derives from the answer: the message
 /// of the check that quotes it (an owner reads it on the attempt) and a result that carries it.
 pub async fn a_key_echoed_in_an_answer_is_scrubbed_from_what_onejob_keeps(

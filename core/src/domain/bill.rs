@@ -156,7 +156,7 @@ pub struct Bill {
     /// Answers paid for and thrown away: they lost the slot, or came after the job was cancelled.
     pub discarded: Share,
     /// Attempts that failed: answers that broke the contract or that the model refused (paid for), and errors
-    /// (usually not).
+    /// (usually not) — also those that came to a cancelled attempt.
     pub failed: Share,
     /// Attempts whose call may have been billed and whose usage is not known: `unknown`, in flight, or cancelled
     /// after their call began with no answer since. Their cost is known only if their answer arrives.
@@ -175,6 +175,8 @@ impl Bill {
                 AttemptState::Succeeded => bill.won.add(report),
                 AttemptState::Discarded => bill.discarded.add(report),
                 AttemptState::Failed => bill.failed.add(report),
+                // A cancelled attempt whose provider answered without a result after all: what it said is kept.
+                AttemptState::Cancelled if attempt.error.is_some() => bill.failed.add(report),
                 AttemptState::Unknown | AttemptState::Started => bill.unknown.push(attempt.number),
                 AttemptState::Cancelled if called(attempt) => bill.unknown.push(attempt.number),
                 AttemptState::Cancelled | AttemptState::Queued => {}

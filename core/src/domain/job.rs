@@ -328,6 +328,10 @@ impl Job {
     /// A definite answer that is not a result: `started` | `unknown` → `failed`, then a retry on the same provider
     /// when the answer says the work was not done (and the policy allows), else failover. An attempt that was
     /// `unknown` is never retried: its call may have done the work.
+    ///
+    /// A `cancelled` attempt whose provider answered after all, without a result, keeps what the answer said —
+    /// its error and its usage: the call was paid for — and stays `cancelled`; the job is left as it was, its
+    /// settle too (invariant 14): the cancel already resolved the attempt, and its failover ran then.
     pub fn fail(
         &mut self,
         number: u32,
@@ -340,6 +344,12 @@ impl Job {
             return Ok(());
         }
         let attempt = self.attempt_mut(number)?;
+        if attempt.state == AttemptState::Cancelled {
+            attempt.error = Some(error.bounded());
+            attempt.report = report.into_option();
+            attempt.writer = Some(stamp.token.clone());
+            return Ok(());
+        }
         if !matches!(attempt.state, AttemptState::Started | AttemptState::Unknown) {
             return Err(attempt.refuse(AttemptState::Failed));
         }

@@ -186,13 +186,15 @@ fn only_a_refusal_that_did_no_work_within_the_window_is_retried() {
     let (error, report) = rate_limited(Some(1));
     job.fail(1, error, report, &retrying(0), &by(2)).unwrap();
     assert_eq!(job.attempt(2).unwrap().provider, provider("b"));
-    // A job cancelled while the attempt ran: its failure is refused, and nothing is queued.
+    // A job cancelled while the attempt ran: its failure is kept on the cancelled attempt, and nothing is queued.
     let mut job = super::job();
     job.claim(1, at(30_000), &by(0)).unwrap();
     job.cancel(&by(1)).unwrap();
     let (error, report) = rate_limited(Some(1));
-    assert!(job.fail(1, error, report, &retrying(0), &by(2)).is_err());
+    job.fail(1, error, report, &retrying(0), &by(2)).unwrap();
     assert_eq!(job.attempts.len(), 1);
+    assert_eq!(job.attempt(1).unwrap().state, AttemptState::Cancelled);
+    assert!(job.attempt(1).unwrap().error.is_some());
 }
 
 fn evidence(model: &str) -> Qualification {

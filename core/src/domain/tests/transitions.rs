@@ -313,3 +313,49 @@ fn writes_to_a_settled_job_that_leave_its_outcome_do_not_move_its_settle() {
     assert_eq!(job.attempt(1).unwrap().state, AttemptState::Discarded);
     assert_eq!(job.settles_at(), Some(at(30_000)));
 }
+
+/// Found by the model checker (core/tests/protocol): a cancelled attempt's provider that answers after all without
+/// a result. What it said and what the call used are kept on the attempt, which stays cancelled; nothing else of
+/// the job moves — not its status, not when it settles (invariant 14) — and the write repeated under its token is
+/// the same write.
+#[test]
+fn a_cancelled_attempts_late_failure_keeps_its_usage_and_moves_nothing_else() {
+    let mut job = job();
+    job.claim(1, at(30_000), &by(1)).unwrap();
+    job.cancel_attempt(1, &nowhere(), &by(2)).unwrap();
+    let before = job.clone();
+    let report = CallReport {
+        output_tokens: Some(10),
+        ..CallReport::default()
+    };
+    let late = by(3);
+    let broke = ErrorInfo::new("output_invalid", "the answer breaks the contract");
+    job.fail(1, broke.clone(), report.clone(), &nowhere(), &late)
+        .unwrap();
+    let attempt = job.attempt(1).unwrap();
+    assert_eq!(attempt.state, AttemptState::Cancelled);
+    assert_eq!(
+        (attempt.error.as_ref(), attempt.report.as_ref()),
+        (Some(&broke), Some(&report))
+    );
+    assert_eq!(
+        (
+            job.status(),
+            job.settles_at(),
+            job.updated_at,
+            job.attempts.len()
+        ),
+        (
+            before.status(),
+            before.settles_at(),
+            before.updated_at,
+            before.attempts.len()
+        )
+    );
+    let once = job.clone();
+    job.fail(1, broke, report, &nowhere(), &late).unwrap();
+    assert_eq!(job, once, "the same write again");
+    let bill = Bill::of(&job);
+    assert_eq!((bill.failed.attempts, bill.failed.output_tokens), (1, 10));
+    assert!(bill.unknown.is_empty());
+}
