@@ -1,0 +1,240 @@
+//! The protocol, model-checked: every order in which two clients, the API, the store, the queue, two workers, the
+//! sweeper, the providers, the deliverer, a person and the clock can act, with faults injected at each, explored
+//! breadth first to a bound by [stateright](https://docs.rs/stateright), each step calling the domain's own
+//! transitions — the ones every store applies inside its atomic write. Two halves meet at the stored job and its
+//! first message ([`model::Scenario`]). docs/model.md says what is modelled and what is not, and how to run deeper.
+//!
+//! - `the_protocol_holds`: the bounds that `cargo test` checks (printing the states explored).
+//! - `each_broken_variant_is_caught`: for each [`bugs::Bug`], the checker finds the property it breaks, and prints
+//!   the shortest trace that shows it.
+//! - `deeper` (ignored): larger fault budgets, as `ONEJOB_MODEL` says (`deep`, or `simulate` for random walks).
+
+mod bugs;
+mod model;
+mod properties;
+mod steps;
+mod world;
+
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model, Path};
+
+use bugs::Bug;
+use model::{Protocol, Scenario};
+use world::{Faults, World};
+
+/// The intake `cargo test` checks: two clients under one key (`agree`: a double click; else another payload), a
+/// store write that fails or loses its answer, an answer lost on the way, a first message the queue does not take.
+fn intake(agree: bool) -> Protocol {
+    Protocol {
+        scenario: Scenario::Intake,
+        agree,
+        faults: Faults {
+            store: 1,
+            lost_answers: 1,
+            lost_sends: 1,
+            ..Faults::NONE
+        },
+        max_clock: 12,
+        max_depth: None,
+        bug: None,
+    }
+}
+
+/// The attempts `cargo test` checks: one of each of their faults, runs of up to 14 steps.
+fn attempts() -> Protocol {
+    Protocol {
+        scenario: Scenario::Attempts,
+        agree: true,
+        faults: Faults {
+            store: 1,
+            crashes: 1,
+            duplicates: 1,
+            lost_sends: 1,
+            endpoint: 1,
+            ..Faults::NONE
+        },
+        max_clock: 12,
+        max_depth: Some(14),
+        bug: None,
+    }
+}
+
+/// The attempts without faults but a cancel, to longer runs: what providers, time-outs, people and the sweeper
+/// do to a job alone.
+fn calm() -> Protocol {
+    Protocol {
+        faults: Faults {
+            cancels: 1,
+            ..Faults::NONE
+        },
+        max_depth: Some(18),
+        ..attempts()
+    }
+}
+
+/// A discovery as the steps that lead to it, one line each, with the job as each step left it.
+fn explain(model: &Protocol, path: Path<World, model::Action>) -> String {
+    let mut lines = Vec::new();
+    for (state, action) in path.into_vec() {
+        let job = state.job.as_ref().map_or_else(
+            || "no job".to_owned(),
+            |job| {
+                let attempts: Vec<String> = (job.attempts.iter())
+                    .map(|a| format!("{}{}:{}", a.provider, a.number, a.state.as_str()))
+                    .collect();
+                format!("{} [{}]", job.status().as_str(), attempts.join(" "))
+            },
+        );
+        let step = action.map_or_else(|| "(end)".to_owned(), |a| model.format_action(&a));
+        lines.push(format!("  t={:<2} {job:<48} then {step}", state.now));
+    }
+    lines.join("\n")
+}
+
+/// Checks `model` breadth first, stopping once any of `until` is found (`None`: explore it all); prints what it
+/// explored and how long it took.
+fn check(
+    name: &str,
+    model: Protocol,
+    until: Option<&'static str>,
+) -> impl Checker<Protocol> + use<> {
+    let started = Instant::now();
+    let depth = model.max_depth;
+    let mut builder = model
+        .checker()
+        .threads(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if let Some(depth) = depth {
+        builder = builder.target_max_depth(depth);
+    }
+    if let Some(property) = until {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([property].into()));
+    }
+    let checker = builder.spawn_bfs().join();
+    println!(
+        "{name}: {} states ({} unique), depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+/// Fails with the trace of every property the checker found broken.
+fn assert_holds(model: &Protocol, checker: &impl Checker<Protocol>) {
+    let mut broken = Vec::new();
+    for (name, path) in checker.discoveries() {
+        if properties::musts().contains(name) {
+            broken.push(format!("{name}:\n{}", explain(model, path)));
+        }
+    }
+    assert!(broken.is_empty(), "broken:\n{}", broken.join("\n\n"));
+    for property in properties::sometimes(model.scenario) {
+        assert!(
+            checker.discovery(property).is_some(),
+            "never reached: {property}"
+        );
+    }
+}
+
+#[test]
+fn the_protocol_holds() {
+    for (name, model) in [
+        ("intake, a double click", intake(true)),
+        ("intake, another payload", intake(false)),
+        ("attempts, with faults", attempts()),
+        ("attempts, calm", calm()),
+    ] {
+        let checker = check(name, model.clone(), None);
+        assert_holds(&model, &checker);
+    }
+}
+
+/// Which property each broken variant must break, and the model it shows in.
+fn caught_by(bug: Bug) -> (&'static str, Protocol) {
+    use properties::*;
+    let model = match bug {
+        Bug::UnconditionalCreate | Bug::ReplayAnswersCreated => intake(true),
+        Bug::ConflictAnswered => intake(false),
+        Bug::SettleFromUpdatedAt => calm(),
+        _ => attempts(),
+    };
+    let property = match bug {
+        Bug::UnconditionalCreate => ONE_JOB,
+        Bug::ReplayAnswersCreated => ONE_201,
+        Bug::ConflictAnswered => CONFLICT,
+        Bug::UnknownFailsOver => ONE_LIVE,
+        Bug::TimeoutFails => UNKNOWN,
+        Bug::CompleteWithoutSwap => ONE_RESULT,
+        Bug::ClaimWithoutToken => ONE_CALL,
+        Bug::FailoverUnqualified => QUALIFIED,
+        Bug::UnbiasedLateWindow => ANSWERS_KEPT,
+        Bug::SettleFromUpdatedAt => ONE_EVENT,
+        Bug::NoRedispatch => SETTLES,
+        Bug::NoRearm => ANNOUNCED,
+    };
+    (
+        property,
+        Protocol {
+            bug: Some(bug),
+            ..model
+        },
+    )
+}
+
+#[test]
+fn each_broken_variant_is_caught() {
+    for bug in Bug::ALL {
+        let (property, model) = caught_by(bug);
+        let checker = check(&format!("{bug:?}"), model.clone(), Some(property));
+        let path = checker
+            .discovery(property)
+            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
+        println!("{bug:?} breaks {property:?}:\n{}", explain(&model, path));
+    }
+}
+
+/// Deeper bounds, and long random walks: `ONEJOB_MODEL=deep` (to `ONEJOB_MODEL_DEPTH` steps, 15 unless set) or
+/// `ONEJOB_MODEL=simulate` (random runs to their end for ten minutes), with two store faults and a cancel more
+/// (docs/model.md).
+#[test]
+#[ignore = "minutes to hours: run by hand (docs/model.md)"]
+fn deeper() {
+    let depth = std::env::var("ONEJOB_MODEL_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(15);
+    let deep = Protocol {
+        faults: Faults {
+            store: 2,
+            cancels: 1,
+            ..attempts().faults
+        },
+        max_clock: 16,
+        max_depth: Some(depth),
+        ..attempts()
+    };
+    if std::env::var("ONEJOB_MODEL").as_deref() != Ok("simulate") {
+        let checker = check("deep", deep.clone(), None);
+        return assert_holds(&deep, &checker);
+    }
+    let started = Instant::now();
+    let walks = Protocol {
+        max_depth: None,
+        ..deep
+    };
+    let checker = walks
+        .clone()
+        .checker()
+        .timeout(std::time::Duration::from_secs(600))
+        .spawn_simulation(0, stateright::UniformChooser)
+        .join();
+    println!(
+        "simulation: {} states, depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    assert_holds(&walks, &checker);
+}

@@ -1,0 +1,192 @@
+//! What must hold, each named by the invariant of docs/design.md it checks. Safety properties hold in every state;
+//! liveness properties hold in every state where the run has ended — no actor can take a step — before the clock's
+//! bound: every fault has a budget and time moves only towards what is due, so every run ends, and a run that ends
+//! is one in which every actor that could act did (the fair schedules).
+
+use std::collections::BTreeSet;
+
+use onejob_core::domain::event::event_id;
+use onejob_core::domain::{AttemptState, Job, JobStatus};
+use stateright::{Model, Property};
+
+use crate::model::{Protocol, Scenario};
+use crate::world::{Answer, TIMEOUT, World, at, failover};
+
+pub const ONE_JOB: &str = "1: one job per (owner, key)";
+pub const ONE_201: &str = "2: at most one 201 per key";
+pub const CONFLICT: &str = "3: another payload under the key is a conflict";
+pub const ONE_LIVE: &str = "4: at most one live attempt, and only the newest";
+pub const UNKNOWN: &str = "5: not knowing is not failing";
+pub const ONE_RESULT: &str = "6, 7: one result, never overwritten";
+pub const ONE_CALL: &str = "8: one provider call per attempt, only after its claim";
+pub const QUALIFIED: &str = "9: failover only to qualified providers";
+pub const ANSWERS_KEPT: &str = "11, 16: every answer a worker took is written or logged";
+pub const ONE_EVENT: &str = "14: one settle, one event id";
+pub const SETTLES: &str = "12: every run ends with the job settled (liveness)";
+pub const ANNOUNCED: &str = "14: every settle is delivered (liveness)";
+pub const ANSWERED: &str = "2: every client is answered, one of them 201 (liveness)";
+
+// Reached at all: a model that never gets there checks nothing there.
+pub const LATE_WIN: &str = "a late answer wins after the time-out";
+pub const DISCARDED: &str = "a loser's answer is discarded";
+pub const FAILED_OVER: &str = "failover runs the qualified fallback";
+pub const REPLAYED: &str = "a conflict or a replay is answered";
+pub const REDELIVERED: &str = "an event is delivered after a failed try";
+
+/// Whether the run has ended here: nothing can happen any more, and the clock's bound did not cut it.
+fn ended(model: &Protocol, w: &World) -> bool {
+    let mut next = Vec::new();
+    model.actions(w, &mut next);
+    next.is_empty() && w.now < model.max_clock
+}
+
+/// Whether the run has ended with the job's work in the model: nobody works the job at intake.
+fn worked(model: &Protocol, w: &World) -> bool {
+    model.scenario == Scenario::Attempts && ended(model, w)
+}
+
+pub fn all() -> Vec<Property<Protocol>> {
+    vec![
+        Property::always(ONE_JOB, |_, w: &World| w.ghost.jobs_made <= 1),
+        Property::always(ONE_201, |_, w: &World| w.ghost.created <= 1),
+        Property::always(CONFLICT, |_, w: &World| !w.ghost.answered_foreign),
+        Property::always(ONE_LIVE, |_, w: &World| {
+            w.job.as_ref().is_none_or(|job| {
+                let live: Vec<_> = job.attempts.iter().filter(|a| a.state.is_live()).collect();
+                live.len() <= 1 && live.iter().all(|a| a.number == job.attempts.len() as u32)
+            })
+        }),
+        Property::always(UNKNOWN, |_, w: &World| {
+            w.job.as_ref().is_none_or(|job| {
+                (job.attempts.iter())
+                    .filter(|a| a.state == AttemptState::Failed)
+                    .all(|a| w.ghost.definite.contains(&(a.number as u8)))
+            })
+        }),
+        Property::always(ONE_RESULT, |_, w: &World| {
+            w.job.as_ref().is_none_or(|job| {
+                let winners = (job.attempts.iter())
+                    .filter(|a| a.state == AttemptState::Succeeded)
+                    .count();
+                let kept = match &w.ghost.winner {
+                    Some((n, result)) => {
+                        job.completed_by == Some(*n) && job.result.as_ref() == Some(result)
+                    }
+                    None => job.completed_by.is_none(),
+                };
+                winners <= 1 && kept
+            })
+        }),
+        Property::always(ONE_CALL, |_, w: &World| {
+            w.ghost.calls.iter().all(|c| *c <= 1) && !w.ghost.unclaimed_call
+        }),
+        Property::always(QUALIFIED, |_, w: &World| {
+            let qualified = failover().qualified;
+            w.job.as_ref().is_none_or(|job| {
+                job.attempts.iter().skip(1).all(|a| {
+                    let retry_of = a.retry_of.and_then(|n| job.attempt(n));
+                    qualified.contains(&a.provider)
+                        || retry_of.is_some_and(|r| r.provider == a.provider)
+                })
+            })
+        }),
+        Property::always(ANSWERS_KEPT, |_, w: &World| w.ghost.dropped.is_empty()),
+        Property::always(ONE_EVENT, |_, w: &World| {
+            w.ghost.sent.len() <= w.ghost.settles.len()
+        }),
+        Property::always(SETTLES, |model: &Protocol, w: &World| {
+            !worked(model, w) || w.job.as_ref().is_some_and(|job| job.is_settled(at(w.now)))
+        }),
+        Property::always(ANNOUNCED, |model: &Protocol, w: &World| {
+            !worked(model, w)
+                || w.job.as_ref().is_some_and(|job| {
+                    job.settles_at()
+                        .is_some_and(|t| w.ghost.delivered.contains(&event_id(job, t)))
+                })
+        }),
+        Property::always(ANSWERED, |model: &Protocol, w: &World| {
+            let answered = w.clients.iter().all(|c| c.answer.is_some());
+            let one_201 = w.ghost.gave_up || w.ghost.created == 1;
+            !ended(model, w) || (answered && one_201)
+        }),
+        Property::sometimes(LATE_WIN, |_, w: &World| {
+            w.job.as_ref().is_some_and(|job| {
+                job.completed_by
+                    .and_then(|n| job.attempt(n))
+                    .is_some_and(|a| {
+                        let timed_out = a
+                            .started_at
+                            .map(|t| t + chrono::Duration::seconds(TIMEOUT.into()));
+                        a.finished_at >= timed_out
+                    })
+            })
+        }),
+        Property::sometimes(DISCARDED, |_, w: &World| {
+            w.job.as_ref().is_some_and(|job| {
+                job.attempts
+                    .iter()
+                    .any(|a| a.state == AttemptState::Discarded)
+            })
+        }),
+        Property::sometimes(FAILED_OVER, |_, w: &World| {
+            w.job.as_ref().is_some_and(|job| {
+                job.attempts
+                    .iter()
+                    .any(|a| a.provider.as_str() == "b" && a.retry_of.is_none())
+                    && job.status() == JobStatus::Succeeded
+            })
+        }),
+        Property::sometimes(REPLAYED, |_, w: &World| {
+            w.clients
+                .iter()
+                .any(|c| matches!(c.answer, Some(Answer::Replayed | Answer::Conflict)))
+        }),
+        Property::sometimes(REDELIVERED, |_, w: &World| {
+            !w.ghost.delivered.is_empty() && w.faults.endpoint == 0
+        }),
+    ]
+}
+
+/// The properties each scenario must reach.
+pub fn sometimes(scenario: Scenario) -> Vec<&'static str> {
+    match scenario {
+        Scenario::Intake => vec![REPLAYED],
+        Scenario::Attempts => vec![LATE_WIN, DISCARDED, FAILED_OVER, REDELIVERED],
+    }
+}
+
+/// The names of the properties that must never be broken.
+pub fn musts() -> BTreeSet<&'static str> {
+    [
+        ONE_JOB,
+        ONE_201,
+        CONFLICT,
+        ONE_LIVE,
+        UNKNOWN,
+        ONE_RESULT,
+        ONE_CALL,
+        QUALIFIED,
+        ANSWERS_KEPT,
+        ONE_EVENT,
+        SETTLES,
+        ANNOUNCED,
+        ANSWERED,
+    ]
+    .into()
+}
+
+/// What a settled job came to, told apart as invariant 14 tells settles apart: its status, the attempt whose result
+/// it holds, and for a failure how many attempts it had (a failure retried by hand that fails again is a new one).
+/// Writes that leave these as they were settle nothing.
+pub fn outcome(job: &Job) -> (u8, u32, usize) {
+    let status = JobStatus::ALL
+        .iter()
+        .position(|s| *s == job.status())
+        .expect("a status");
+    let failed = job.status() == JobStatus::Failed;
+    (
+        u8::try_from(status).expect("six statuses"),
+        job.completed_by.unwrap_or(0),
+        if failed { job.attempts.len() } else { 0 },
+    )
+}

@@ -1,0 +1,343 @@
+//! What the model's world holds: the store's job and its deliveries, the clients and the API's requests, the
+//! queue, the workers and what they hold, writes left in flight, what faults are left to inject, and the ghost —
+//! what the properties are checked against, which no actor reads.
+
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+
+use chrono::{Duration, TimeZone, Utc};
+use onejob_core::domain::{
+    ContractRef, Deliveries, Failover, Fingerprint, IdempotencyKey, Job, NewJob, Owner,
+    ProviderName, RetryPolicy, Timestamp, WriteToken,
+};
+use serde_json::{Value, json};
+
+/// The clock's unit: a tick is a second.
+pub type Tick = u8;
+
+/// No answer after this long: the attempt becomes `unknown` (a provider's `timeout_ms`).
+pub const TIMEOUT: Tick = 1;
+/// After the time-out, listening goes on this long (`late_result_ms`).
+pub const LATE: Tick = 1;
+/// A claim's lease: the longest listening, plus a margin (`lease_margin_ms`).
+pub const LEASE: Tick = TIMEOUT + LATE + 1;
+/// A `queued` attempt nobody claimed for this long is sent again (`redispatch_after_ms`).
+pub const REDISPATCH_AFTER: Tick = 2;
+/// An event delivery that failed is tried again after this long.
+pub const DELIVERY_BACKOFF: Tick = 1;
+
+/// The moment of `tick`.
+pub fn at(tick: Tick) -> Timestamp {
+    Utc.timestamp_opt(1_800_000_000 + i64::from(tick), 0)
+        .single()
+        .expect("a moment")
+}
+
+/// The first tick at or after `moment`.
+pub fn tick_of(moment: Timestamp) -> Tick {
+    let ms = (moment - at(0)).num_milliseconds();
+    Tick::try_from((ms + 999).div_euclid(1000).max(0)).unwrap_or(Tick::MAX)
+}
+
+/// The provider chain: `a` the primary, `b` qualified for the contract, `c` not.
+pub const CHAIN: [&str; 3] = ["a", "b", "c"];
+
+pub fn provider(name: &str) -> ProviderName {
+    ProviderName::parse(name).expect("a provider name")
+}
+
+/// What failover may do: only `b` is qualified; a provider that said it did no work is tried once more, two
+/// seconds later; three attempts at most.
+pub fn failover() -> Failover {
+    Failover {
+        qualified: [provider("b")].into(),
+        max_attempts: 3,
+        retry: Some(RetryPolicy {
+            max_retries: 1,
+            within: Duration::seconds(10),
+            base: Duration::seconds(2),
+            cap: Duration::seconds(2),
+        }),
+        jitter_permille: 0,
+    }
+}
+
+/// What client `c` asks for: the two clients agree (a double click) unless told otherwise (the same key, another
+/// payload).
+pub fn intent(client: u8, agree: bool) -> NewJob {
+    let input: Value = if agree || client == 0 {
+        json!({"text": "The projector broke."})
+    } else {
+        json!({"text": "Something else entirely."})
+    };
+    NewJob {
+        owner: Owner::parse("alice").expect("an owner"),
+        idempotency_key: IdempotencyKey::parse("order-42").expect("a key"),
+        fingerprint: Fingerprint::of_intent("summarize@1", &input, None),
+        contract: ContractRef::parse("summarize@1").expect("a contract"),
+        input,
+        providers: CHAIN.map(provider).to_vec(),
+    }
+}
+
+/// Who writes: each write that may be repeated carries its writer's token, made here from who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// Client `c`'s `n`th request, as the API writes it.
+    Request { client: u8, n: u8 },
+    /// A worker's step on attempt `attempt`, its `delivery`th delivery.
+    Step { attempt: u8, delivery: u8 },
+    /// The sweeper's time-out of an attempt.
+    Sweeper { attempt: u8 },
+    /// A person resolving an attempt, or the owner cancelling the job.
+    Person { attempt: u8 },
+}
+
+impl Writer {
+    pub fn token(self) -> WriteToken {
+        let (kind, a, b) = match self {
+            Self::Request { client, n } => (1, client, n),
+            Self::Step { attempt, delivery } => (2, attempt, delivery),
+            Self::Sweeper { attempt } => (3, attempt, 0),
+            Self::Person { attempt } => (4, attempt, 0),
+        };
+        WriteToken::parse(&format!("{kind:08x}{a:08x}{b:08x}{:08x}", 0)).expect("32 hex digits")
+    }
+}
+
+/// A write's fate at the store: it lands and answers, fails before it lands, or lands and its answer is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fate {
+    Lands,
+    FailsBefore,
+    AnswerLost,
+}
+
+/// What the API answers a create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// 201: this request made the job.
+    Created,
+    /// 200 `Idempotent-Replayed`.
+    Replayed,
+    /// 409 `idempotency_key_reused`.
+    Conflict,
+    /// 500: the store did not answer in time.
+    Unavailable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// Requests sent so far.
+    pub sent: u8,
+    /// A request is out, not answered yet.
+    pub waiting: bool,
+    /// The answer it kept (a lost answer or a 500 leaves it to send again).
+    pub answer: Option<Answer>,
+}
+
+/// A create inside the API.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Request {
+    pub client: u8,
+    pub n: u8,
+    pub phase: Phase,
+    /// The store failed one of its tries: it may give up.
+    pub faulted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// The create's conditional write, tried under the request's token.
+    Writing,
+    /// Made the job: attempt 1's message to send.
+    Dispatching,
+    /// The answer to send back.
+    Answering(Answer),
+}
+
+/// A queue message: an attempt, not delivered before `not_before`, held by a worker (invisible) or not.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Message {
+    pub attempt: u8,
+    pub not_before: Tick,
+    pub held: Option<u8>,
+}
+
+/// What a provider's reply means (`providers::Reply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reply {
+    /// An answer that keeps the contract.
+    Result,
+    /// 429: the work was not done (retried on the same provider).
+    RateLimited,
+    /// An answer that breaks the contract: definite, the work was done and is worthless.
+    Broken,
+    /// The connection was lost after sending: the provider may have done the work.
+    Lost,
+}
+
+impl Reply {
+    pub const ALL: [Self; 4] = [Self::Result, Self::RateLimited, Self::Broken, Self::Lost];
+}
+
+/// The time-out's `unknown` write, sent while listening goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Marking {
+    No,
+    Sending { faulted: bool },
+    Written,
+}
+
+/// A worker, and the step it is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Worker {
+    Idle,
+    /// Its claim of `attempt` is being written.
+    Claiming {
+        attempt: u8,
+        delivery: u8,
+        faulted: bool,
+    },
+    /// It called the provider at `since` and listens; `reply` is what reached it.
+    Listening {
+        attempt: u8,
+        delivery: u8,
+        since: Tick,
+        reply: Option<Reply>,
+        marking: Marking,
+    },
+    /// It writes what `reply`, taken at `answered`, means.
+    Writing {
+        attempt: u8,
+        delivery: u8,
+        reply: Reply,
+        answered: Tick,
+        faulted: bool,
+    },
+    /// It wrote; what follows the write (the attempt it queued dispatched, the event armed) and the message's
+    /// deletion are left.
+    Wrote {
+        attempt: u8,
+    },
+}
+
+/// The job's completion events as the store keeps them: the deliveries and the settle they were armed for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Events {
+    pub deliveries: Deliveries,
+    pub armed: String,
+}
+
+/// Faults still to inject; each is spent when it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// A store write that fails before it lands, or lands and loses its answer.
+    pub store: u8,
+    /// An answer the API sent that never reaches its client.
+    pub lost_answers: u8,
+    /// A worker that dies mid-step.
+    pub crashes: u8,
+    /// A message the queue delivers twice.
+    pub duplicates: u8,
+    /// A message the queue does not take.
+    pub lost_sends: u8,
+    /// A delivery the owner's endpoint does not take.
+    pub endpoint: u8,
+    /// The owner cancels the job.
+    pub cancels: u8,
+}
+
+impl Faults {
+    pub const NONE: Self = Self {
+        store: 0,
+        lost_answers: 0,
+        crashes: 0,
+        duplicates: 0,
+        lost_sends: 0,
+        endpoint: 0,
+        cancels: 0,
+    };
+}
+
+/// What happened, as the properties need it; no actor reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    /// Jobs the store made for the key.
+    pub jobs_made: u8,
+    /// 201s the API sent.
+    pub created: u8,
+    /// A request answered with a job whose payload was not its own.
+    pub answered_foreign: bool,
+    /// Some request gave up on the store (a 500).
+    pub gave_up: bool,
+    /// Provider calls per attempt (index: attempt number).
+    pub calls: Vec<u8>,
+    /// A call made for an attempt the caller had not claimed.
+    pub unclaimed_call: bool,
+    /// The first result to win, and the attempt it came from.
+    pub winner: Option<(u32, Value)>,
+    /// Answers a worker held that were neither written nor logged.
+    pub dropped: BTreeSet<u8>,
+    /// Answers a worker could not write, logged whole for an operator.
+    pub logged: BTreeSet<u8>,
+    /// Attempts whose provider answered definitely that the work failed or was not done.
+    pub definite: BTreeSet<u8>,
+    /// The outcomes the job settled to (its status, the result's attempt, and for a failure its attempts).
+    pub settles: BTreeSet<(u8, u32, usize)>,
+    /// Event ids the deliverer sent, and those the endpoint took.
+    pub sent: BTreeSet<String>,
+    pub delivered: BTreeSet<String>,
+}
+
+/// The whole world.
+#[derive(Debug, Clone, PartialEq)]
+pub struct World {
+    pub now: Tick,
+    /// The store's item for (owner, key).
+    pub job: Option<Job>,
+    pub events: Option<Events>,
+    pub clients: [Client; 2],
+    pub requests: Vec<Request>,
+    /// Kept sorted: the queue has no order.
+    pub queue: Vec<Message>,
+    pub workers: [Worker; 2],
+    /// How often each attempt's message was delivered (its steps' tokens).
+    pub gens: Vec<u8>,
+    /// `unknown` writes a step sent and stopped waiting for (it took an answer meanwhile): the store may still
+    /// apply them, or never.
+    pub strays: Vec<(u8, u8)>,
+    pub faults: Faults,
+    pub ghost: Ghost,
+}
+
+/// States are told apart by a hash: the job and its events by their full text (neither is `Hash`: a JSON value).
+impl Hash for World {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.now.hash(state);
+        format!("{:?}{:?}", self.job, self.events).hash(state);
+        self.clients.hash(state);
+        self.requests.hash(state);
+        self.queue.hash(state);
+        self.workers.hash(state);
+        self.gens.hash(state);
+        self.strays.hash(state);
+        self.faults.hash(state);
+        self.ghost.hash(state);
+    }
+}
+
+/// Attempt `n`'s number as the model keeps it.
+pub fn number(n: u32) -> u8 {
+    u8::try_from(n).expect("few attempts")
+}
+
+/// Queues a message for `attempt`, not to be delivered before `not_before`.
+pub fn push(w: &mut World, attempt: u8, not_before: Tick) {
+    w.queue.push(Message {
+        attempt,
+        not_before,
+        held: None,
+    });
+    w.queue.sort();
+}
