@@ -1,7 +1,12 @@
-# Sourced by the scripts: every tool the checks use, at its pinned version, and how each is installed (once, into
-# this checkout). `need <tool>` installs one if it is missing, holding .tools/<tool>.lock, so two scripts that need
-# it at once install it once: scripts/install-tools installs them side by side while something else compiles, and
-# each script still asks for its own, so each runs alone on a fresh clone.
+# Sourced by the scripts: every tool the checks use, at its pinned version, and how each is installed. `need <tool>`
+# installs one if it is missing, under a lock, so two scripts that need it at once install it once:
+# scripts/install-tools installs them side by side while something else compiles, and each script still asks for
+# its own, so each runs alone on a fresh clone.
+#
+# The virtualenvs and cargo-fuzz are kept per machine, by version, in $ONEJOB_TOOLS (~/.cache/onejob-tools unless
+# set), as `cargo install` keeps its tools in ~/.cargo: a checkout's .venv-*/ and .tools/cargo-fuzz are links into
+# it, so a fresh clone reuses what the machine installed at the same pinned versions, and a version bump installs
+# anew beside the old one.
 
 MOTO_VERSION=5.2.5
 SAM_TRANSLATOR_VERSION=1.110.0
@@ -15,6 +20,19 @@ GENERATOR_VERSION=0.29.1
 CARGO_FUZZ_VERSION=0.13.2
 
 TOOLS="moto deploy sam arm64 api-fuzz python-client chromium playwright cargo-fuzz"
+ONEJOB_TOOLS=${ONEJOB_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/onejob-tools}
+
+# The name a machine-kept <tool> has in the checkout, and its folder in $ONEJOB_TOOLS (nothing for the others).
+kept() {
+  case "$1" in
+    moto) echo ".venv-test moto-$MOTO_VERSION-sam-translator-$SAM_TRANSLATOR_VERSION" ;;
+    deploy) echo ".venv-deploy cfn-lint-$CFN_LINT_VERSION-cargo-lambda-$CARGO_LAMBDA_VERSION" ;;
+    sam) echo ".venv-sam sam-cli-$SAM_CLI_VERSION" ;;
+    api-fuzz) echo ".venv-api schemathesis-$SCHEMATHESIS_VERSION-hypothesis-$HYPOTHESIS_VERSION" ;;
+    python-client) echo ".venv-client openapi-python-client-$GENERATOR_VERSION" ;;
+    cargo-fuzz) echo ".tools/cargo-fuzz cargo-fuzz-$CARGO_FUZZ_VERSION" ;;
+  esac
+}
 
 # Whether <tool> is there, at its version.
 has() {
@@ -29,7 +47,7 @@ has() {
       && .venv-client/bin/python -c "import dateutil" ;;
     chromium) command -v chromium ;;
     playwright) [ -d tests/browser/node_modules/playwright-core ] ;;
-    cargo-fuzz) says "$CARGO_FUZZ_VERSION" .tools/bin/cargo-fuzz --version ;;
+    cargo-fuzz) says "$CARGO_FUZZ_VERSION" .tools/cargo-fuzz/bin/cargo-fuzz --version ;;
     *) echo "scripts/tools.sh: no tool $1" >&2; return 2 ;;
   esac
 } >/dev/null 2>&1
@@ -51,41 +69,55 @@ venv() {
   "$dir/bin/pip" install --quiet --disable-pip-version-check "$@"
 }
 
+# Installs <tool>; a machine-kept one into <dest>, its folder in $ONEJOB_TOOLS.
 install() {
+  local dest=${2:-}
   case "$1" in
     # moto, with what its CloudFormation needs, and the SAM translator: the tests' AWS (scripts/test).
-    moto) venv .venv-test "moto[cloudformation,dynamodb,events,sqs,secretsmanager]==$MOTO_VERSION" \
+    moto) venv "$dest" "moto[cloudformation,dynamodb,events,sqs,secretsmanager]==$MOTO_VERSION" \
       "aws-sam-translator==$SAM_TRANSLATOR_VERSION" flask flask-cors ;;
     # cfn-lint and cargo-lambda (zig comes with it from PyPI): scripts/check-deploy.
-    deploy) venv .venv-deploy "cfn-lint==$CFN_LINT_VERSION" "cargo-lambda==$CARGO_LAMBDA_VERSION" ;;
+    deploy) venv "$dest" "cfn-lint==$CFN_LINT_VERSION" "cargo-lambda==$CARGO_LAMBDA_VERSION" ;;
     # aws-sam-cli apart: its pins fight moto's and cfn-lint's.
-    sam) venv .venv-sam "aws-sam-cli==$SAM_CLI_VERSION" ;;
+    sam) venv "$dest" "aws-sam-cli==$SAM_CLI_VERSION" ;;
     arm64) rustup target add aarch64-unknown-linux-gnu ;;
     # schemathesis, with hypothesis pinned (scripts/api-fuzz says why).
-    api-fuzz) venv .venv-api "schemathesis==$SCHEMATHESIS_VERSION" "hypothesis==$HYPOTHESIS_VERSION" ;;
+    api-fuzz) venv "$dest" "schemathesis==$SCHEMATHESIS_VERSION" "hypothesis==$HYPOTHESIS_VERSION" ;;
     # The generator, and what the client it writes imports (httpx and attrs come with the generator).
-    python-client) venv .venv-client "openapi-python-client==$GENERATOR_VERSION" python-dateutil ;;
+    python-client) venv "$dest" "openapi-python-client==$GENERATOR_VERSION" python-dateutil ;;
     # Debian's headless-capable Chromium, and playwright-core to drive it (scripts/browser-test).
     chromium)
       export DEBIAN_FRONTEND=noninteractive
       apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
         || { apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null; } ;;
     playwright) npm ci --prefix tests/browser --no-audit --no-fund >/dev/null ;;
-    cargo-fuzz) cargo install --quiet --locked --root .tools cargo-fuzz --version "$CARGO_FUZZ_VERSION" ;;
+    cargo-fuzz) cargo install --quiet --locked --root "$dest" cargo-fuzz --version "$CARGO_FUZZ_VERSION" ;;
   esac
 }
 
-# Installs each <tool> that is missing, under its lock.
+# Installs each <tool> that is missing, under its lock: a machine-kept one is linked from the checkout first, and
+# installed only if the machine does not have it at this version.
 need() {
-  local tool lock
-  mkdir -p .tools
+  local tool lock name folder dest
+  mkdir -p .tools "$ONEJOB_TOOLS"
   for tool in "$@"; do
     has "$tool" && continue
-    exec {lock}>".tools/$tool.lock"
+    read -r name folder <<<"$(kept "$tool")"
+    if [ -n "$name" ]; then
+      dest="$ONEJOB_TOOLS/$folder"
+      exec {lock}>"$dest.lock"
+    else
+      dest=
+      exec {lock}>".tools/$tool.lock"
+    fi
     flock "$lock"
+    if [ -n "$name" ]; then
+      [ -L "$name" ] || rm -rf "$name"
+      ln -sfn "$dest" "$name"
+    fi
     if ! has "$tool"; then
-      echo "${0#./}: installing $tool (once)"
-      install "$tool"
+      echo "${0#./}: installing $tool (once${name:+ per machine, into $dest})"
+      install "$tool" "$dest"
       has "$tool" || { echo "${0#./}: $tool did not install" >&2; return 1; }
     fi
     exec {lock}>&-
