@@ -40,7 +40,7 @@
 //! |---|---|
 //! | 1–3 one job per (owner, key), one 201, a changed payload conflicts | `domain/ids.rs` (the id from owner and key), `domain/fingerprint.rs`, `store/sqlite/schema.rs` (`UNIQUE`), `store/dynamodb/adapter.rs` (conditional put) |
 //! | 4 one live attempt; every transition and its refusals | `domain/job.rs`, `domain/transition.rs` (each as the value every store applies) |
-//! | 5 not knowing is not failing | `providers/mod.rs` (what an answer means), `worker/mod.rs` (timeout, late window) |
+//! | 5 not knowing is not failing | `providers/http.rs` (what an answer means), `worker/mod.rs` (timeout, late window) |
 //! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/attempts.rs` (logged, counted) |
 //! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `worker/mod.rs` |
 //! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the ledger read) |

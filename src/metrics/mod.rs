@@ -7,16 +7,16 @@
 //! The names, kinds and labels are the table [`METRICS`]; `docs/operations.md` lists them for operators.
 
 mod emf;
+mod prometheus;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
-use metrics_exporter_prometheus::{
-    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
-};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::domain::{AttemptState, ContractRef, Job, JobStatus, Owner, ProviderName, SinkKind};
+use prometheus::Prometheus;
 
 /// One metric: its name, whether it is a histogram (else a counter) and its Prometheus buckets, its unit, its
 /// labels, what it counts.
@@ -475,54 +475,6 @@ fn describe(recorder: &dyn Recorder) {
         } else {
             recorder.describe_counter(spec.name.into(), Some(spec.unit), help);
         }
-    }
-}
-
-/// The local server's exporter: `metrics-exporter-prometheus`'s recorder, rendered on request.
-struct Prometheus {
-    recorder: PrometheusRecorder,
-    handle: PrometheusHandle,
-}
-
-impl std::fmt::Debug for Prometheus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prometheus").finish_non_exhaustive()
-    }
-}
-
-impl Recorder for Prometheus {
-    fn describe_counter(&self, key: metrics::KeyName, unit: Option<Unit>, help: SharedString) {
-        self.recorder.describe_counter(key, unit, help);
-    }
-    fn describe_gauge(&self, key: metrics::KeyName, unit: Option<Unit>, help: SharedString) {
-        self.recorder.describe_gauge(key, unit, help);
-    }
-    fn describe_histogram(&self, key: metrics::KeyName, unit: Option<Unit>, help: SharedString) {
-        self.recorder.describe_histogram(key, unit, help);
-    }
-    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        self.recorder.register_counter(key, metadata)
-    }
-    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Gauge {
-        self.recorder.register_gauge(key, metadata)
-    }
-    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        self.recorder.register_histogram(key, metadata)
-    }
-}
-
-impl Exporter for Prometheus {
-    fn prometheus(&self) -> Option<String> {
-        self.handle.run_upkeep();
-        Some(self.handle.render())
-    }
-
-    fn drain_emf(&self, _timestamp_ms: i64) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn upkeep(&self) {
-        self.handle.run_upkeep();
     }
 }
 

@@ -15,6 +15,7 @@ use super::attempt::{Attempt, AttemptState};
 use super::failover::{Failover, FailoverDecision};
 use super::fingerprint::Fingerprint;
 use super::ids::{ContractRef, IdempotencyKey, JobId, Owner, ProviderName, WriteToken};
+use super::intervention::Intervention;
 use super::report::{CallReport, ErrorInfo};
 use super::status::JobStatus;
 use super::time::Timestamp;
@@ -56,25 +57,6 @@ pub struct Job {
     /// When the job is gone, on every store and for every read, and its key is free again (invariant 13). Whole
     /// seconds (DynamoDB's TTL keeps seconds).
     pub expires_at: Timestamp,
-}
-
-/// An operator's act on an owner's job (a manual attempt, an attempt or the job cancelled), kept on the job: an
-/// operator acts for any owner, and the job says who did what.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct Intervention {
-    /// The operator: a token's name locally, the JWT's `sub` on AWS.
-    pub by: String,
-    /// `attempt_added`, `attempt_cancelled` or `job_cancelled`.
-    pub action: String,
-    /// The attempt it queued or cancelled.
-    pub attempt: Option<u32>,
-    #[schema(value_type = String, format = DateTime)]
-    pub at: Timestamp,
-}
-
-impl Intervention {
-    /// The most a job keeps: each is a write that moved the job, and a job has at most 25 attempts.
-    pub const MAX: usize = 64;
 }
 
 /// Everything a create carries; the job's id is derived from `owner` and `idempotency_key`.

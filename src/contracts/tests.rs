@@ -1,0 +1,186 @@
+use super::*;
+use serde_json::json;
+
+fn demo(p: &ProviderName) -> bool {
+    ["demo", "demo-backup"].contains(&p.as_str())
+}
+
+fn built_in() -> Contracts {
+    Contracts::load(&[], &BTreeMap::new(), true, demo).unwrap()
+}
+
+fn summarize() -> ContractRef {
+    ContractRef::parse("summarize@1").unwrap()
+}
+
+/// Contract `x@1` on the demo provider, with these schemas (and samples).
+fn contract_x(schemas: &str) -> String {
+    format!(
+        r#"
+        name = "x"
+        version = 1
+        prompt = "{{{{ text }}}}"
+        temperature = 0.0
+        max_output_tokens = 10
+        providers = ["demo"]
+        {schemas}
+        "#
+    )
+}
+
+#[test]
+fn the_built_in_summarize_contract_loads_and_checks_input() {
+    let contracts = built_in();
+    let summarize = contracts.get(&summarize()).unwrap();
+    assert_eq!(summarize.temperature, 0.0);
+    assert_eq!(summarize.providers.len(), 2);
+    assert!(!summarize.samples.is_empty());
+    assert!(summarize.input_errors(&json!({"text": "hello"})).is_empty());
+    let errors = summarize.input_errors(&json!({"text": 3, "extra": true}));
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors.iter().any(|e| e.pointer == "/text"));
+}
+
+#[test]
+fn the_compiled_in_contracts_are_the_folder() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contracts");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".toml"))
+        .collect();
+    files.sort();
+    let built_in: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+    assert_eq!(files, built_in, "add the new contract to BUILT_IN");
+    for (name, text) in BUILT_IN {
+        assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), text);
+    }
+}
+
+#[test]
+fn prompts_render_strictly() {
+    let contracts = built_in();
+    let classify = contracts
+        .get(&ContractRef::parse("classify@1").unwrap())
+        .unwrap();
+    let input = json!({"text": "charged twice", "labels": ["billing", "praise"], "max_labels": 1});
+    let prompt = classify.render(&input).unwrap();
+    assert!(
+        prompt.contains(r#"From these labels: ["billing","praise"], pick at most 1"#),
+        "{prompt}"
+    );
+    assert!(prompt.contains("Text:\ncharged twice"), "{prompt}");
+    let err = classify
+        .render(&json!({"text": "x", "labels": ["a"]}))
+        .unwrap_err();
+    assert!(err.contains("max_labels"), "{err}");
+}
+
+#[test]
+fn outputs_must_keep_the_schema_and_add_no_top_level_key() {
+    let contracts = built_in();
+    let summarize = contracts.get(&summarize()).unwrap();
+    assert!(
+        summarize
+            .output_problems(&json!({"summary": "short"}))
+            .is_empty()
+    );
+    assert_eq!(summarize.output_problems(&json!({"summary": ""})).len(), 1);
+    assert_eq!(summarize.output_problems(&json!("prose")).len(), 1);
+    let lenient = parse(&contract_x(
+        r#"input_schema = { type = "object" }
+        output_schema = { type = "object", properties = { a = { type = "string" } } }"#,
+    ))
+    .unwrap();
+    let problems = lenient.output_problems(&json!({"a": "x", "b": 1}));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("\"b\""));
+}
+
+#[test]
+fn a_chain_naming_an_unconfigured_provider_is_refused_with_the_fix() {
+    let only_openai = |p: &ProviderName| p.as_str() == "openai";
+    let err = Contracts::load(&[], &BTreeMap::new(), true, only_openai).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("runs on demo, which is not a configured provider"),
+        "{message}"
+    );
+    assert!(message.contains("[chains]"), "{message}");
+    let openai = ProviderName::parse("openai").unwrap();
+    let chains: BTreeMap<_, _> = [
+        (summarize(), vec![openai.clone()]),
+        (
+            ContractRef::parse("classify@1").unwrap(),
+            vec![openai.clone()],
+        ),
+    ]
+    .into();
+    let contracts = Contracts::load(&[], &chains, true, only_openai).unwrap();
+    assert_eq!(
+        contracts.get(&summarize()).unwrap().providers,
+        std::slice::from_ref(&openai)
+    );
+    let unknown: BTreeMap<_, _> = [(ContractRef::parse("nope@1").unwrap(), vec![openai])].into();
+    let err = Contracts::load(&[], &unknown, true, |_: &ProviderName| true).unwrap_err();
+    assert!(
+        err.to_string().contains("there is no contract nope@1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_contract_file_adds_a_contract_or_replaces_a_built_in_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let built_in_text = BUILT_IN[1].1;
+    let edited = dir.path().join("summarize.toml");
+    std::fs::write(
+        &edited,
+        built_in_text.replace("You summarise texts.", "Be brief."),
+    )
+    .unwrap();
+    let added = dir.path().join("echo.toml");
+    std::fs::write(
+        &added,
+        built_in_text.replace("name = \"summarize\"", "name = \"echo\""),
+    )
+    .unwrap();
+    let contracts =
+        Contracts::load(&[edited.clone(), added], &BTreeMap::new(), true, demo).unwrap();
+    assert_eq!(contracts.iter().count(), 3);
+    assert_ne!(
+        contracts.get(&summarize()).unwrap().fingerprint,
+        built_in().get(&summarize()).unwrap().fingerprint
+    );
+    let twice = Contracts::load(&[edited.clone(), edited], &BTreeMap::new(), true, demo);
+    assert!(twice.unwrap_err().to_string().contains("defined in"));
+}
+
+#[test]
+fn a_sample_that_breaks_the_input_schema_is_refused() {
+    let text = contract_x(
+        r#"input_schema = { type = "object", required = ["text"] }
+        output_schema = { type = "object" }
+        samples = [{ nottext = 1 }]"#,
+    );
+    let err = parse(&text).unwrap_err();
+    assert!(err.contains("samples[0]"), "{err}");
+}
+
+#[test]
+fn a_contract_may_lower_retries_without_changing_its_fingerprint() {
+    let text = BUILT_IN[1].1;
+    let plain = parse(text).unwrap();
+    assert_eq!(plain.retry, RetryLimits::default());
+    let patient = parse(&format!("retries = 0\nretry_within_ms = 5000\n{text}")).unwrap();
+    assert_eq!(
+        patient.retry,
+        RetryLimits {
+            retries: Some(0),
+            retry_within_ms: Some(5_000)
+        }
+    );
+    assert_eq!(patient.fingerprint, plain.fingerprint);
+    let err = parse(&format!("retries = 11\n{text}")).unwrap_err();
+    assert!(err.contains("retries must be 0 to 10"), "{err}");
+}

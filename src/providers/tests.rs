@@ -1,0 +1,57 @@
+use super::http::exchange;
+use super::*;
+
+/// Invariant 15: what a breaker counts is what tells of the provider, never of the request.
+#[test]
+fn a_reply_tells_of_the_providers_health_only_when_the_provider_failed() {
+    for code in PROVIDER_FAILURES.into_iter().chain(["bad_response"]) {
+        assert!(Reply::failed(code, "x").provider_failing, "{code}");
+    }
+    for code in [
+        "provider_refused",
+        "model_refused",
+        "output_invalid",
+        "output_not_json",
+        "output_truncated",
+        "prompt_truncated",
+    ] {
+        assert!(!Reply::failed(code, "x").provider_failing, "{code}");
+    }
+    let lost = Reply::from(ProviderOutcome::Lost(ErrorInfo::new(
+        "connection_lost",
+        "x",
+    )));
+    assert!(lost.provider_failing);
+    assert!(!Reply::from(ProviderOutcome::Answered(json!({}))).provider_failing);
+}
+
+/// A key the provider refuses says the deployment is broken for every caller: counted, though its code is the
+/// 4xx's; any other 4xx is the request's.
+#[tokio::test]
+async fn a_refused_key_is_the_providers_health_and_a_bad_request_is_not() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/{status}",
+        axum::routing::post(
+            |axum::extract::Path(status): axum::extract::Path<u16>| async move {
+                StatusCode::from_u16(status).unwrap()
+            },
+        ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = reqwest::Client::new();
+    for (status, failing) in [
+        (401, true),
+        (403, true),
+        (400, false),
+        (422, false),
+        (404, false),
+    ] {
+        let reply = exchange(http.post(format!("http://{addr}/{status}")))
+            .await
+            .unwrap_err();
+        assert_eq!(failure_code(&reply), "provider_refused", "{status}");
+        assert_eq!(reply.provider_failing, failing, "{status}");
+    }
+}
