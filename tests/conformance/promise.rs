@@ -7,11 +7,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use onejob::clock::Clock;
-use onejob::domain::{AttemptState, ErrorInfo, JobStatus, Owner, ProviderName, Standing};
+use onejob::domain::{AttemptState, ErrorInfo, Job, JobStatus, Owner, ProviderName, Standing};
 use onejob::store::JobStore;
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
 use crate::support::faulty::{Call, Fault, FaultyStore};
 use crate::support::record_qualified;
@@ -412,6 +413,25 @@ pub async fn jobs_waiting_on_a_probe_are_called_once_it_answers(store: Arc<dyn J
     assert_eq!(unqualified.call_count(), 0);
 }
 
+/// A job under `key` whose attempt 1 is cancelled while its provider holds the call (no qualified fallback: the job
+/// fails at once), and the step still listening; the job as created and as the cancel left it.
+async fn cancelled_mid_call(
+    rig: &mut Rig,
+    primary: &StandIn,
+    key: &str,
+) -> (Job, Job, JoinHandle<Processed>) {
+    let (job, message) = rig.create(key).await;
+    let step = rig.process_in_background(&message);
+    primary.received(1).await;
+    let cancelled = rig.cancel_attempt(&job, 1).await;
+    assert_eq!(
+        cancelled.status(),
+        JobStatus::Failed,
+        "no qualified fallback"
+    );
+    (job, cancelled, step)
+}
+
 /// A cancelled attempt's answer that came before its lease ended wins a free slot, even when the store took its
 /// write only after the lease: it is judged by when it came, not by when its write landed.
 pub async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(store: Arc<dyn JobStore>) {
@@ -423,15 +443,7 @@ pub async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(store: Arc<d
         openai(primary.base_url()),
         openai(unused.base_url()),
     );
-    let (job, message) = rig.create("cancelled").await;
-    let step = rig.process_in_background(&message);
-    primary.received(1).await;
-    let cancelled = rig.cancel_attempt(&job, 1).await;
-    assert_eq!(
-        cancelled.status(),
-        JobStatus::Failed,
-        "no qualified fallback"
-    );
+    let (job, _, step) = cancelled_mid_call(&mut rig, &primary, "cancelled").await;
     faulty.plan(&[
         (Call::Complete, Fault::Before),
         (Call::Complete, Fault::Before),
@@ -460,15 +472,7 @@ pub async fn a_cancelled_attempts_late_failure_is_kept_and_settles_nothing(
     let (gate, _, primary) = held_twice().await;
     let unused = StandIn::answering(summary("B")).await;
     let mut rig = Rig::new(store, openai(primary.base_url()), openai(unused.base_url()));
-    let (job, message) = rig.create("late-failure").await;
-    let step = rig.process_in_background(&message);
-    primary.received(1).await;
-    let cancelled = rig.cancel_attempt(&job, 1).await;
-    assert_eq!(
-        cancelled.status(),
-        JobStatus::Failed,
-        "no qualified fallback"
-    );
+    let (job, cancelled, step) = cancelled_mid_call(&mut rig, &primary, "late-failure").await;
     let settles_at = cancelled.settles_at();
     gate.open(json!({"summary": "x", "extra": true}));
     assert_eq!(step.await.unwrap(), Processed::Failed);
