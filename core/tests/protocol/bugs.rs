@@ -8,6 +8,9 @@ use onejob_core::domain::{AttemptState, Job};
 pub enum Bug {
     /// The create puts the job whatever is there (no condition): a second job for the key. Breaks invariant 1.
     UnconditionalCreate,
+    /// A create tried again after its write's answer was lost does not know its own write (no token): it answers
+    /// the job it made as a replay, and nobody is told 201. Breaks invariant 2's liveness.
+    RepeatWithoutToken,
     /// A create that finds a job of the same payload answers 201, as if it had made it. Breaks invariant 2.
     ReplayAnswersCreated,
     /// A create that finds the key with another payload answers the job as a replay. Breaks invariant 3.
@@ -39,8 +42,9 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::UnconditionalCreate,
+        Self::RepeatWithoutToken,
         Self::ReplayAnswersCreated,
         Self::ConflictAnswered,
         Self::UnknownFailsOver,

@@ -155,13 +155,16 @@ fn the_protocol_holds() {
 fn caught_by(bug: Bug) -> (&'static str, Protocol) {
     use properties::*;
     let model = match bug {
-        Bug::UnconditionalCreate | Bug::ReplayAnswersCreated => intake(true),
+        Bug::UnconditionalCreate | Bug::RepeatWithoutToken | Bug::ReplayAnswersCreated => {
+            intake(true)
+        }
         Bug::ConflictAnswered => intake(false),
         Bug::SettleFromUpdatedAt => calm(),
         _ => attempts(),
     };
     let property = match bug {
         Bug::UnconditionalCreate => ONE_JOB,
+        Bug::RepeatWithoutToken => ANSWERED,
         Bug::ReplayAnswersCreated => ONE_201,
         Bug::ConflictAnswered => CONFLICT,
         Bug::UnknownFailsOver => ONE_LIVE,

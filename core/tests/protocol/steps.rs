@@ -241,7 +241,12 @@ impl Protocol {
             Answer::Created
         };
         let answer = match &w.job {
-            Some(job) if job.created_by(&token) => Answer::Created,
+            Some(job)
+                if job.created_by(&token)
+                    && !(self.has(Bug::RepeatWithoutToken) && w.requests[i].faulted) =>
+            {
+                Answer::Created
+            }
             Some(_) if self.has(Bug::UnconditionalCreate) => make(w, new),
             None => make(w, new),
             Some(job) if job.fingerprint != fingerprint => {
