@@ -1,11 +1,8 @@
 //! The store conformance suite on the embedded SQLite store, plus what only a file-backed store can show.
 
-mod conformance;
-mod support;
-
 use std::sync::Arc;
 
-use conformance::{Fixture, RETENTION, at, by, later, new_job};
+use crate::conformance::{Fixture, RETENTION, at, by, later, new_job};
 use onejob::domain::{Endpoint, Owner};
 use onejob::store::sqlite::SqliteStore;
 use onejob::store::{CreateOutcome, EventStore, JobStore};
@@ -21,7 +18,7 @@ async fn sqlite() -> Option<Fixture> {
     })
 }
 
-conformance_suite!(sqlite());
+crate::conformance_suite!(sqlite());
 
 /// The first column of every row `sql` selects, as text.
 fn strings(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
@@ -41,7 +38,7 @@ async fn a_write_that_ends_a_job_arms_its_deliveries_in_its_own_transaction() {
     let endpoint = Endpoint::new("https://hooks.example.com/".into(), at(0));
     let alice = Owner::parse("alice").unwrap();
     store.put_endpoint(&alice, Some(&endpoint)).await.unwrap();
-    let claimed = conformance::claimed_job(store.as_ref()).await;
+    let claimed = crate::conformance::claimed_job(store.as_ref()).await;
     assert_eq!(claimed.owner, alice);
     assert_eq!(store.deliveries(&claimed.id).await.unwrap(), None);
 
@@ -74,7 +71,7 @@ async fn a_store_arming_every_job_arms_in_the_write_that_ends_it() {
         let store = SqliteStore::open(&dir.path().join("onejob.db"))
             .unwrap()
             .arming_every_job(every_job);
-        let claimed = conformance::claimed_job(&store).await;
+        let claimed = crate::conformance::claimed_job(&store).await;
         let (_, ended) = store
             .cancel_job(&claimed.owner, &claimed.id, &by(2))
             .await
@@ -87,7 +84,7 @@ async fn a_store_arming_every_job_arms_in_the_write_that_ends_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(&dir.path().join("onejob.db")).unwrap();
-    conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
+    crate::conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
         store.arming_every_job(true),
     ))
     .await;
@@ -313,7 +310,7 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
         jobs.push(created.job().clone());
     }
     let done = store
-        .claim_attempt(&jobs[0].id, 1, conformance::at(60_000), &by(3))
+        .claim_attempt(&jobs[0].id, 1, crate::conformance::at(60_000), &by(3))
         .await
         .unwrap();
     let (_, done) = store
@@ -414,7 +411,7 @@ async fn a_version_2_file_is_brought_up_to_date() {
          PRAGMA user_version = 2;",
     )
     .unwrap();
-    let created = conformance::at(0).timestamp_millis();
+    let created = crate::conformance::at(0).timestamp_millis();
     let fingerprint =
         onejob::domain::Fingerprint::of_intent("summarize@1", &json!({"text": "old"}), None);
     conn.execute(
@@ -452,12 +449,12 @@ async fn a_version_2_file_is_brought_up_to_date() {
     let job = store.get_job(&owner, &id, later()).await.unwrap().unwrap();
     assert_eq!(
         job.expires_at,
-        conformance::at(0) + chrono::Duration::days(30)
+        crate::conformance::at(0) + chrono::Duration::days(30)
     );
     let attempt = job.attempt(1).unwrap();
     assert_eq!(
         (attempt.dispatched_at, &attempt.origin),
-        (conformance::at(0), &None)
+        (crate::conformance::at(0), &None)
     );
     let older = onejob::domain::JobId::parse("job_ffffffffffffffffffffffffffffffff").unwrap();
     let failed_over = store

@@ -1,19 +1,16 @@
 //! The store conformance suite (and the engine's suite) on the DynamoDB store, against a real DynamoDB-compatible
 //! server (moto, started by `scripts/test`), each test on its own table; plus the request budget (`docs/design.md`).
 
-mod conformance;
-mod support;
-
 use std::sync::Arc;
 
-use conformance::{Fixture, RETENTION, at, by, new_job};
+use crate::conformance::{Fixture, RETENTION, at, by, new_job};
+use crate::support::aws::{
+    RequestCounter, WireFault, sdk_config, stack_table, table_for_test, unique_name,
+};
 use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::{CreateOutcome, JobStore, ProviderStore};
 use serde_json::json;
-use support::aws::{
-    RequestCounter, WireFault, sdk_config, stack_table, table_for_test, unique_name,
-};
 
 /// A store on a fresh table, and the counter of the requests its client sends.
 async fn dynamodb_counted() -> Option<(DynamoStore, RequestCounter)> {
@@ -86,14 +83,14 @@ async fn dynamodb() -> Option<Fixture> {
     })
 }
 
-conformance_suite!(dynamodb());
+crate::conformance_suite!(dynamodb());
 
 #[tokio::test]
 async fn a_store_arming_every_job_arms_without_an_endpoint() {
     let Some((store, _)) = dynamodb_counted().await else {
         return;
     };
-    conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
+    crate::conformance::a_store_arming_every_job_arms_without_an_endpoint(Arc::new(
         store.arming_every_job(true),
     ))
     .await;
