@@ -326,8 +326,14 @@ impl Engine {
         limit: usize,
         cursor: Option<&Cursor>,
     ) -> Result<JobPage, StoreError> {
+        let query = ListQuery {
+            status,
+            limit,
+            cursor: cursor.cloned(),
+            created_before: None,
+        };
         (self.store)
-            .needing_a_person(status, limit, cursor, self.clock.now())
+            .needing_a_person(&query, self.clock.now())
             .await
     }
 

@@ -8,7 +8,7 @@ use chrono::Duration;
 use super::Engine;
 use crate::domain::AttemptRef;
 use crate::queue::Message;
-use crate::store::StoreError;
+use crate::store::{CallSlot, StoreError};
 
 /// How soon an attempt waiting for a slot looks again.
 const LOOK_AGAIN: Duration = Duration::seconds(1);
@@ -31,9 +31,13 @@ impl Engine {
             return Ok(true);
         };
         let now = self.clock.now();
-        let until = now + self.lease();
+        let slot = CallSlot {
+            cap,
+            until: now + self.lease(),
+            now,
+        };
         let held = (self.store)
-            .take_call_slot(provider, &holder(&message.attempt), cap, until, now)
+            .take_call_slot(provider, &holder(&message.attempt), slot)
             .await?;
         if held {
             return Ok(true);

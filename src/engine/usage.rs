@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{Days, NaiveDate};
 
 use super::Engine;
-use crate::domain::{Bill, CallReport, ContractRef, Owner, Share};
+use crate::domain::{Bill, CallReport, ContractRef, Owner, Share, Spend};
 use crate::store::{Cursor, ListQuery, StoreError};
 
 /// One day's usage of one contract.
@@ -56,10 +56,12 @@ impl Engine {
             return;
         }
         let (period, _) = budget.period.of(self.clock.now());
-        if let Err(e) = (self.store)
-            .record_spend(owner, &period, tokens, nanos)
-            .await
-        {
+        let spend = Spend {
+            period,
+            tokens,
+            nanos,
+        };
+        if let Err(e) = self.store.record_spend(owner, &spend).await {
             tracing::warn!(%owner, error = %crate::telemetry::error_chain(&e), "spend not recorded");
         }
     }

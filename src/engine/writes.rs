@@ -12,7 +12,7 @@ use crate::domain::{
     WriteToken,
 };
 use crate::metrics::CreateKind;
-use crate::store::{CreateOutcome, StoreError};
+use crate::store::{CreateOutcome, CreateTerms, StoreError};
 use crate::telemetry::trace;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -68,11 +68,13 @@ impl Engine {
         let retention = self.settings.retention;
         let limits = self.settings.limits.of(&new.owner);
         self.persist("create", token, self.write_deadline(), |stamp| {
-            let new = new.clone();
+            let job = Job::new(new.clone(), retention, &stamp);
             async move {
-                (self.store)
-                    .create_within(new, retention, &stamp, limits)
-                    .await
+                let terms = CreateTerms {
+                    stamp: &stamp,
+                    limits,
+                };
+                self.store.create_within(job, terms).await
             }
         })
         .await

@@ -19,7 +19,7 @@ use chrono::Duration;
 use crate::domain::{
     Applied, AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint,
     ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
-    Owner, OwnerLimits, ParseError, ProviderName, Qualification, Refusal, Stamp, Timestamp,
+    Owner, OwnerLimits, ParseError, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp,
     Transition, WriteToken,
 };
 
@@ -172,6 +172,22 @@ fn answer<T>(
     Ok((answered, job))
 }
 
+/// Who creates a job, and what the create is held to: the writer's stamp (a repeat of a create whose answer was
+/// lost finds its job by the token) and the owner's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateTerms<'a> {
+    pub stamp: &'a Stamp,
+    pub limits: &'a OwnerLimits,
+}
+
+/// A provider's call slot to take: one of `cap`, held until `until`, as the slots stand at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSlot {
+    pub cap: u32,
+    pub until: Timestamp,
+    pub now: Timestamp,
+}
+
 /// The job store. Methods taking an `owner` answer [`StoreError::NotFound`] for another owner's job; the others
 /// are the worker's and address a job by id alone. A job past its retention is gone for every method: reads do not
 /// find it, writes answer `NotFound`, and a create under its key makes a new job.
@@ -188,39 +204,36 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         retention: Duration,
         stamp: &Stamp,
     ) -> Result<CreateOutcome, StoreError> {
-        (self.create_within(new, retention, stamp, &OwnerLimits::default())).await
+        let limits = OwnerLimits::default();
+        let terms = CreateTerms {
+            stamp,
+            limits: &limits,
+        };
+        self.create_within(Job::new(new, retention, stamp), terms)
+            .await
     }
 
-    /// [`JobStore::create_job`] within the owner's `limits`: a job the key names answers as it would (a replay is
-    /// never refused); else, in the write that would create the job, the owner's live jobs and ledger are held to
-    /// the limits ([`OwnerLimits::admit`]) — beyond one, [`Refusal::Limit`] and nothing written — and the ledger
-    /// counts the create. A limit of N admits at most N under concurrent creates.
+    /// [`JobStore::create_job`] of `job` (made by [`Job::new`] under `terms.stamp`) within the owner's limits: a job
+    /// the key names answers as it would (a replay is never refused); else, in the write that would create the job,
+    /// the owner's live jobs and ledger are held to the limits ([`OwnerLimits::admit`]) — beyond one,
+    /// [`Refusal::Limit`] and nothing written — and the ledger counts the create. A limit of N admits at most N
+    /// under concurrent creates.
     async fn create_within(
         &self,
-        new: NewJob,
-        retention: Duration,
-        stamp: &Stamp,
-        limits: &OwnerLimits,
+        job: Job,
+        terms: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError>;
 
-    /// Adds `tokens` and `nanos` to `owner`'s spend in the period `period` names (a new period starts at 0):
-    /// what its budget is held to. Advisory, written after the answer it counts; a repeat after a lost answer may
-    /// count it twice.
-    async fn record_spend(
-        &self,
-        owner: &Owner,
-        period: &str,
-        tokens: u64,
-        nanos: u64,
-    ) -> Result<(), StoreError>;
+    /// Adds `spend` to `owner`'s spend in its period (a new period starts at 0): what its budget is held to.
+    /// Advisory, written after the answer it counts; a repeat after a lost answer may count it twice.
+    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError>;
 
-    /// Every owner's jobs that need a person — `unknown` or `failed` (or only `status`) — not expired by `now`,
-    /// the latest to come to need one first: the operators' view.
+    /// Every owner's jobs that need a person — `unknown` or `failed` (or only `query.status`) — not expired by
+    /// `now`, the latest to come to need one first: the operators' view, paged by `query`'s limit and cursor (its
+    /// `created_before` bounds nothing here).
     async fn needing_a_person(
         &self,
-        status: Option<JobStatus>,
-        limit: usize,
-        cursor: Option<&Cursor>,
+        query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError>;
 
@@ -446,15 +459,14 @@ pub trait ProviderStore: Send + Sync + Debug {
         evidence: &Qualification,
     ) -> Result<bool, StoreError>;
 
-    /// Takes one of `provider`'s `cap` call slots for `holder` until `until` (a slot held past it is free again: its
-    /// holder died), unless all are taken at `now`; whether `holder` holds one (taking it again is holding it).
+    /// Takes one of `provider`'s `slot.cap` call slots for `holder` until `slot.until` (a slot held past it is free
+    /// again: its holder died), unless all are taken at `slot.now`; whether `holder` holds one (taking it again is
+    /// holding it).
     async fn take_call_slot(
         &self,
         provider: &ProviderName,
         holder: &str,
-        cap: u32,
-        until: Timestamp,
-        now: Timestamp,
+        slot: CallSlot,
     ) -> Result<bool, StoreError>;
 
     /// Frees `holder`'s slot of `provider`, if it holds one.

@@ -12,7 +12,7 @@ use onejob::domain::{
 };
 use onejob::engine::Actor;
 use onejob::queue::Message;
-use onejob::store::{CreateOutcome, EventStore, JobStore, ListQuery, StoreError};
+use onejob::store::{CallSlot, CreateOutcome, EventStore, JobStore, ListQuery, StoreError};
 use onejob::worker::sweeper::sweep;
 use onejob::worker::{Processed, process_attempt, process_message};
 use serde_json::{Value, json};
@@ -332,7 +332,15 @@ pub async fn a_call_slot_write_that_fails_either_side_never_calls_twice(store: A
     let now = rig.clock.now();
     assert!(
         store
-            .take_call_slot(&name, "probe", 1, now, now)
+            .take_call_slot(
+                &name,
+                "probe",
+                CallSlot {
+                    cap: 1,
+                    until: now,
+                    now,
+                },
+            )
             .await
             .unwrap(),
         "every slot free"

@@ -7,15 +7,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use chrono::Duration;
 use onejob::domain::{
     Applied, AttemptRef, Breaker, Deliveries, Endpoint, Fingerprint, IdempotencyKey, Job, JobId,
-    JobStatus, NewJob, Owner, OwnerLimits, ProviderName, Qualification, Stamp, Timestamp,
-    Transition,
+    Owner, ProviderName, Qualification, Spend, Timestamp, Transition,
 };
 use onejob::store::{
-    CreateOutcome, Cursor, EventStore, JobPage, JobStore, JobWrite, ListQuery, ProviderStore,
-    StoreError,
+    CallSlot, CreateOutcome, CreateTerms, EventStore, JobPage, JobStore, JobWrite, ListQuery,
+    ProviderStore, StoreError,
 };
 
 /// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
@@ -294,11 +292,9 @@ impl ProviderStore for FaultyStore {
         &self,
         provider: &ProviderName,
         holder: &str,
-        cap: u32,
-        until: Timestamp,
-        now: Timestamp,
+        slot: CallSlot,
     ) -> Result<bool, StoreError> {
-        let op = self.inner.take_call_slot(provider, holder, cap, until, now);
+        let op = self.inner.take_call_slot(provider, holder, slot);
         self.through(Call::TakeCallSlot, op).await
     }
 
@@ -316,34 +312,24 @@ impl ProviderStore for FaultyStore {
 impl JobStore for FaultyStore {
     async fn create_within(
         &self,
-        new: NewJob,
-        retention: Duration,
-        stamp: &Stamp,
-        limits: &OwnerLimits,
+        job: Job,
+        terms: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError> {
-        let op = self.inner.create_within(new, retention, stamp, limits);
+        let op = self.inner.create_within(job, terms);
         self.through(Call::Create, op).await
     }
 
-    async fn record_spend(
-        &self,
-        owner: &Owner,
-        period: &str,
-        tokens: u64,
-        nanos: u64,
-    ) -> Result<(), StoreError> {
-        let op = self.inner.record_spend(owner, period, tokens, nanos);
+    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
+        let op = self.inner.record_spend(owner, spend);
         self.through(Call::RecordSpend, op).await
     }
 
     async fn needing_a_person(
         &self,
-        status: Option<JobStatus>,
-        limit: usize,
-        cursor: Option<&Cursor>,
+        query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError> {
-        let op = self.inner.needing_a_person(status, limit, cursor, now);
+        let op = self.inner.needing_a_person(query, now);
         self.through(Call::NeedingAPerson, op).await
     }
 

@@ -205,15 +205,24 @@ impl OwnerLimits {
     }
 }
 
+/// What one call cost an owner, in the budget's period it counts in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spend {
+    /// The period's name ([`Period::of`]).
+    pub period: String,
+    pub tokens: u64,
+    pub nanos: u64,
+}
+
 impl OwnerLedger {
-    /// The ledger with `tokens` and `nanos` spent in the period `period` names (a new period starts at 0).
-    pub fn spend(&self, period: &str, tokens: u64, nanos: u64) -> Self {
+    /// The ledger with `spend` added to its period (a new period starts at 0).
+    pub fn spend(&self, spend: &Spend) -> Self {
         let mut after = self.clone();
-        if after.period != period {
-            (after.period, after.spent_tokens, after.spent_nanos) = (period.to_owned(), 0, 0);
+        if after.period != spend.period {
+            (after.period, after.spent_tokens, after.spent_nanos) = (spend.period.clone(), 0, 0);
         }
-        after.spent_tokens += tokens;
-        after.spent_nanos += nanos;
+        after.spent_tokens += spend.tokens;
+        after.spent_nanos += spend.nanos;
         after
     }
 }

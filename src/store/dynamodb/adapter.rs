@@ -6,17 +6,18 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use chrono::Duration;
 
 use super::item::{Decoded, created_key, decode_item, encode, encode_input};
 use super::transitions;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
-    Owner, OwnerLimits, Stamp, Timestamp, Transition,
+    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, Owner, Spend, Stamp,
+    Timestamp, Transition,
 };
-use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError};
+use crate::store::{
+    CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
+};
 
 impl DynamoStore {
     /// What a create finds when the intent already has a live job: that job answers — created (by this very
@@ -45,12 +46,9 @@ impl DynamoStore {
 impl JobStore for DynamoStore {
     async fn create_within(
         &self,
-        new: NewJob,
-        retention: Duration,
-        stamp: &Stamp,
-        limits: &OwnerLimits,
+        job: Job,
+        CreateTerms { stamp, limits }: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError> {
-        let job = Job::new(new, retention, stamp);
         let input = encode_input(&job);
         // A job that is there answers without a write: a replay would otherwise pay for its input again, and is
         // never refused by a limit.
@@ -112,24 +110,16 @@ impl JobStore for DynamoStore {
         }
     }
 
-    async fn record_spend(
-        &self,
-        owner: &Owner,
-        period: &str,
-        tokens: u64,
-        nanos: u64,
-    ) -> Result<(), StoreError> {
-        self.add_spend(owner, period, tokens, nanos).await
+    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
+        self.add_spend(owner, spend).await
     }
 
     async fn needing_a_person(
         &self,
-        status: Option<JobStatus>,
-        limit: usize,
-        cursor: Option<&Cursor>,
+        query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError> {
-        self.people_needed(status, limit, cursor, now).await
+        self.people_needed(query, now).await
     }
 
     async fn read_job(&self, id: &JobId, now: Timestamp) -> Result<Option<Job>, StoreError> {

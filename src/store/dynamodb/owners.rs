@@ -25,8 +25,10 @@ use chrono::Duration;
 use super::item::decode_item;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, Item, RETRIES, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk};
-use crate::domain::{JobId, JobStatus, Owner, OwnerLedger, OwnerLimits, ProviderName, Timestamp};
-use crate::store::{Cursor, JobPage, StoreError};
+use crate::domain::{
+    JobId, JobStatus, Owner, OwnerLedger, OwnerLimits, ProviderName, Spend, Timestamp,
+};
+use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
 
 /// How many times a guarded write of an owner's ledger or a provider's slots is tried while other writers win: a
 /// burst of one owner's creates from many functions meets here.
@@ -190,14 +192,14 @@ impl DynamoStore {
         Err(DynamoError::Contended(ledger_key(owner)).into())
     }
 
-    /// Adds to `owner`'s spend in `period`: to what it holds if it counts that period, else from 0.
-    pub(super) async fn add_spend(
-        &self,
-        owner: &Owner,
-        period: &str,
-        tokens: u64,
-        nanos: u64,
-    ) -> Result<(), StoreError> {
+    /// Adds `spend` to `owner`'s spend: to what it holds if it counts that period, else from 0.
+    pub(super) async fn add_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
+        let Spend {
+            period,
+            tokens,
+            nanos,
+        } = spend;
+        let (tokens, nanos) = (*tokens, *nanos);
         let key = ledger_key(owner);
         for _ in 0..RETRIES {
             let added = self
@@ -243,12 +245,12 @@ impl DynamoStore {
         Err(DynamoError::Contended(key).into())
     }
 
-    /// Takes or frees `holder`'s slot of `provider`: `take` is `Some((cap, until, now))` to take one.
+    /// Takes or frees `holder`'s slot of `provider`: `take` is `Some(slot)` to take one.
     pub(super) async fn slot(
         &self,
         provider: &ProviderName,
         holder: &str,
-        take: Option<(u32, Timestamp, Timestamp)>,
+        take: Option<CallSlot>,
     ) -> Result<bool, StoreError> {
         let key = slots_key(provider);
         for tries in 0..TRIES {
@@ -259,7 +261,7 @@ impl DynamoStore {
             let rev = number(&item, "rev");
             let mut holders = times(&item, "holders", &key)?;
             match take {
-                Some((cap, until, now)) => {
+                Some(CallSlot { cap, until, now }) => {
                     holders.retain(|h, end| h != holder && *end > now.timestamp_millis());
                     if holders.len() >= cap as usize {
                         return Ok(false);
@@ -297,11 +299,10 @@ impl DynamoStore {
     /// `FAILED` entries (or `status`'s), read and merged; an entry whose job moved on since is left out.
     pub(super) async fn people_needed(
         &self,
-        status: Option<JobStatus>,
-        limit: usize,
-        cursor: Option<&Cursor>,
+        query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError> {
+        let (status, limit, cursor) = (query.status, query.limit, query.cursor.as_ref());
         let kinds = match status {
             Some(JobStatus::Unknown) => vec![Sweep::Unknown],
             Some(JobStatus::Failed) => vec![Sweep::Failed],

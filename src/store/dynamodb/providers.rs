@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use super::codec::json_text;
 use super::item::read;
 use super::{DynamoStore, Item, n, s, sdk};
-use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification, Timestamp};
-use crate::store::{ProviderStore, StoreError};
+use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification};
+use crate::store::{CallSlot, ProviderStore, StoreError};
 
 /// A qualification's item.
 #[derive(Debug, Serialize, Deserialize)]
@@ -151,11 +151,9 @@ impl ProviderStore for DynamoStore {
         &self,
         provider: &ProviderName,
         holder: &str,
-        cap: u32,
-        until: Timestamp,
-        now: Timestamp,
+        slot: CallSlot,
     ) -> Result<bool, StoreError> {
-        self.slot(provider, holder, Some((cap, until, now))).await
+        self.slot(provider, holder, Some(slot)).await
     }
 
     async fn free_call_slot(

@@ -1,7 +1,6 @@
 //! The [`JobStore`] port on SQLite: each method one transaction, its guard in the SQL.
 
 use async_trait::async_trait;
-use chrono::Duration as Retention;
 use rusqlite::params;
 
 use super::rows::{
@@ -10,10 +9,11 @@ use super::rows::{
 };
 use super::{SqliteError, SqliteStore, owners};
 use crate::domain::{
-    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, NewJob, Owner, OwnerLimits,
-    Refusal, Stamp, Timestamp,
+    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, Owner, Refusal, Spend, Timestamp,
 };
-use crate::store::{CreateOutcome, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError};
+use crate::store::{
+    CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
+};
 
 /// `started` attempts whose lease ended before ?1, in jobs not cancelled and not expired at ?2.
 const EXPIRED_LEASES: &str = "SELECT j.id, a.number FROM attempts a JOIN jobs j ON j.seq = a.job \
@@ -45,12 +45,9 @@ impl SqliteStore {
 impl JobStore for SqliteStore {
     async fn create_within(
         &self,
-        new: NewJob,
-        retention: Retention,
-        stamp: &Stamp,
-        limits: &OwnerLimits,
+        job: Job,
+        CreateTerms { stamp, limits }: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError> {
-        let job = Job::new(new, retention, stamp);
         let (token, now, limits) = (stamp.token.clone(), stamp.now, *limits);
         // Straight to the writer, whose insert the key's unique index decides: most creates are a key's first,
         // and a duplicate in flight in this process already waits for the first's answer (`engine::in_flight`),
@@ -94,16 +91,10 @@ impl JobStore for SqliteStore {
         .await
     }
 
-    async fn record_spend(
-        &self,
-        owner: &Owner,
-        period: &str,
-        tokens: u64,
-        nanos: u64,
-    ) -> Result<(), StoreError> {
-        let (owner, period) = (owner.clone(), period.to_owned());
+    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
+        let (owner, spend) = (owner.clone(), spend.clone());
         self.write(move |tx| {
-            let ledger = owners::ledger(tx, &owner)?.spend(&period, tokens, nanos);
+            let ledger = owners::ledger(tx, &owner)?.spend(&spend);
             owners::put_ledger(tx, &owner, &ledger)
         })
         .await
@@ -111,13 +102,11 @@ impl JobStore for SqliteStore {
 
     async fn needing_a_person(
         &self,
-        status: Option<JobStatus>,
-        limit: usize,
-        cursor: Option<&Cursor>,
+        query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError> {
-        let cursor = cursor.cloned();
-        self.read(move |conn| owners::needing_a_person(conn, status, limit, cursor.as_ref(), now))
+        let query = query.clone();
+        self.read(move |conn| owners::needing_a_person(conn, &query, now))
             .await
     }
 
@@ -167,15 +156,7 @@ impl JobStore for SqliteStore {
                     JobRow::read,
                 )?
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut jobs = rows
-                .into_iter()
-                .map(|row| Ok(row.with_attempts(conn)?.1))
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            let next_cursor = (jobs.len() > query.limit).then(|| {
-                jobs.truncate(query.limit);
-                Cursor::after(jobs.last().expect("limit is at least 1"))
-            });
-            Ok(JobPage { jobs, next_cursor })
+            JobRow::page(rows, conn, query.limit, Cursor::after)
         })
         .await
     }

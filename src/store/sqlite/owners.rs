@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::rows::{JOB_ROW, JobRow, from_json, json_text};
 use crate::domain::{JobStatus, Owner, OwnerLedger, Timestamp};
-use crate::store::{Cursor, JobPage, StoreError};
+use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
 
 /// How many of `owner`'s jobs are `queued`, `running` or `unknown` and not expired at `now`.
 pub(super) fn live_jobs(
@@ -51,14 +51,12 @@ pub(super) fn put_ledger(
     Ok(())
 }
 
-/// Takes a slot of `provider` for `holder` unless `cap` unexpired ones are held by others.
+/// Takes a slot of `provider` for `holder` unless `slot.cap` unexpired ones are held by others.
 pub(super) fn take_slot(
     tx: &Transaction<'_>,
     provider: &str,
     holder: &str,
-    cap: u32,
-    until: Timestamp,
-    now: Timestamp,
+    CallSlot { cap, until, now }: CallSlot,
 ) -> Result<bool, StoreError> {
     tx.prepare_cached("DELETE FROM call_slots WHERE provider = ?1 AND until <= ?2")?
         .execute(params![provider, now.timestamp_millis()])?;
@@ -86,15 +84,14 @@ pub(super) fn free_slot(
     Ok(())
 }
 
-/// Every owner's jobs with status `unknown` or `failed` (or only `status`), not expired at `now`, the latest
-/// changed first, after `cursor`.
+/// Every owner's jobs with status `unknown` or `failed` (or only `query.status`), not expired at `now`, the latest
+/// changed first, a page of `query`.
 pub(super) fn needing_a_person(
     conn: &Connection,
-    status: Option<JobStatus>,
-    limit: usize,
-    cursor: Option<&Cursor>,
+    query: &ListQuery,
     now: Timestamp,
 ) -> Result<JobPage, StoreError> {
+    let (status, limit, cursor) = (query.status, query.limit, query.cursor.as_ref());
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {JOB_ROW} FROM jobs \
          WHERE status IN ('unknown', 'failed') AND (?1 IS NULL OR status = ?1) \
@@ -113,17 +110,8 @@ pub(super) fn needing_a_person(
             JobRow::read,
         )?
         .collect::<Result<Vec<_>, _>>()?;
-    let mut jobs = rows
-        .into_iter()
-        .map(|row| Ok(row.with_attempts(conn)?.1))
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let next_cursor = (jobs.len() > limit).then(|| {
-        jobs.truncate(limit);
-        let last = jobs.last().expect("limit is at least 1");
-        Cursor {
-            created_at_ms: last.updated_at.timestamp_millis(),
-            id: last.id.clone(),
-        }
-    });
-    Ok(JobPage { jobs, next_cursor })
+    JobRow::page(rows, conn, limit, |last| Cursor {
+        created_at_ms: last.updated_at.timestamp_millis(),
+        id: last.id.clone(),
+    })
 }

@@ -6,8 +6,8 @@ use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use super::rows::{from_json, json_text};
-use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification, Timestamp};
-use crate::store::{ProviderStore, StoreError};
+use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification};
+use crate::store::{CallSlot, ProviderStore, StoreError};
 
 #[async_trait]
 impl ProviderStore for SqliteStore {
@@ -112,12 +112,10 @@ impl ProviderStore for SqliteStore {
         &self,
         provider: &ProviderName,
         holder: &str,
-        cap: u32,
-        until: Timestamp,
-        now: Timestamp,
+        slot: CallSlot,
     ) -> Result<bool, StoreError> {
         let (provider, holder) = (provider.to_string(), holder.to_owned());
-        self.write(move |tx| super::owners::take_slot(tx, &provider, &holder, cap, until, now))
+        self.write(move |tx| super::owners::take_slot(tx, &provider, &holder, slot))
             .await
     }
 

@@ -9,7 +9,7 @@ use crate::domain::{
     Attempt, AttemptRef, AttemptState, ContractRef, Fingerprint, IdempotencyKey, Job, JobId, Owner,
     ProviderName, Timestamp, WriteToken,
 };
-use crate::store::StoreError;
+use crate::store::{Cursor, JobPage, StoreError};
 
 pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by";
@@ -327,6 +327,25 @@ impl JobRow {
             interventions: row.get(16)?,
             seq: row.get(17)?,
         })
+    }
+
+    /// A page of at most `limit` jobs from `rows` (one more than the page, when there is a next page), each with its
+    /// attempts; the next page's cursor made by `cursor` from the page's last job.
+    pub(super) fn page(
+        rows: Vec<Self>,
+        conn: &Connection,
+        limit: usize,
+        cursor: impl FnOnce(&Job) -> Cursor,
+    ) -> Result<JobPage, StoreError> {
+        let mut jobs = rows
+            .into_iter()
+            .map(|row| Ok(row.with_attempts(conn)?.1))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let next_cursor = (jobs.len() > limit).then(|| {
+            jobs.truncate(limit);
+            cursor(jobs.last().expect("limit is at least 1"))
+        });
+        Ok(JobPage { jobs, next_cursor })
     }
 
     /// The job with its attempts, read on the same connection; and its row number.
