@@ -6,10 +6,12 @@
 //! every backend, and nothing was written.
 
 pub mod dynamodb;
+mod listing;
 pub mod sqlite;
 
-use std::fmt::{self, Debug};
-use std::str::FromStr;
+pub use listing::{Cursor, JobPage, ListQuery};
+
+use std::fmt::Debug;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -18,9 +20,9 @@ use chrono::Duration;
 
 use crate::domain::{
     Applied, AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint,
-    ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, JobStatus, NewJob,
-    Owner, OwnerLimits, ParseError, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp,
-    Transition, WriteToken,
+    ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner,
+    OwnerLimits, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp, Transition,
+    WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -52,64 +54,6 @@ impl CreateOutcome {
             Self::Created(job) | Self::Replayed(job) | Self::Conflict(job) => job,
         }
     }
-}
-
-/// Where a page of a listing starts: just after the job with this creation time and id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    pub created_at_ms: i64,
-    pub id: JobId,
-}
-
-impl fmt::Display for Cursor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.created_at_ms, self.id)
-    }
-}
-
-impl FromStr for Cursor {
-    type Err = ParseError;
-
-    fn from_str(raw: &str) -> Result<Self, ParseError> {
-        let refuse = || ParseError(format!("not a cursor from this API: {raw:?}"));
-        let (ms, id) = raw.split_once('.').ok_or_else(refuse)?;
-        Ok(Self {
-            created_at_ms: ms.parse().map_err(|_| refuse())?,
-            id: JobId::parse(id).map_err(|_| refuse())?,
-        })
-    }
-}
-
-impl Cursor {
-    pub fn after(job: &Job) -> Self {
-        Self {
-            created_at_ms: job.created_at.timestamp_millis(),
-            id: job.id.clone(),
-        }
-    }
-}
-
-/// A listing of one owner's jobs, newest first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListQuery {
-    pub status: Option<JobStatus>,
-    /// 1 to [`ListQuery::MAX_LIMIT`].
-    pub limit: usize,
-    pub cursor: Option<Cursor>,
-    /// Only jobs created before this moment (a usage report's last day's end).
-    pub created_before: Option<Timestamp>,
-}
-
-impl ListQuery {
-    pub const DEFAULT_LIMIT: usize = 20;
-    pub const MAX_LIMIT: usize = 100;
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobPage {
-    pub jobs: Vec<Job>,
-    /// Set when more jobs may follow.
-    pub next_cursor: Option<Cursor>,
 }
 
 /// The one error type of the port; it means the same on every backend.
