@@ -115,8 +115,10 @@ impl Engine {
     }
 
     /// Handles the deliveries due now, at most a sweep's batch: done are those handled (tried, or put off; the
-    /// rest stay due, the store failed on them), counted those of which a sink took the event.
+    /// rest stay due, the store failed on them), counted those of which a sink took the event. A batch already in
+    /// progress in this process is waited for, and what it handled is no longer due.
     pub async fn deliver_batch(&self) -> Result<Batch, StoreError> {
+        let _one_at_a_time = self.delivering.lock().await;
         let due = self
             .store
             .due_deliveries(self.clock.now(), self.settings.sweep_batch)

@@ -175,6 +175,10 @@ pub struct Engine {
     evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
     /// Woken when this process armed deliveries (the local deliverer waits on it).
     deliveries_due: tokio::sync::Notify,
+    /// Held by the batch of deliveries in progress: one at a time in a process. The local server's deliverer and
+    /// sweeper would otherwise race each other's claims on the same deliveries; the compare-and-swap keeps either
+    /// from sending twice, but the loser's store calls are wasted.
+    delivering: tokio::sync::Mutex<()>,
 }
 
 /// What an engine runs, by fingerprint: an operator compares them with `onejob check`'s to see which config and
@@ -232,6 +236,7 @@ impl Engine {
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
             deliveries_due: tokio::sync::Notify::new(),
+            delivering: tokio::sync::Mutex::new(()),
             settings,
         }
     }
