@@ -158,10 +158,8 @@ async fn the_schema_itself_allows_one_live_attempt() {
     assert!(dup_id.unwrap_err().to_string().contains("UNIQUE"));
 }
 
-/// A file of schema 4 (no retries yet) gains the retry columns on open, and keeps its jobs; on the way through
-/// version 5 its tables are made again with jobs found by `jobs_by_id`, and the jobs move on.
-#[tokio::test]
-async fn a_version_4_file_gains_the_retry_columns() {
+/// A file with one job (key `k` of alice), then taken back to an older schema by `downgrade`; the job as created.
+async fn a_file_made_older(downgrade: &str) -> (tempfile::TempDir, CreateOutcome) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("onejob.db");
     let store = SqliteStore::open(&path).unwrap();
@@ -175,13 +173,21 @@ async fn a_version_4_file_gains_the_retry_columns() {
         .unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(
+    conn.execute_batch(downgrade).unwrap();
+    (dir, created)
+}
+
+/// A file of schema 4 (no retries yet) gains the retry columns on open, and keeps its jobs; on the way through
+/// version 5 its tables are made again with jobs found by `jobs_by_id`, and the jobs move on.
+#[tokio::test]
+async fn a_version_4_file_gains_the_retry_columns() {
+    let (dir, created) = a_file_made_older(
         "ALTER TABLE attempts DROP COLUMN not_before;
          ALTER TABLE attempts DROP COLUMN retry_of;
          PRAGMA user_version = 4;",
     )
-    .unwrap();
-    drop(conn);
+    .await;
+    let path = dir.path().join("onejob.db");
 
     let store = SqliteStore::open(&path).unwrap();
     let job = created.job();
@@ -230,20 +236,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
 /// slots' tables; it keeps its jobs, and a keyed cancel of one of its attempts answers as it did when sent again.
 #[tokio::test]
 async fn a_version_7_file_gains_the_keyed_requests_columns() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("onejob.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let created = store
-        .create_job(
-            new_job("alice", "k", json!({"text": "x"})),
-            RETENTION,
-            &by(1),
-        )
-        .await
-        .unwrap();
-    drop(store);
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(
+    let (dir, created) = a_file_made_older(
         "ALTER TABLE attempts DROP COLUMN request;
          ALTER TABLE attempts DROP COLUMN cancelled_by;
          ALTER TABLE jobs DROP COLUMN interventions;
@@ -253,8 +246,8 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
          DROP INDEX jobs_needing_a_person;
          PRAGMA user_version = 7;",
     )
-    .unwrap();
-    drop(conn);
+    .await;
+    let path = dir.path().join("onejob.db");
 
     let store = SqliteStore::open(&path).unwrap();
     let job = created.job();
