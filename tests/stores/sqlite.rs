@@ -158,6 +158,15 @@ async fn the_schema_itself_allows_one_live_attempt() {
     assert!(dup_id.unwrap_err().to_string().contains("UNIQUE"));
 }
 
+/// The file's schema version, and how many of the attempts' columns `names` (an SQL list) it has.
+fn version_and_attempt_columns(conn: &rusqlite::Connection, names: &str) -> (i64, usize) {
+    let version = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    let sql = format!("SELECT name FROM pragma_table_info('attempts') WHERE name IN {names}");
+    (version, strings(conn, &sql).len())
+}
+
 /// A file with one job (key `k` of alice), then taken back to an older schema by `downgrade`; the job as created.
 async fn a_file_made_older(downgrade: &str) -> (tempfile::TempDir, CreateOutcome) {
     let dir = tempfile::tempdir().unwrap();
@@ -200,14 +209,10 @@ async fn a_version_4_file_gains_the_retry_columns() {
     assert_eq!(&read, job);
     assert_eq!(read.attempt(1).unwrap().not_before, None);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .unwrap();
-    let columns = strings(
-        &conn,
-        "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('not_before', 'retry_of')",
+    assert_eq!(
+        version_and_attempt_columns(&conn, "('not_before', 'retry_of')"),
+        (9, 2)
     );
-    assert_eq!((version, columns.len()), (9, 2));
     let indexes = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name",
@@ -273,14 +278,10 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
         );
     }
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .unwrap();
-    let columns = strings(
-        &conn,
-        "SELECT name FROM pragma_table_info('attempts') WHERE name IN ('request', 'cancelled_by')",
+    assert_eq!(
+        version_and_attempt_columns(&conn, "('request', 'cancelled_by')"),
+        (9, 2)
     );
-    assert_eq!((version, columns.len()), (9, 2));
 }
 
 /// A file of schema 5 — the job id a unique column of its own — is made again on open with jobs found by
