@@ -194,12 +194,7 @@ impl DynamoStore {
 
     /// Adds `spend` to `owner`'s spend: to what it holds if it counts that period, else from 0.
     pub(super) async fn add_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
-        let Spend {
-            period,
-            tokens,
-            nanos,
-        } = spend;
-        let (tokens, nanos) = (*tokens, *nanos);
+        let (period, tokens, nanos) = (&spend.period, spend.tokens, spend.nanos);
         let key = ledger_key(owner);
         for _ in 0..RETRIES {
             let added = self
