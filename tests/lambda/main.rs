@@ -610,6 +610,7 @@ impl std::io::Write for Lines {
 #[tokio::test]
 async fn the_api_and_worker_functions_of_one_job_are_one_trace() {
     let Some(f) = functions().await else { return };
+    every_callsite_asks_its_thread();
     let collector = Collector::start().await;
     let traces = Traces::to(&collector.traces_url(), "onejob-test").unwrap();
     let lines = Lines::default();
@@ -718,6 +719,19 @@ async fn the_api_and_worker_functions_of_one_job_are_one_trace() {
         .find(|l| l["fields"]["message"] == "message dropped: attempt not queued")
         .expect("the duplicate's drop is logged");
     assert_eq!(dropped["span"]["trace_id"], trace.to_string());
+}
+
+/// tracing caches whether a span or event is wanted once per callsite for the whole process, asking only the
+/// subscriber of the thread that reaches the callsite first while at most one subscriber exists. Another test of
+/// this binary, on a thread with none, would then cache "never" for the product's spans, and a test's own
+/// (thread-scoped) subscriber would see none of them: the trace test failed so about once in 20 runs of the binary.
+/// A global subscriber that records nothing but answers "sometimes" makes every callsite ask the current thread's
+/// subscriber each time. The one test that captures calls this before setting its own.
+fn every_callsite_asks_its_thread() {
+    let nothing = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::dynamic_filter_fn(|_, _| false));
+    tracing::subscriber::set_global_default(nothing)
+        .expect("only the trace test sets a global subscriber in this binary");
 }
 
 /// The functions with `bus` configured, their provider answering at once. The endpoint stand-ins are on loopback;
