@@ -749,6 +749,10 @@ pub async fn a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_co
     assert_eq!(primary.call_count(), 7);
 }
 
+/// A sweep's batch in the batch-after-batch tests: more than the deliveries tried side by side (16), so a batch of
+/// deliveries is two rounds of tries in the time the sweeper gives it.
+const SMALL_BATCH: usize = 20;
+
 /// More settled jobs than a sweep's batch: the scheduled sweeper's delivery goes on a batch at a time until none is
 /// due, each event once; with no time left for a second batch, it stops after the first.
 pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc<dyn JobStore>) {
@@ -759,7 +763,8 @@ pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc
         openai(unused.base_url()),
         openai(unused.base_url()),
         |config| config.allow_private_endpoints = true,
-    );
+    )
+    .sweeping(SMALL_BATCH);
     let owner = onejob::domain::Owner::parse("alice").unwrap();
     let url = format!("{}/chat/completions", receiver.base_url());
     let url = rig.engine.check_endpoint(&url).await.unwrap();
@@ -796,7 +801,8 @@ pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc
 /// with no time left for a second batch, it stops after the first.
 pub async fn the_sweeper_expires_and_dispatches_again_batch_after_batch(store: Arc<dyn JobStore>) {
     let unused = answering("A").await;
-    let mut rig = Rig::new(store, openai(unused.base_url()), openai(unused.base_url()));
+    let mut rig =
+        Rig::new(store, openai(unused.base_url()), openai(unused.base_url())).sweeping(SMALL_BATCH);
     let batch = rig.engine.settings.sweep_batch;
     let each = 2 * batch + batch / 2;
     let now = rig.clock.now();

@@ -81,6 +81,14 @@ impl Rig {
         }
     }
 
+    /// The rig with a sweep that handles `batch` of each kind at a time (the deployment's is 100): a test of
+    /// batch after batch then needs a few dozen jobs, not hundreds, on every store.
+    pub fn sweeping(mut self, batch: usize) -> Self {
+        let engine = Arc::get_mut(&mut self.engine).expect("the rig's engine is not shared yet");
+        engine.settings.sweep_batch = batch;
+        self
+    }
+
     /// Creates a summarize job on the chain primary → fallback; returns it and its dispatched message.
     pub async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
         let (job, sent) = self.create_sent(key).await;

@@ -1,4 +1,4 @@
-//! `cargo run --profile fast --features bench --bin bench -- <scenario>`: the figures of BENCHMARKS.md. It prints numbers and never fails
+//! `cargo run --profile fast --bin bench -- <scenario>`: the figures of BENCHMARKS.md. It prints numbers and never fails
 //! on one; the tests stay deterministic.
 //!
 //! - `storm`: K intents, each sent as D concurrent duplicates, over C connections, against the local server on
