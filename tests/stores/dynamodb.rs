@@ -78,7 +78,7 @@ async fn dynamodb() -> Option<Fixture> {
     let (store, _) = dynamodb_counted().await?;
     Some(Fixture {
         store: Arc::new(store),
-        model_cases: 8,
+        model_cases: 12,
         _keep: Box::new(()),
     })
 }
