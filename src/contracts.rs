@@ -47,25 +47,25 @@ pub struct InputError {
 }
 
 impl Contract {
-    /// The prompt with each `{{ field }}` replaced by that input field: strings as they are, other values as JSON.
-    /// A placeholder whose field is missing is an error, never an empty string.
+    /// The prompt with each `{{ field }}` replaced by that input field — or, where the input leaves an optional
+    /// field out, the input schema's `default` for it: strings as they are, other values as JSON. Every placeholder
+    /// names a required field or one with a default (checked when the contract is loaded), so a valid input always
+    /// renders.
     pub fn render(&self, input: &Value) -> Result<String, String> {
         let mut out = String::with_capacity(self.prompt.len());
         let mut rest = self.prompt.as_str();
-        while let Some(start) = rest.find("{{") {
-            let end = rest[start..]
-                .find("}}")
-                .ok_or_else(|| "the prompt has a '{{' without '}}'".to_owned())?;
-            let name = rest[start + 2..start + end].trim();
+        let defaults = self.input_schema.get("properties");
+        for (before, name, after) in placeholders(&self.prompt)? {
             let value = input
                 .get(name)
+                .or_else(|| defaults?.get(name)?.get("default"))
                 .ok_or_else(|| format!("the input has no field {name:?} for the prompt"))?;
-            out.push_str(&rest[..start]);
+            out.push_str(&rest[..before]);
             match value {
                 Value::String(text) => out.push_str(text),
                 other => out.push_str(&other.to_string()),
             }
-            rest = &rest[start + end + 2..];
+            rest = &rest[after..];
         }
         out.push_str(rest);
         Ok(out)
@@ -266,6 +266,42 @@ impl Contracts {
     }
 }
 
+/// The prompt's placeholders, in order: each one's start and end in what is left of the prompt after the one before
+/// (so that a renderer walks it once), and the field it names.
+fn placeholders(prompt: &str) -> Result<Vec<(usize, &str, usize)>, String> {
+    let mut found = Vec::new();
+    let mut rest = prompt;
+    while let Some(start) = rest.find("{{") {
+        let end = rest[start..]
+            .find("}}")
+            .ok_or_else(|| "the prompt has a '{{' without '}}'".to_owned())?;
+        found.push((start, rest[start + 2..start + end].trim(), start + end + 2));
+        rest = &rest[start + end + 2..];
+    }
+    Ok(found)
+}
+
+/// Every placeholder of `prompt` names a field the input schema requires, or one it gives a `default`: a valid
+/// input then always renders (a contract that would take an input it cannot render is refused at load).
+fn check_placeholders(prompt: &str, input_schema: &Value) -> Result<(), String> {
+    let required: Vec<&str> = (input_schema.get("required"))
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (_, name, _) in placeholders(prompt)? {
+        let defaulted = (input_schema.get("properties"))
+            .and_then(|p| p.get(name)?.get("default"))
+            .is_some();
+        if !required.contains(&name) && !defaulted {
+            return Err(format!(
+                "prompt: {{{{ {name} }}}} names a field the input schema neither requires nor gives a default: \
+                 a valid input without it could not be rendered"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn parse(text: &str) -> Result<Contract, String> {
     let file: ContractFile = toml::from_str(text).map_err(|e| e.to_string())?;
     let reference = ContractRef::new(&file.name, file.version).map_err(|e| e.to_string())?;
@@ -276,6 +312,7 @@ fn parse(text: &str) -> Result<Contract, String> {
     if file.providers.is_empty() {
         return Err("providers: the default chain needs at least one provider".into());
     }
+    check_placeholders(&file.prompt, &file.input_schema)?;
     if !(0.0..=2.0).contains(&file.temperature) {
         return Err(format!("temperature {} is outside 0..=2", file.temperature));
     }

@@ -15,11 +15,16 @@ fn summarize() -> ContractRef {
 
 /// Contract `x@1` on the demo provider, with these schemas (and samples).
 fn contract_x(schemas: &str) -> String {
+    contract_x_prompting("Answer.", schemas)
+}
+
+/// [`contract_x`] with this prompt.
+fn contract_x_prompting(prompt: &str, schemas: &str) -> String {
     format!(
         r#"
         name = "x"
         version = 1
-        prompt = "{{{{ text }}}}"
+        prompt = "{prompt}"
         temperature = 0.0
         max_output_tokens = 10
         providers = ["demo"]
@@ -70,10 +75,45 @@ fn prompts_render_strictly() {
         "{prompt}"
     );
     assert!(prompt.contains("Text:\ncharged twice"), "{prompt}");
-    let err = classify
-        .render(&json!({"text": "x", "labels": ["a"]}))
-        .unwrap_err();
-    assert!(err.contains("max_labels"), "{err}");
+    // An optional field left out renders as the schema's default: a valid input always renders.
+    let input = json!({"text": "x", "labels": ["a"]});
+    assert!(classify.input_errors(&input).is_empty());
+    let prompt = classify.render(&input).unwrap();
+    assert!(prompt.contains("pick at most 1 that fit"), "{prompt}");
+    assert!(
+        classify
+            .samples
+            .iter()
+            .any(|s| s.get("max_labels").is_none())
+    );
+    let err = classify.render(&json!({"labels": ["a"]})).unwrap_err();
+    assert!(err.contains("text"), "{err}");
+}
+
+#[test]
+fn a_placeholder_no_valid_input_must_fill_is_refused_at_load() {
+    let optional = r#"
+        [input_schema]
+        type = "object"
+        required = ["title"]
+        properties.title = { type = "string" }
+        properties.text = { type = "string" }
+        [output_schema]
+        type = "object"
+    "#;
+    let x = |schemas: &str| parse(&contract_x_prompting("{{ title }}: {{ text }}", schemas));
+    let err = x(optional).unwrap_err();
+    assert!(err.contains("{{ text }}"), "{err}");
+    let defaulted = optional.replace(
+        r#"properties.text = { type = "string" }"#,
+        r#"properties.text = { type = "string", default = "none" }"#,
+    );
+    let defaulted = x(&defaulted).unwrap();
+    assert_eq!(defaulted.render(&json!({"title": "T"})).unwrap(), "T: none");
+    let required = optional.replace(r#"required = ["title"]"#, r#"required = ["title", "text"]"#);
+    assert!(x(&required).is_ok());
+    let unclosed = parse(&contract_x_prompting("{{ title }}: {{ text", optional)).unwrap_err();
+    assert!(unclosed.contains("without"), "{unclosed}");
 }
 
 #[test]

@@ -100,7 +100,30 @@ impl Engine {
         }
         self.changes
             .changed(&job.id, || job.is_final().then(|| job.clone()));
+        let may_end = matches!(
+            wrote,
+            Wrote::Won(_)
+                | Wrote::Failed(_)
+                | Wrote::AttemptCancelled(_)
+                | Wrote::JobCancelled
+                | Wrote::Nothing
+        );
+        if may_end && job.live_attempt().is_none() {
+            self.free_place(job).await;
+        }
         self.arm_deliveries(job).await
+    }
+
+    /// The job is no longer live: the place it held among its owner's live jobs is free (where the owner has a
+    /// live-jobs limit). Advisory: a store that fails here is logged, and a place not freed is checked against its
+    /// job when the owner reaches its limit.
+    async fn free_place(&self, job: &Job) {
+        if self.settings.limits.of(&job.owner).live_jobs.is_none() {
+            return;
+        }
+        if let Err(e) = self.store.free_place(job).await {
+            tracing::warn!(job_id = %job.id, error = %crate::telemetry::error_chain(&e), "the job's place among its owner's live jobs was not freed: it is checked at the limit");
+        }
     }
 
     /// Dispatches the job's queued attempt, if the last write queued one. A failure to dispatch is logged, not

@@ -272,9 +272,9 @@ impl Engine {
         deadline.map_or(budget, |d| d.min(budget))
     }
 
-    /// Runs one store write until the store answers: while it fails (the write may or may not have landed), the
-    /// same write is tried again with the same token until `until`, the first repeat at once, then after a backoff
-    /// with full jitter.
+    /// Runs one store write until the store answers: while it fails (the write may or may not have landed) or other
+    /// writers keep winning its guard, the same write is tried again with the same token until `until`, the first
+    /// repeat at once, then after a backoff with full jitter.
     async fn persist<T, Fut>(
         &self,
         what: &'static str,
@@ -289,8 +289,10 @@ impl Engine {
         loop {
             let stamp = Stamp::new(token.clone(), self.clock.now());
             match write(stamp).await {
-                Err(StoreError::Backend(e)) if self.clock.now() < until => {
-                    tracing::warn!(write = what, repeats, error = %crate::telemetry::error_chain(e.as_ref()), "store write failed; trying it again with the same token");
+                Err(e @ (StoreError::Backend(_) | StoreError::Contended(_)))
+                    if self.clock.now() < until =>
+                {
+                    tracing::warn!(write = what, repeats, error = %crate::telemetry::error_chain(&e), "store write failed; trying it again with the same token");
                     self.metrics.store_retry();
                     if repeats > 0 {
                         let wait = crate::retry::full_jitter(
@@ -383,11 +385,12 @@ impl Actor {
         }
     }
 
-    /// What an `Idempotency-Key`'s request is scoped by, besides the job: an operator's keys are its own.
+    /// Whose `Idempotency-Key`s a request's is, besides the job: an operator's keys are its own, apart from the
+    /// owner's and other operators'.
     fn scope(&self) -> String {
         match self {
             Self::Owner(_) => String::new(),
-            Self::Operator(name) => format!("operator {name}: "),
+            Self::Operator(name) => format!("operator {name}"),
         }
     }
 }

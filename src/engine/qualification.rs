@@ -11,6 +11,7 @@ use futures_util::future::try_join_all;
 use super::Engine;
 use crate::domain::{
     ContractRef, ContractStanding, ErrorInfo, Failover, Job, ProviderName, Qualification, Standing,
+    Suspicion,
 };
 use crate::store::StoreError;
 
@@ -21,6 +22,7 @@ impl Engine {
     /// What failover may do for `job`: the providers of its chain not tried yet that are qualified for the
     /// contract's current fingerprint (invariant 9), one read of the ledger each, and the attempt limit. Providers
     /// are only ever tried, never untried, so this stays right for any later state of the job.
+    /// The owner's budget is read too, where it has one: spent, no attempt is queued (invariant 18).
     pub async fn failover(&self, job: &Job) -> Result<Failover, StoreError> {
         let untried: Vec<&ProviderName> = job.untried_providers().collect();
         let standings = try_join_all(
@@ -35,16 +37,22 @@ impl Engine {
             .filter(|(_, evidence)| self.standing(evidence.as_ref()).0 == Standing::Qualified)
             .map(|(provider, _)| provider.clone())
             .collect();
-        Ok(self.failover_to(qualified))
+        self.failover_to(job, qualified).await
     }
 
-    pub(super) fn failover_to(&self, qualified: BTreeSet<ProviderName>) -> Failover {
-        Failover {
+    /// What failover may do for `job` towards `qualified`: the attempt limit, and the owner's budget.
+    pub(super) async fn failover_to(
+        &self,
+        job: &Job,
+        qualified: BTreeSet<ProviderName>,
+    ) -> Result<Failover, StoreError> {
+        Ok(Failover {
             qualified,
             max_attempts: self.settings.max_attempts,
             retry: None,
             jitter_permille: 0,
-        }
+            budget: self.budget_spent(&job.owner).await?,
+        })
     }
 
     /// The stored qualification of `provider` for `contract`'s current fingerprint, if any.
@@ -167,6 +175,54 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Why an answer of attempt `number` of `job`, reporting `model`, may not stand, if it may not: an attempt on
+    /// another provider than the job's primary is there as a qualified provider (failover goes only to one), and an
+    /// answer as a model its qualification never saw is not that provider's (invariant 15: the provider's own
+    /// evidence) — a definite failure, `model_changed`; [`Engine::observe`] then voids the standing. The primary
+    /// needs no qualification, and a ledger that cannot be read never decides a job.
+    pub async fn unqualified_answer(
+        &self,
+        job: &Job,
+        number: u32,
+        model: Option<&str>,
+    ) -> Option<ErrorInfo> {
+        let attempt = job.attempt(number)?;
+        if job.providers.first() == Some(&attempt.provider) {
+            return None;
+        }
+        let (contract, provider) = (
+            self.contracts.get(&job.contract)?,
+            self.providers.get(&attempt.provider)?,
+        );
+        let pair = (contract.fingerprint, provider.fingerprint);
+        let evidence = match self.evidence.get(&pair) {
+            Some(seen) => seen,
+            None => match self.store.qualification(&pair.0, &pair.1).await {
+                Ok(read) => {
+                    let read = Arc::new(read);
+                    self.evidence.put(pair, read.clone());
+                    read
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the ledger could not be read to hold an answer to its qualification");
+                    return None;
+                }
+            },
+        };
+        let evidence = evidence.as_ref().as_ref().filter(|q| q.passed)?;
+        let unseen = evidence.unseen(model)?;
+        let qualified: Vec<&str> = evidence.models().into_iter().collect();
+        Some(ErrorInfo::new(
+            Suspicion::MODEL_CHANGED,
+            format!(
+                "{} answered as {unseen}, not as the model it was qualified as ({}): the answer is not a qualified \
+                 provider's",
+                attempt.provider,
+                qualified.join(", ")
+            ),
+        ))
     }
 
     /// The pairs whose qualification passed and is now too old or suspected in production, with why: what the

@@ -2,6 +2,11 @@
 //! only while one of its slots is free (held in the store, each until its call's listening would end, so a worker
 //! that dies frees its slot by then). A burst of jobs then waits queued instead of earning 429s; waiting is not a
 //! try: no attempt is made, none is charged, and the message comes back.
+//!
+//! A slot is its attempt's, and it is freed by the step that makes the call: the one whose claim succeeded. A
+//! duplicate message of a running attempt finds the slot its attempt holds (taking it again is holding it), and
+//! its claim is refused: it frees nothing, so the running call keeps its slot. A step whose take landed but whose
+//! answer was lost comes back as a redelivery that finds the slot its own attempt's.
 
 use chrono::Duration;
 
@@ -51,8 +56,9 @@ impl Engine {
         Ok(!put_off)
     }
 
-    /// Frees the slot the message's attempt held, if its provider is capped. Advisory: a store that fails here is
-    /// logged, and the slot frees itself when its time ends.
+    /// Frees the slot the message's attempt held, if its provider is capped: by the step that claimed the attempt
+    /// and made the call, once it is done. Advisory: a store that fails here is logged, and the slot frees itself
+    /// when its time ends.
     pub async fn free_slot(&self, message: &Message) {
         let Some(provider) = &message.provider else {
             return;

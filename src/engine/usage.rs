@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{Days, NaiveDate};
 
 use super::Engine;
-use crate::domain::{Bill, CallReport, ContractRef, Owner, Share, Spend};
+use crate::domain::{Bill, CallReport, ContractRef, LimitReached, Owner, Share, Spend};
 use crate::store::{Cursor, ListQuery, StoreError};
 
 /// One day's usage of one contract.
@@ -43,27 +43,40 @@ impl Usage {
 }
 
 impl Engine {
-    /// What a call for `owner` reported, added to its period's spend when its limits have a budget: what the
-    /// budget is held to. Advisory, after the answer is written; a store that fails here is logged, and the spend
-    /// is short by this call.
-    pub(crate) async fn spent(&self, owner: &Owner, report: &CallReport) {
-        let Some(budget) = self.settings.limits.of(owner).budget else {
+    /// What a call for `owner` reported, added to its day's and month's spend when its limits have a budget: what
+    /// the budget is held to. Advisory, after the answer is written; a store that fails here is logged, and the
+    /// spend is short by this call.
+    pub(crate) async fn record_spend(&self, owner: &Owner, report: &CallReport) {
+        if self.settings.limits.of(owner).budget.is_none() {
             return;
-        };
+        }
         let tokens = report.input_tokens.unwrap_or(0) + report.output_tokens.unwrap_or(0);
         let nanos = report.cost_nanos.unwrap_or(0);
         if tokens == 0 && nanos == 0 {
             return;
         }
-        let (period, _) = budget.period.of(self.clock.now());
         let spend = Spend {
-            period,
+            at: self.clock.now(),
             tokens,
             nanos,
         };
         if let Err(e) = self.store.record_spend(owner, &spend).await {
             tracing::warn!(%owner, error = %crate::telemetry::error_chain(&e), "spend not recorded");
         }
+    }
+
+    /// Whether `owner`'s budget is spent now: then no call may be ordered for it (invariant 18) — a failover, a
+    /// retry or a manual attempt stops with `budget_exceeded`. Without a budget, nothing is read.
+    pub(crate) async fn budget_spent(
+        &self,
+        owner: &Owner,
+    ) -> Result<Option<LimitReached>, StoreError> {
+        let limits = self.settings.limits.of(owner);
+        if limits.budget.is_none() {
+            return Ok(None);
+        }
+        let ledger = self.store.owner_ledger(owner).await?;
+        Ok(limits.spent(&ledger, self.clock.now()))
     }
 
     /// `owner`'s usage on the days `from` to `to` (both included).

@@ -25,15 +25,34 @@ impl Engine {
     /// The create is a span of the job's trace, made before the write (its start is the create's) and placed once
     /// the job is known: the root of a job it made, a child of the root of the job it found.
     pub async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        self.create_job_as_sent(new, None).await
+    }
+
+    /// [`Engine::create_job`] of a create whose key came quoted: a job made under the key's `literal` text (quotes
+    /// and all), before quoted keys were read as Structured Field strings, still answers it — a replay or a
+    /// conflict — so that an intent keeps its job across that upgrade. One read more, for quoted keys only.
+    pub async fn create_job_as_sent(
+        &self,
+        new: NewJob,
+        literal: Option<&IdempotencyKey>,
+    ) -> Result<CreateOutcome, StoreError> {
         let began = std::time::Instant::now();
         let span = tracing::info_span!("create", contract = %new.contract, outcome = Empty, job_id = Empty, trace_id = Empty);
         let token = WriteToken::new();
-        let outcome = match self.creating.join(&new.owner, &new.idempotency_key) {
-            Turn::Follow(leader) => match led_by(leader).await {
+        let earlier = match literal {
+            Some(literal) => self.find_job(&new.owner, literal).await?,
+            None => None,
+        };
+        let outcome = match (
+            earlier,
+            self.creating.join(&new.owner, &new.idempotency_key),
+        ) {
+            (Some(job), _) => CreateOutcome::of_existing(job, &new.fingerprint, &token),
+            (None, Turn::Follow(leader)) => match led_by(leader).await {
                 Some(job) => CreateOutcome::of_existing(job, &new.fingerprint, &token),
                 None => self.write_create(&new, &token).await?,
             },
-            Turn::Lead(lead) => {
+            (None, Turn::Lead(lead)) => {
                 let outcome = self.write_create(&new, &token).await?;
                 lead.finish(outcome.job());
                 outcome
@@ -94,15 +113,14 @@ impl Engine {
         let job = self.acted_on(actor, id).await?;
         let owner = &job.owner;
         let failover = match &provider {
-            Some(_) => self.failover_to(BTreeSet::new()),
+            Some(_) => self.failover_to(&job, BTreeSet::new()).await?,
             None => self.failover(&job).await?,
         };
-        let asked = format!(
-            "{}attempt {}",
-            actor.scope(),
-            provider.as_ref().map_or("", |p| p.as_str())
-        );
-        let request = key.map(|key| WriteToken::for_request(owner, id, key, &asked));
+        // The job is the owner's, and so are its limits, whoever asks (an operator bypasses none).
+        let limits = self.settings.limits.of(owner);
+        let asked = format!("attempt {}", provider.as_ref().map_or("", |p| p.as_str()));
+        let request =
+            key.map(|key| WriteToken::for_request(owner, id, &actor.scope(), key, &asked));
         // A fresh token of its own, and the request kept apart: a repeat of this write after a lost answer finds
         // its token (created, 201); the same request sent again finds its request (replayed, 200).
         let token = WriteToken::new();
@@ -112,7 +130,7 @@ impl Engine {
                 let stamp = (stamp.serving(request.clone())).by_operator(actor.operator());
                 async move {
                     self.store
-                        .add_attempt(owner, id, provider, failover, &stamp)
+                        .add_attempt(owner, id, provider, failover, limits, &stamp)
                         .await
                 }
             })
@@ -137,16 +155,17 @@ impl Engine {
         })
     }
 
-    /// The token of an API write to job `id`: the request's own when it came under an `Idempotency-Key`, so that
-    /// the same request sent again finds its write (invariant 17); else a fresh one.
+    /// The token of `actor`'s API write to job `id`: the request's own when it came under an `Idempotency-Key`, so
+    /// that the same request sent again finds its write (invariant 17); else a fresh one.
     fn caller_token(
+        actor: &Actor,
         owner: &Owner,
         id: &JobId,
         key: Option<&IdempotencyKey>,
         asked: &str,
     ) -> WriteToken {
         key.map_or_else(WriteToken::new, |key| {
-            WriteToken::for_request(owner, id, key, asked)
+            WriteToken::for_request(owner, id, &actor.scope(), key, asked)
         })
     }
 
@@ -163,8 +182,8 @@ impl Engine {
         let job = self.acted_on(actor, id).await?;
         let owner = &job.owner;
         let failover = self.failover(&job).await?;
-        let asked = format!("{}cancel attempt {number}", actor.scope());
-        let token = Self::caller_token(owner, id, key, &asked);
+        let asked = format!("cancel attempt {number}");
+        let token = Self::caller_token(actor, owner, id, key, &asked);
         let (outcome, job) = self
             .persist("cancel attempt", &token, self.write_deadline(), |stamp| {
                 let failover = &failover;
@@ -201,7 +220,7 @@ impl Engine {
             Actor::Owner(owner) => owner.clone(),
             Actor::Operator(_) => self.acted_on(actor, id).await?.owner,
         };
-        let token = Self::caller_token(owner, id, key, &format!("{}cancel", actor.scope()));
+        let token = Self::caller_token(actor, owner, id, key, "cancel");
         let (outcome, job) = self
             .persist("cancel job", &token, self.write_deadline(), |stamp| {
                 let stamp = stamp.by_operator(actor.operator());

@@ -70,8 +70,10 @@ fn bearer(parts: &Parts) -> Option<&str> {
         })
 }
 
-/// Which JWT claim makes a caller an operator, and the value it must hold: the value itself, or one of its
-/// members (a scope's space-separated list, a groups array as API Gateway hands it over: `[a b]`).
+/// Which JWT claim makes a caller an operator, and the value it must hold: the value itself, or one whole member of a
+/// list — a JSON array (`["a", "b"]`), an array as API Gateway hands it over (`[a b]`), or the space-separated list
+/// of OAuth's `scope` and `scp` claims. Any other claim is one value: a group named `readonly onejob-operators` is
+/// not `onejob-operators`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperatorClaim {
@@ -81,10 +83,21 @@ pub struct OperatorClaim {
 
 impl OperatorClaim {
     fn holds(&self, claims: &std::collections::HashMap<String, String>) -> bool {
-        claims.get(&self.claim).is_some_and(|held| {
-            held.split(|c: char| c.is_whitespace() || matches!(c, ',' | '[' | ']' | '"'))
-                .any(|member| member == self.value)
-        })
+        let Some(held) = claims.get(&self.claim) else {
+            return false;
+        };
+        if *held == self.value {
+            return true;
+        }
+        if let Ok(members) = serde_json::from_str::<Vec<String>>(held) {
+            return members.contains(&self.value);
+        }
+        let listed = match held.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(inner) => inner,
+            None if matches!(self.claim.as_str(), "scope" | "scp") => held,
+            None => return false,
+        };
+        listed.split(' ').any(|member| member == self.value)
     }
 }
 
@@ -202,5 +215,31 @@ impl From<Viewer> for Actor {
             Viewer::Owner(owner) => Actor::Owner(owner),
             Viewer::Operator(name) => Actor::Operator(name),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OperatorClaim;
+
+    fn holds(claim: &str, held: &str) -> bool {
+        let rule = OperatorClaim {
+            claim: claim.into(),
+            value: "onejob-operators".into(),
+        };
+        rule.holds(&[(claim.to_owned(), held.to_owned())].into())
+    }
+
+    #[test]
+    fn the_operators_claim_is_matched_by_whole_members() {
+        assert!(holds("groups", "onejob-operators"));
+        assert!(holds("groups", "[readers onejob-operators]"));
+        assert!(holds("groups", r#"["readers", "onejob-operators"]"#));
+        assert!(holds("scope", "jobs:read onejob-operators"));
+        // A value that only holds the value's text is not a member of it.
+        assert!(!holds("groups", "readonly onejob-operators"));
+        assert!(!holds("groups", r#"["readonly onejob-operators"]"#));
+        assert!(!holds("groups", "[onejob-operators-readonly]"));
+        assert!(!holds("groups", "not-onejob-operators"));
     }
 }

@@ -19,7 +19,7 @@ use crate::json::{read, shaped};
 
 /// The request's `Idempotency-Key`, which it must send (a create).
 #[derive(Debug, Clone)]
-pub struct Key(pub IdempotencyKey);
+pub struct Key(pub SentKey);
 
 impl<S: Send + Sync> FromRequestParts<S> for Key {
     type Rejection = ApiError;
@@ -29,8 +29,39 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
     }
 }
 
+/// An `Idempotency-Key` as it was sent: the key, and — for a quoted key read as a Structured Field string — the
+/// literal text with its quotes, the key of any job made under it before quoted keys were read so (such a job is
+/// still found by it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentKey {
+    pub key: IdempotencyKey,
+    pub literal: Option<IdempotencyKey>,
+}
+
+impl SentKey {
+    /// `text` as a key: a Structured Field string as the IETF draft writes it (`"order-42"`) is its content, the same
+    /// key as the bare `order-42` clients send — when it parses as one and its content is a key; any other text is
+    /// the key as it stands (`"abc`, `"a"b"` are keys of their own).
+    pub fn read(text: &str) -> Result<Self, String> {
+        let structured = (text.strip_prefix('"'))
+            .and_then(structured_string)
+            .and_then(|content| IdempotencyKey::parse(&content).ok());
+        match structured {
+            Some(key) => Ok(Self {
+                key,
+                literal: IdempotencyKey::parse(text).ok(),
+            }),
+            None => Ok(Self {
+                key: IdempotencyKey::parse(text).map_err(|e| e.to_string())?,
+                literal: None,
+            }),
+        }
+    }
+}
+
 /// The request's `Idempotency-Key`, if it sent one (a manual attempt, a cancel): the same request sent again under
-/// it acts once.
+/// it acts once. (Keys of these requests are kept on the job only since quoted keys were read as Structured
+/// Fields: there is no earlier literal form to look for.)
 #[derive(Debug, Clone)]
 pub struct MaybeKey(pub Option<IdempotencyKey>);
 
@@ -38,7 +69,7 @@ impl<S: Send + Sync> FromRequestParts<S> for MaybeKey {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        optional_idempotency_key(&parts.headers).map(MaybeKey)
+        optional_idempotency_key(&parts.headers).map(|sent| MaybeKey(sent.map(|s| s.key)))
     }
 }
 
@@ -79,14 +110,13 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for MaybeJson<T> {
 }
 
 /// The request's `Idempotency-Key`; a create must send one.
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+fn idempotency_key(headers: &HeaderMap) -> Result<SentKey, ApiError> {
     optional_idempotency_key(headers)?.ok_or(ApiError::MissingIdempotencyKey)
 }
 
-/// The request's `Idempotency-Key`, if it sent one: a Structured Field string as the IETF draft writes it
-/// (`"order-42"`), or the bare key clients already send (`order-42`) — the same key either way. Sent twice, it is
-/// refused: two keys name two intents, or one said twice, and a proxy may keep either.
-fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+/// The request's `Idempotency-Key`, if it sent one, read as [`SentKey::read`] says. Sent twice, it is refused: two
+/// keys name two intents, or one said twice, and a proxy may keep either.
+fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<SentKey>, ApiError> {
     let mut sent = headers.get_all("idempotency-key").iter();
     let Some(raw) = sent.next() else {
         return Ok(None);
@@ -101,40 +131,27 @@ fn optional_idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey
             "the Idempotency-Key may hold only visible ASCII characters (0x21-0x7E)".into(),
         )
     })?;
-    let key = match text.strip_prefix('"') {
-        Some(quoted) => structured_string(quoted)?,
-        None => text.to_owned(),
-    };
-    IdempotencyKey::parse(&key)
+    SentKey::read(text)
         .map(Some)
-        .map_err(|e| ApiError::InvalidIdempotencyKey(e.to_string()))
+        .map_err(ApiError::InvalidIdempotencyKey)
 }
 
 /// The text of a Structured Field string (RFC 8941 §3.3.3) after its opening quote: up to the closing quote, with
-/// `\"` and `\\` unescaped. Nothing may follow it (no parameters).
-fn structured_string(quoted: &str) -> Result<String, ApiError> {
-    let refuse = |why: &str| {
-        ApiError::InvalidIdempotencyKey(format!(
-            "a quoted Idempotency-Key is a Structured Field string (\"…\"): {why}"
-        ))
-    };
+/// `\"` and `\\` unescaped, and nothing after it (no parameters); `None` when it is no such string.
+fn structured_string(quoted: &str) -> Option<String> {
     let mut text = String::with_capacity(quoted.len());
     let mut chars = quoted.chars();
     loop {
-        match chars.next() {
-            None => return Err(refuse("it has no closing quote")),
-            Some('"') => break,
-            Some('\\') => match chars.next() {
-                Some(escaped @ ('"' | '\\')) => text.push(escaped),
-                _ => return Err(refuse("only \\\" and \\\\ may be escaped")),
+        match chars.next()? {
+            '"' => break,
+            '\\' => match chars.next()? {
+                escaped @ ('"' | '\\') => text.push(escaped),
+                _ => return None,
             },
-            Some(c) => text.push(c),
+            c => text.push(c),
         }
     }
-    if chars.next().is_some() {
-        return Err(refuse("nothing may follow the closing quote"));
-    }
-    Ok(text)
+    chars.next().is_none().then_some(text)
 }
 
 /// The body as a JSON value, if it is declared as JSON, fits `limit` bytes and is read by the strict reader.
@@ -210,7 +227,22 @@ mod tests {
     fn key_of(value: &str) -> Result<Option<IdempotencyKey>, ApiError> {
         let mut headers = HeaderMap::new();
         headers.insert("idempotency-key", value.parse().unwrap());
-        optional_idempotency_key(&headers)
+        optional_idempotency_key(&headers).map(|sent| sent.map(|s| s.key))
+    }
+
+    #[test]
+    fn text_that_is_no_structured_string_is_a_key_as_it_stands() {
+        for raw in [r#""abc"#, r#""a"b""#, r#""a\x""#, r#""""#, "a\"b"] {
+            let sent = SentKey::read(raw).unwrap();
+            assert_eq!(sent.key.as_str(), raw);
+            assert_eq!(sent.literal, None);
+        }
+        // A quoted key keeps its literal text: a job made under it before quoted keys were read so is found by it.
+        let sent = SentKey::read(r#""order-42""#).unwrap();
+        assert_eq!(sent.key.as_str(), "order-42");
+        assert_eq!(sent.literal.unwrap().as_str(), r#""order-42""#);
+        assert!(SentKey::read("a b").is_err());
+        assert!(SentKey::read(r#""a b""#).is_err());
     }
 
     proptest! {
@@ -225,5 +257,12 @@ mod tests {
             }
         }
 
+        /// Any key of visible ASCII is accepted: as its content when it is a Structured Field string, else as it
+        /// stands.
+        #[test]
+        fn every_visible_key_is_accepted(raw in "\"?[!-~]{0,200}") {
+            prop_assume!(!raw.is_empty());
+            prop_assert!(key_of(&raw).is_ok());
+        }
     }
 }

@@ -111,10 +111,12 @@ struct StandingView {
     checked_at: Option<String>,
     runs: Option<usize>,
     /// Why it does not stand qualified: the first problem of a failed qualification (on the contract's own
-    /// samples), or evidence too old (`qualification_stale`).
+    /// samples), evidence too old (`qualification_stale`), or an answer as a model qualification never saw
+    /// (`model_changed`: the provider's own evidence voids the standing until it is qualified again).
     problem: Option<ErrorInfo>,
     /// Operators only: why production suspects the provider (`model_changed`, `contract_broken`) and the attempts
-    /// that showed it. The standing stays as it is until a new qualification fails.
+    /// that showed it. `contract_broken` leaves the standing as it is until a new qualification fails;
+    /// `model_changed` voids it until one passes.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     suspected: Option<Suspicion>,

@@ -20,8 +20,9 @@ pub enum ApiError {
     /// and another owner's usage want an operator's).
     #[error("this is for operators: send an operator's credential")]
     Forbidden,
-    /// 429 `too_many_live_jobs`, `too_many_creates` or `budget_exceeded`, with `Retry-After`: a create beyond one
-    /// of its owner's limits. Nothing was written; a replay of an existing job is never refused.
+    /// 429 `too_many_live_jobs`, `too_many_creates` or `budget_exceeded`, with `Retry-After`: a create, or a manual
+    /// attempt that would make a job live again, beyond one of its owner's limits. Nothing was written; a replay of
+    /// an existing job is never refused.
     #[error("{0}")]
     Limit(LimitReached),
     /// 400 `missing_idempotency_key`.
@@ -96,6 +97,13 @@ pub enum ApiError {
     /// 405 `method_not_allowed`.
     #[error("this endpoint does not take this method; GET /openapi.json lists them")]
     MethodNotAllowed,
+    /// 503 `store_busy`, with `Retry-After`: other writers kept winning a guarded write of shared state (an owner's
+    /// ledger under a burst of its creates) through every try. Nothing was written by this request: send it again,
+    /// under the same `Idempotency-Key`.
+    #[error(
+        "the store is busy with other writes to what this request shares; send it again shortly"
+    )]
+    StoreBusy,
     /// 500 `internal`: logged with its cause; the answer says nothing more.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -139,6 +147,7 @@ impl ApiError {
             Self::EndpointNotFound => (StatusCode::NOT_FOUND, "endpoint_not_found"),
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::StoreBusy => (StatusCode::SERVICE_UNAVAILABLE, "store_busy"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -217,6 +226,9 @@ impl IntoResponse for ApiError {
             let ms = limit.retry_after().num_milliseconds().max(0);
             headers.insert(header::RETRY_AFTER, HeaderValue::from((ms + 999) / 1000));
         }
+        if matches!(self, Self::StoreBusy) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }
@@ -256,6 +268,10 @@ impl From<StoreError> for ApiError {
                 Self::AttemptLimitReached { limit }
             }
             StoreError::Refused(Refusal::Limit(limit)) => Self::Limit(limit),
+            StoreError::Contended(what) => {
+                tracing::warn!(contended = %what, "a guarded write kept losing to other writers: 503");
+                Self::StoreBusy
+            }
             // The API's only attempt transition is the out-of-band cancel.
             StoreError::Refused(Refusal::InvalidTransition { number, from, .. }) => {
                 Self::AttemptNotCancellable {

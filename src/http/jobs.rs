@@ -14,12 +14,12 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::{Caller, Viewer};
-use super::body::{Key, MaybeKey, StrictJson};
+use super::body::{Key, MaybeKey, SentKey, StrictJson};
 use super::error::ApiError;
 use super::usage::BillView;
 use crate::domain::{
-    Attempt, AttemptState, Bill, CallReport, ErrorInfo, IdempotencyKey, Intervention, Job, JobId,
-    JobStatus, Timestamp,
+    Attempt, AttemptState, Bill, CallReport, ErrorInfo, Intervention, Job, JobId, JobStatus,
+    Timestamp,
 };
 use crate::engine::{Actor, Engine, Intake};
 use crate::requests::CreateJobRequest;
@@ -166,17 +166,20 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
 pub async fn create_job(
     State(app): State<AppState>,
     Caller(owner): Caller,
-    Key(key): Key,
+    Key(sent): Key,
     StrictJson(request): StrictJson<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
     let new = app.engine.intake(Intake {
         owner,
-        key,
+        key: sent.key,
         contract: request.contract,
         input: request.input,
         providers: request.providers,
     })?;
-    match app.engine.create_job(new).await? {
+    match (app.engine)
+        .create_job_as_sent(new, sent.literal.as_ref())
+        .await?
+    {
         CreateOutcome::Created(job) => {
             tracing::info!(job_id = %job.id, contract = %job.contract, "job created");
             let mut response = job_response(&app, StatusCode::CREATED, &job);
@@ -364,7 +367,8 @@ pub struct ListParams {
     limit: Option<usize>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
-    /// Only the job this `Idempotency-Key` names (the key as it was sent, unquoted): the page holds it, or nothing.
+    /// Only the job this `Idempotency-Key` names (the key as it was sent, bare or quoted): the page holds it, or
+    /// nothing.
     /// For a client that kept the key and lost the rest; no body is resent, nothing is created.
     idempotency_key: Option<String>,
 }
@@ -419,9 +423,16 @@ pub async fn list_jobs(
             ));
         }
         Some(key) => {
-            let key = IdempotencyKey::parse(&key)
+            let sent = SentKey::read(&key)
                 .map_err(|e| ApiError::InvalidParameter(format!("idempotency_key: {e}")))?;
-            let found = app.engine.find_job(&owner, &key).await?;
+            let found = match &sent.literal {
+                Some(literal) => app.engine.find_job(&owner, literal).await?,
+                None => None,
+            };
+            let found = match found {
+                Some(job) => Some(job),
+                None => app.engine.find_job(&owner, &sent.key).await?,
+            };
             JobPage {
                 jobs: found
                     .into_iter()

@@ -11,7 +11,9 @@
 //! | `ThrottlingException` (429), `ServiceUnavailableException` (503), `ModelNotReadyException` | `rate_limited`, `provider_unavailable` | not done: retried as a new attempt |
 //! | no connection, no credentials (nothing was sent) | `connection_failed` | not done: retried |
 //! | a connection lost after sending, a timeout, `ModelTimeoutException` (408) | `connection_lost`, `gateway_timeout` | may be done: `unknown` |
-//! | `InternalServerException` (500), `ModelErrorException` (424), another 5xx | `provider_error` | definite |
+//! | an answer cut off or unreadable (the SDK's `ResponseError`: the request went out) | `connection_lost` | may be done: `unknown` |
+//! | `InternalServerException` (500), `ModelErrorException` (424): the model may have run | `provider_error` | may be done: `unknown` |
+//! | another 5xx | `provider_error` | definite |
 //! | `AccessDeniedException` (403) | `provider_refused` | definite; the deployment's trouble, counted by the breaker |
 //! | `ValidationException` (400), `ResourceNotFoundException` (404) | `provider_refused` | definite, the request's |
 //! | stop reason `max_tokens`, `model_context_window_exceeded` | `output_truncated`, `context_window_exceeded` | definite |
@@ -23,7 +25,7 @@ use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_bedrockruntime::Client;
 use aws_sdk_bedrockruntime::config::{Region, StalledStreamProtectionConfig};
-use aws_sdk_bedrockruntime::error::SdkError;
+use aws_sdk_bedrockruntime::error::{DisplayErrorContext, SdkError};
 use aws_sdk_bedrockruntime::operation::converse::{ConverseError, ConverseOutput};
 use aws_sdk_bedrockruntime::types::{
     ContentBlock, ConversationRole, InferenceConfiguration, Message, SpecificToolChoice,
@@ -36,7 +38,9 @@ use aws_smithy_types::{Document, Number};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet};
+use super::{
+    ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet, transport_error,
+};
 use crate::domain::{CallReport, ErrorInfo};
 
 /// The one tool the model is made to call.
@@ -252,37 +256,36 @@ fn read_answer(output: &ConverseOutput, model: &str) -> Reply {
 
 /// What an error of the call means about the work (the table in the module's doc).
 fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response>) -> Reply {
-    let message = match &error {
-        SdkError::ServiceError(service) => {
-            let e = service.err();
-            format!(
-                "{}: {}",
-                e.meta().code().unwrap_or("an AWS error"),
-                e.meta().message().unwrap_or_default()
-            )
-        }
-        other => aws_sdk_bedrockruntime::error::DisplayErrorContext(other).to_string(),
-    };
-    let lost = |code: &str| Reply::from(ProviderOutcome::Lost(ErrorInfo::new(code, &message)));
+    let wire = |code: &str| transport_error(code, &DisplayErrorContext(&error));
     match &error {
-        SdkError::ConstructionFailure(_) => Reply::failed("connection_failed", message),
+        SdkError::ConstructionFailure(_) => {
+            ProviderOutcome::Failed(wire("connection_failed")).into()
+        }
         SdkError::DispatchFailure(failure)
             if failure.as_connector_error().is_some_and(nothing_sent) =>
         {
-            Reply::failed("connection_failed", message)
+            ProviderOutcome::Failed(wire("connection_failed")).into()
         }
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => lost("connection_lost"),
-        SdkError::ResponseError(_) => Reply::failed("bad_response", message),
         SdkError::ServiceError(service) => {
+            let e = service.err();
+            // The service's own code and message: what Bedrock said, not where it was reached.
+            let message = format!(
+                "{}: {}",
+                e.meta().code().unwrap_or("an AWS error"),
+                e.meta().message().unwrap_or_default()
+            );
+            let lost =
+                |code: &str| Reply::from(ProviderOutcome::Lost(ErrorInfo::new(code, &message)));
             let raw = service.raw();
             let status = raw.status().as_u16();
-            let code = match service.err() {
+            let code = match e {
                 ConverseError::ModelTimeoutException(_) => return lost("gateway_timeout"),
+                // The model ran, or may have: its work may be billed.
+                ConverseError::InternalServerException(_)
+                | ConverseError::ModelErrorException(_) => return lost("provider_error"),
                 ConverseError::ThrottlingException(_) => "rate_limited",
                 ConverseError::ServiceUnavailableException(_)
                 | ConverseError::ModelNotReadyException(_) => "provider_unavailable",
-                ConverseError::InternalServerException(_)
-                | ConverseError::ModelErrorException(_) => "provider_error",
                 _ if status == 429 => "rate_limited",
                 _ if status >= 500 => "provider_error",
                 _ => "provider_refused",
@@ -298,7 +301,9 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                 super::retry_after_s(retry_after.as_ref()),
             )
         }
-        _ => lost("connection_lost"),
+        // Anything after the request went out may have been done, whatever the SDK calls it: a timeout, a
+        // connection lost, an answer cut off or unreadable (`ResponseError`).
+        _ => ProviderOutcome::Lost(wire("connection_lost")).into(),
     }
 }
 

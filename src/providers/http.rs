@@ -127,19 +127,17 @@ impl HttpEndpoint {
 pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Reply> {
     let response = match call.send().await {
         Ok(response) => response,
-        Err(e) if e.is_connect() => return Err(Reply::failed("connection_failed", e.to_string())),
-        Err(e) => {
-            return Err(
-                ProviderOutcome::Lost(ErrorInfo::new("connection_lost", e.to_string())).into(),
-            );
+        Err(e) if e.is_connect() => {
+            return Err(ProviderOutcome::Failed(transport_error("connection_failed", &e)).into());
         }
+        Err(e) => return Err(ProviderOutcome::Lost(transport_error("connection_lost", &e)).into()),
     };
     let status = response.status();
     let retry_after_s = retry_after_s(response.headers().get(reqwest::header::RETRY_AFTER));
-    let text = response.text().await.map_err(|e| {
-        Reply::from(ProviderOutcome::Lost(ErrorInfo::new(
+    let text = (response.text().await).map_err(|e| {
+        Reply::from(ProviderOutcome::Lost(transport_error(
             "connection_lost",
-            e.to_string(),
+            &e,
         )))
     })?;
     if status.is_success() {

@@ -5,8 +5,10 @@
 //! name the secret does not hold, in the environment variable of that name, read at each call so that a rotated
 //! variable needs no restart. A provider's `api_key_env` is the name.
 //!
-//! A key is a [`Secret`]: it prints as `[redacted]`, and whatever a provider sends back is scrubbed of it before it
-//! reaches an error message, an attempt's report or a log line.
+//! A key is a [`Secret`]: it prints as `[redacted]`, and the messages onejob writes of a call — its error, a check's
+//! message quoting the answer, the model id it reported — are scrubbed of it before they reach an attempt, a log line
+//! or an event. An answer itself is never altered (a provider's answer is kept whole, or discarded whole), and a key
+//! shorter than [`Secret::MIN_SCRUBBED`] is a placeholder, not a secret: nothing is scrubbed of it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,36 +36,17 @@ impl Secret {
         &self.0
     }
 
-    /// `text` with every occurrence of this key replaced by `[redacted]`.
+    /// The shortest key that is scrubbed: shorter ones are the placeholders local servers document (`ollama`,
+    /// `lm-studio`, `token-abc123`, `sk-no-key-required`), words an answer may well hold; real keys are longer.
+    pub const MIN_SCRUBBED: usize = 20;
+
+    /// `text` (a message onejob writes) with every occurrence of this key replaced by `[redacted]`, if the key is
+    /// long enough to be a secret.
     pub fn scrub(&self, text: &str) -> String {
-        if self.0.is_empty() {
+        if self.0.len() < Self::MIN_SCRUBBED {
             text.to_owned()
         } else {
             text.replace(&self.0, "[redacted]")
-        }
-    }
-
-    /// `value` with this key scrubbed from every string in it, names and values: an answer that echoes the key
-    /// must not carry it into a result, a check's message quoting the answer, or a log line.
-    pub fn scrub_value(&self, value: &mut serde_json::Value) {
-        use serde_json::Value;
-        if self.0.is_empty() {
-            return;
-        }
-        match value {
-            Value::String(text) if text.contains(&self.0) => *text = self.scrub(text),
-            Value::Array(items) => items.iter_mut().for_each(|item| self.scrub_value(item)),
-            Value::Object(members) if members.keys().any(|k| k.contains(&self.0)) => {
-                *members = std::mem::take(members)
-                    .into_iter()
-                    .map(|(name, mut member)| {
-                        self.scrub_value(&mut member);
-                        (self.scrub(&name), member)
-                    })
-                    .collect();
-            }
-            Value::Object(members) => members.values_mut().for_each(|m| self.scrub_value(m)),
-            _ => {}
         }
     }
 }
@@ -288,13 +271,20 @@ mod tests {
 
     #[test]
     fn a_secret_never_shows_and_is_scrubbed_from_text() {
-        let key = Secret::new("sk-live-123");
+        let key = Secret::new("sk-live-1234567890abcdef");
         assert_eq!(format!("{key:?}"), "[redacted]");
         assert_eq!(
-            key.scrub("HTTP 401: bad key sk-live-123 (sk-live-123)"),
+            key.scrub("HTTP 401: bad key sk-live-1234567890abcdef (sk-live-1234567890abcdef)"),
             "HTTP 401: bad key [redacted] ([redacted])"
         );
-        let keys = ProviderKeys::from_json("arn", r#"{"OPENAI_API_KEY": "sk-live-123"}"#).unwrap();
+        // A placeholder is no secret: what mentions it is left as it is.
+        for placeholder in ["k", "ollama", "sk-no-key-required"] {
+            let text = format!("served by {placeholder}");
+            assert_eq!(Secret::new(placeholder).scrub(&text), text);
+        }
+        let keys =
+            ProviderKeys::from_json("arn", r#"{"OPENAI_API_KEY": "sk-live-1234567890abcdef"}"#)
+                .unwrap();
         assert!(!format!("{keys:?}").contains("sk-live"));
         assert_eq!(
             keys.source(Some("OPENAI_API_KEY")).current(),

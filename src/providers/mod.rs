@@ -75,6 +75,9 @@ pub struct Reply {
     pub provider_failing: bool,
     /// Whether the provider refused the key (401, 403): the secret is read again before the next call.
     pub key_refused: bool,
+    /// The key the call was sent with: scrubbed from every message onejob writes of this reply
+    /// ([`Reply::redacted`]), never from the answer.
+    pub key: Option<Secret>,
 }
 
 /// The failure codes that tell of the provider's own state, whatever was asked of it.
@@ -103,6 +106,7 @@ impl Reply {
             report,
             provider_failing,
             key_refused: false,
+            key: None,
         }
     }
 
@@ -110,20 +114,27 @@ impl Reply {
         failed(code, message).into()
     }
 
-    /// The reply with `key` scrubbed from everything it keeps (the answer, error messages, the model id): a
-    /// provider may echo the key it was sent, and what it says ends up in results, in the messages of the checks
-    /// that quote it, in the store and in the logs.
+    /// The reply as sent with `key`: its error message and the model id it reported (what onejob writes of it) are
+    /// scrubbed of the key, and so is every message written of it later ([`Reply::redacted`]). The answer is left
+    /// as the provider gave it (invariant 19).
     fn scrubbed(mut self, key: &Secret) -> Self {
-        match &mut self.outcome {
-            ProviderOutcome::Answered(answer) => key.scrub_value(answer),
-            ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) => {
-                error.message = key.scrub(&error.message);
-            }
+        if let ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) = &mut self.outcome {
+            error.message = key.scrub(&error.message);
         }
         if let Some(model) = &mut self.report.model {
             *model = key.scrub(model);
         }
+        self.key = Some(key.clone());
         self
+    }
+
+    /// `error` — a message onejob writes of this reply, such as a check's that quotes the answer — scrubbed of the
+    /// key the call was sent with.
+    pub fn redacted(&self, mut error: ErrorInfo) -> ErrorInfo {
+        if let Some(key) = &self.key {
+            error.message = key.scrub(&error.message);
+        }
+        error
     }
 }
 
@@ -285,6 +296,21 @@ impl Provider for NotCalled {
     async fn call(&self, _: &ProviderRequest) -> Reply {
         Reply::failed("not_called", "this process calls no provider")
     }
+}
+
+/// What a call that went wrong on the wire keeps: its kind, said for whoever reads the attempt (its owner, an event's
+/// receiver), and nothing of the transport's own text — an address, a host, a path, a query. That detail goes to the
+/// operators' log only.
+pub(crate) fn transport_error(code: &str, detail: &dyn std::fmt::Display) -> ErrorInfo {
+    tracing::warn!(code, detail = %detail, "provider call went wrong on the wire");
+    let message = match code {
+        "connection_failed" => "no connection to the provider could be made: nothing was sent",
+        "connection_lost" => {
+            "the connection to the provider was lost after the request went out: the work may have been done"
+        }
+        _ => "the provider's answer could not be read",
+    };
+    ErrorInfo::new(code, message)
 }
 
 /// A definite failure with this code.

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::checks;
-use super::{ConfiguredProvider, ProviderOutcome, Reply};
+use super::{ConfiguredProvider, ProviderOutcome};
 use crate::clock::Clock;
 use crate::contracts::Contract;
 use crate::domain::{CallReport, ErrorInfo, ProviderName, Qualification, RunEvidence, Timestamp};
@@ -85,12 +85,7 @@ async fn one_run(
         () = clock.sleep(provider.config.timeout()) => None,
     };
     evidence.elapsed_ms = elapsed_ms(started, clock.now());
-    let Some(Reply {
-        outcome,
-        mut report,
-        ..
-    }) = reply
-    else {
+    let Some(reply) = reply else {
         evidence.problem = Some(ErrorInfo::new(
             "timeout",
             format!(
@@ -100,12 +95,15 @@ async fn one_run(
         ));
         return evidence;
     };
+    let mut report = reply.report.clone();
     checks::annotate(&prepared, &mut report);
-    evidence.problem = match outcome {
+    evidence.problem = match &reply.outcome {
         ProviderOutcome::Answered(output) => {
-            checks::check_answer(contract, &prepared, &output, &report).err()
+            checks::check_answer(contract, &prepared, output, &report)
+                .err()
+                .map(|problem| reply.redacted(problem))
         }
-        ProviderOutcome::Failed(problem) | ProviderOutcome::Lost(problem) => Some(problem),
+        ProviderOutcome::Failed(problem) | ProviderOutcome::Lost(problem) => Some(problem.clone()),
     };
     evidence.report = CallReport::into_option(report);
     evidence

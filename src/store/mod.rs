@@ -21,8 +21,8 @@ use chrono::Duration;
 use crate::domain::{
     Applied, AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint,
     ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner,
-    OwnerLimits, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp, Transition,
-    WriteToken,
+    OwnerLedger, OwnerLimits, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp,
+    Transition, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -68,6 +68,10 @@ pub enum StoreError {
     /// The backend failed or answered something unreadable. Whether the write happened is not known.
     #[error("the job store failed")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Other writers kept winning a guarded write of shared state (an owner's ledger, a provider's slots, a job)
+    /// through every try: nothing was written by this one. Worth trying again shortly.
+    #[error("{0} kept changing under a guarded write")]
+    Contended(String),
 }
 
 impl StoreError {
@@ -77,12 +81,14 @@ impl StoreError {
 }
 
 /// One transition as a store is asked to make it: the transition, on whose behalf (an owner's request, that
-/// finds only the owner's jobs; or the engine's own write, by id alone), and the writer's stamp.
+/// finds only the owner's jobs; or the engine's own write, by id alone), the writer's stamp, and the owner's limits
+/// the write is held to if it makes the job live again (a manual attempt: invariant 18).
 #[derive(Debug, Clone)]
 pub struct JobWrite<'a> {
     pub owner: Option<&'a Owner>,
     pub transition: Transition,
     pub stamp: &'a Stamp,
+    pub limits: Option<&'a OwnerLimits>,
 }
 
 impl<'a> JobWrite<'a> {
@@ -93,6 +99,7 @@ impl<'a> JobWrite<'a> {
             owner,
             transition,
             stamp,
+            limits: None,
         }
     }
 
@@ -102,6 +109,16 @@ impl<'a> JobWrite<'a> {
             owner: None,
             transition,
             stamp,
+            limits: None,
+        }
+    }
+
+    /// This write, held to `limits` if it makes the job live: refused with [`Refusal::Limit`] beyond one, as a
+    /// create would be ([`crate::domain::OwnerLedger::admit_attempt`]).
+    pub fn held_to(self, limits: &'a OwnerLimits) -> Self {
+        Self {
+            limits: Some(limits),
+            ..self
         }
     }
 }
@@ -168,9 +185,19 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         terms: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError>;
 
-    /// Adds `spend` to `owner`'s spend in its period (a new period starts at 0): what its budget is held to.
-    /// Advisory, written after the answer it counts; a repeat after a lost answer may count it twice.
+    /// Adds `spend` to `owner`'s spend in its day and its month ([`OwnerLedger::spend`]: a new period starts at 0):
+    /// what its budget is held to. Advisory, written after the answer it counts; a repeat after a lost answer may
+    /// count it twice.
     async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError>;
+
+    /// `owner`'s ledger as stored (an empty one if it has none): what its budget stands at.
+    async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError>;
+
+    /// `job`, no longer live, frees the place it held among its owner's live jobs — unless a later attempt took it
+    /// again ([`OwnerLedger::released`]). Advisory, after the write that ended it: a place not freed is checked
+    /// against its job when the owner is at its limit. A store that counts live jobs inside the create's write
+    /// keeps no places, and has nothing to free.
+    async fn free_place(&self, job: &Job) -> Result<(), StoreError>;
 
     /// Every owner's jobs that need a person — `unknown` or `failed` (or only `query.status`) — not expired by
     /// `now`, the latest to come to need one first: the operators' view, paged by `query`'s limit and cursor (its
@@ -242,17 +269,20 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
     async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError>;
 
     /// Queues a new attempt (on `provider`, or as [`Job::add_attempt`] chooses); refused while one is live, once
-    /// the job has its outcome, or at the attempt limit. Returns its number.
+    /// the job has its outcome, at the attempt limit, or beyond the owner's `limits` (it makes the job live
+    /// again). Returns its number.
     async fn add_attempt(
         &self,
         owner: &Owner,
         id: &JobId,
         provider: Option<ProviderName>,
         failover: &Failover,
+        limits: &OwnerLimits,
         stamp: &Stamp,
     ) -> Result<(u32, Job), StoreError> {
         let failover = failover.clone();
-        let write = JobWrite::by(owner, Transition::AddAttempt { provider, failover }, stamp);
+        let add = Transition::AddAttempt { provider, failover };
+        let write = JobWrite::by(owner, add, stamp).held_to(limits);
         answer(self.apply(id, write).await?, |applied| match applied {
             Applied::Added(number) => Some(number),
             _ => None,

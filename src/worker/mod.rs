@@ -85,12 +85,12 @@ pub async fn process_message(
     if engine.wait_out_breaker(sent).await? || !engine.take_slot(sent).await? {
         return Ok(Processed::Waiting);
     }
-    let processed = claim_and_run(engine, sent, deadline).await;
-    engine.free_slot(sent).await;
-    processed
+    claim_and_run(engine, sent, deadline).await
 }
 
-/// The step once its provider may take the call: claim, call, write.
+/// The step once its provider may take the call: claim, call, write; then the call slot is freed — by this step
+/// only if its claim succeeded, so that a duplicate message, whose claim is refused, never frees the slot of the
+/// call its attempt is making.
 async fn claim_and_run(
     engine: &Engine,
     sent: &Message,
@@ -125,7 +125,7 @@ async fn claim_and_run(
         .attempt(message.number)
         .expect("the claimed attempt exists");
     let span = tracing::info_span!("attempt", job_id = %job.id, attempt = attempt.number, provider = %attempt.provider, trace_id = %trace::trace_id(&job.id));
-    Step {
+    let processed = Step {
         engine,
         job: &job,
         message,
@@ -134,7 +134,9 @@ async fn claim_and_run(
     }
     .run()
     .instrument(span)
-    .await
+    .await;
+    engine.free_slot(sent).await;
+    processed
 }
 
 /// One claimed attempt on its way to an outcome.
@@ -307,21 +309,29 @@ impl Step<'_> {
         prepared: &Prepared,
         reply: Reply,
     ) -> Result<Processed, StoreError> {
-        let Reply {
-            outcome,
-            mut report,
-            provider_failing,
-            ..
-        } = reply;
+        let redacted = |problem| reply.redacted(problem);
+        let (outcome, mut report, provider_failing) = (
+            reply.outcome.clone(),
+            reply.report.clone(),
+            reply.provider_failing,
+        );
         checks::annotate(prepared, &mut report);
         self.price(&mut report);
         let model = report.model.clone();
         let spent = report.clone();
         let (processed, broke) = match outcome {
             ProviderOutcome::Answered(output) => {
-                match checks::check_answer(contract, prepared, &output, &report) {
+                let unqualified = (self.engine)
+                    .unqualified_answer(self.job, self.message.number, model.as_deref())
+                    .await;
+                let checked = match unqualified {
+                    Some(problem) => Err(problem),
+                    None => checks::check_answer(contract, prepared, &output, &report),
+                };
+                match checked {
                     Ok(()) => (self.complete(output, report).await, None),
                     Err(problem) => {
+                        let problem = redacted(problem);
                         let broke = checks::breaks_contract(&problem).then(|| problem.clone());
                         (self.fail(problem, report).await, broke)
                     }
@@ -386,7 +396,7 @@ impl Step<'_> {
                 .observe(self.job, self.message.number, model, broke)
                 .await;
             if let Some(report) = spent {
-                self.engine.spent(&self.job.owner, report).await;
+                self.engine.record_spend(&self.job.owner, report).await;
             }
         };
         match self.deadline {

@@ -178,6 +178,7 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
         max_attempts: limit,
         retry: None,
         jitter_permille: 0,
+        budget: None,
         ..stop()
     };
     let huge = ErrorInfo::new("output_invalid", "é".repeat(100_000));
@@ -200,6 +201,7 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
                     &job.id,
                     Some(long_name.clone()),
                     &everything,
+                    &onejob::domain::OwnerLimits::default(),
                     &by(t),
                 )
                 .await
@@ -226,7 +228,14 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
         t += 3;
     }
     let refused = store
-        .add_attempt(&job.owner, &job.id, None, &everything, &by(t))
+        .add_attempt(
+            &job.owner,
+            &job.id,
+            None,
+            &everything,
+            &onejob::domain::OwnerLimits::default(),
+            &by(t),
+        )
         .await;
     assert!(matches!(refused, Err(StoreError::Refused(_))));
     let largest = json!({"summary": "y".repeat(onejob::providers::checks::MAX_RESULT_BYTES - r#"{"summary":""}"#.len())});

@@ -577,11 +577,12 @@ pub async fn the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown(store: 
     assert_eq!(state(&rig.job(&job).await, 2), AttemptState::Unknown);
 }
 
-/// A qualified fallback that starts answering as a model its qualification never saw is suspected — kept in the
-/// ledger with the attempt that showed it, an operator's view — and keeps its standing (invariant 15): the next
-/// failover still goes to it. The sweeper qualifies it again on the contract's own samples; they pass (it keeps
-/// the contract as the new model), and the suspicion is gone.
-pub async fn a_fallback_that_answers_as_another_model_is_suspected_and_qualified_again(
+/// A fallback that answers as another model than the one it was qualified as is no longer the qualified provider
+/// (invariant 15: the model an answer reports is the provider's evidence, not an owner's input). Its answer does
+/// not stand — failover went there because it was qualified — and its standing is void at once: the next job's
+/// failover does not go there. The sweeper qualifies it again on the contract's samples, as the model it is now, and
+/// failover goes there again.
+pub async fn a_fallback_that_answers_as_another_model_loses_its_standing_at_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
@@ -603,8 +604,13 @@ pub async fn a_fallback_that_answers_as_another_model_is_suspected_and_qualified
     let (job, first) = rig.create("first").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
     let to_fallback = rig.next_message();
-    assert_eq!(rig.process(&to_fallback).await, Processed::Succeeded);
-    assert_eq!(rig.job(&job).await.completed_by, Some(2));
+    assert_eq!(rig.process(&to_fallback).await, Processed::Failed);
+    let failed = rig.job(&job).await;
+    assert_eq!(failed.completed_by, None);
+    let refused = failed.attempt(2).unwrap().error.clone().unwrap();
+    assert_eq!(refused.code, "model_changed");
+    assert!(refused.message.contains("stand-in-model"), "{refused:?}");
+    assert_eq!(failed.error.as_ref().unwrap().code, "providers_exhausted");
 
     let summarize = |standings: Vec<(ProviderName, Vec<onejob::domain::ContractStanding>)>| {
         let (_, rows) = standings
@@ -616,25 +622,23 @@ pub async fn a_fallback_that_answers_as_another_model_is_suspected_and_qualified
             .unwrap()
     };
     let row = summarize(rig.engine.standings().await.unwrap());
-    assert_eq!(row.standing, onejob::domain::Standing::Qualified);
-    let suspicion = row.evidence.as_ref().unwrap().suspected.clone().unwrap();
-    assert_eq!(suspicion.reason.code, "model_changed");
-    assert!(
-        suspicion.reason.message.contains("stand-in-model"),
-        "{suspicion:?}"
-    );
-    assert_eq!(suspicion.attempts, [format!("{}#2", job.id)]);
+    assert_eq!(row.standing, onejob::domain::Standing::Unqualified);
+    assert_eq!(row.reason.unwrap().code, "model_changed");
+    let voided = row.evidence.as_ref().unwrap().suspected.clone().unwrap();
+    assert_eq!(voided.reason.code, "model_changed");
+    assert_eq!(voided.attempts, [format!("{}#2", job.id)]);
 
     let (second, message) = rig.create("second").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
-    let to_fallback = rig.next_message();
-    assert_eq!(rig.process(&to_fallback).await, Processed::Succeeded);
-    assert_eq!(rig.job(&second).await.completed_by, Some(2));
-    assert_eq!(fallback.call_count(), 2);
+    let stopped = rig.job(&second).await;
+    assert_eq!(stopped.error.unwrap().code, "fallback_not_qualified");
+    assert_eq!(stopped.attempts.len(), 1);
+    assert_eq!(fallback.call_count(), 1);
 
     let swept = sweep(&rig.engine, None).await.unwrap();
     assert_eq!(swept.requalified, 1);
     let row = summarize(rig.engine.standings().await.unwrap());
+    assert_eq!(row.standing, onejob::domain::Standing::Qualified);
     let evidence = row.evidence.unwrap();
     assert!(
         evidence.passed && evidence.suspected.is_none(),
@@ -644,6 +648,11 @@ pub async fn a_fallback_that_answers_as_another_model_is_suspected_and_qualified
         evidence.models().into_iter().collect::<Vec<_>>(),
         ["stand-in-model"]
     );
+    let (third, message) = rig.create("third").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let to_fallback = rig.next_message();
+    assert_eq!(rig.process(&to_fallback).await, Processed::Succeeded);
+    assert_eq!(rig.job(&third).await.completed_by, Some(2));
 }
 
 /// A worker reads a provider's clean breaker and its evidence once per `provider_state_cache_ms`, not for every

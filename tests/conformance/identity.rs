@@ -84,6 +84,7 @@ pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
                 &alice.id,
                 Some(provider("fallback")),
                 &stop(),
+                &onejob::domain::OwnerLimits::default(),
                 &by(1)
             )
             .await,

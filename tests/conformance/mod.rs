@@ -106,7 +106,7 @@ macro_rules! conformance_suite {
             a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid,
             the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown,
             a_rate_limited_provider_is_retried_not_before_its_retry_after,
-            a_fallback_that_answers_as_another_model_is_suspected_and_qualified_again,
+            a_fallback_that_answers_as_another_model_loses_its_standing_at_once,
             a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown,
             a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads,
             endpoints_are_kept_per_owner_and_removed,
@@ -122,7 +122,7 @@ macro_rules! conformance_suite {
             jobs_waiting_on_a_probe_are_called_once_it_answers,
             a_cancelled_attempts_answer_is_in_time_by_when_it_came,
             a_cancelled_attempts_late_failure_is_kept_and_settles_nothing,
-            a_key_echoed_in_an_answer_is_scrubbed_from_what_onejob_keeps,
+            an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer,
             a_prompt_of_separator_lines_is_answered_not_called_truncated,
         );
     };
@@ -243,6 +243,7 @@ fn to_any(qualified: &[&str]) -> Failover {
         max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
         retry: None,
         jitter_permille: 0,
+        budget: None,
     }
 }
 

@@ -500,26 +500,65 @@ pub async fn a_cancelled_attempts_late_failure_is_kept_and_settles_nothing(
     assert!(rig.no_message());
 }
 
-/// A key the provider echoes in its answer is scrubbed from everything onejob derives from the answer: the message
-/// of the check that quotes it (an owner reads it on the attempt) and a result that carries it.
-pub async fn a_key_echoed_in_an_answer_is_scrubbed_from_what_onejob_keeps(
+/// A key the provider echoes is scrubbed from the messages onejob writes — the check's that quotes the answer, which
+/// an owner reads on the attempt — and never from an answer (invariant 19): a result that carries the key is kept
+/// as it came. A key too short to be a secret (a local server's placeholder) is scrubbed from nothing.
+pub async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer(
     store: Arc<dyn JobStore>,
 ) {
-    // The stand-ins' key is read from `CARGO_PKG_NAME`: "onejob".
+    // The stand-ins' key is read from `CARGO_PKG_NAME`, "onejob": a placeholder's length. This one's is the
+    // package's description, a secret's.
+    let long = std::env::var("CARGO_PKG_DESCRIPTION").unwrap();
+    let keyed = |base_url: String| {
+        let mut endpoint = crate::support::stand_in::endpoint(base_url);
+        endpoint.api_key_env = Some("CARGO_PKG_DESCRIPTION".into());
+        crate::support::stand_in::timed(onejob::providers::ProviderKind::Openai(endpoint))
+    };
     let echoing = StandIn::spawn(vec![Reply::EchoKey(2_100)], Reply::EchoKey(0)).await;
     let unused = StandIn::answering(summary("B")).await;
-    let mut rig = Rig::new(store, openai(echoing.base_url()), openai(unused.base_url()));
+    let mut rig = Rig::new(
+        store.clone(),
+        keyed(echoing.base_url()),
+        openai(unused.base_url()),
+    );
     let (job, message) = rig.create("echo-invalid").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
-    let failed = rig.job(&job).await;
-    let error = failed.attempt(1).unwrap().error.clone().unwrap();
+    let error = rig
+        .job(&job)
+        .await
+        .attempt(1)
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
     assert_eq!(error.code, "output_invalid");
     assert!(error.message.contains("Bearer [redacted]"), "{error:?}");
-    assert!(!error.message.contains("Bearer onejob"), "{error:?}");
+    assert!(!error.message.contains(&long), "{error:?}");
     let (job, message) = rig.create("echo-valid").await;
     assert_eq!(rig.process(&message).await, Processed::Succeeded);
     let done = rig.job(&job).await;
-    assert_eq!(done.result, Some(summary("Bearer [redacted]")));
+    assert_eq!(done.result, Some(summary(&format!("Bearer {long}"))));
+
+    let placeholder = StandIn::spawn(vec![Reply::EchoKey(2_100)], Reply::EchoKey(0)).await;
+    let mut rig = Rig::new(
+        store,
+        openai(placeholder.base_url()),
+        openai(unused.base_url()),
+    );
+    let (job, message) = rig.create("placeholder-invalid").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let error = rig
+        .job(&job)
+        .await
+        .attempt(1)
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert!(error.message.contains("Bearer onejob"), "{error:?}");
+    let (job, message) = rig.create("placeholder-valid").await;
+    assert_eq!(rig.process(&message).await, Processed::Succeeded);
+    assert_eq!(rig.job(&job).await.result, Some(summary("Bearer onejob")));
 }
 
 /// A prompt of separator lines counts far fewer tokens than a quarter of its bytes. The provider's honest count

@@ -15,13 +15,14 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
             other => panic!("expected attempt_in_progress, got {other:?}"),
         }
     };
-    let (nowhere, one) = (stop(), by(1));
+    let (nowhere, one, unlimited) = (stop(), by(1), onejob::domain::OwnerLimits::default());
     let add = || {
         store.add_attempt(
             &job.owner,
             &job.id,
             Some(provider("fallback")),
             &nowhere,
+            &unlimited,
             &one,
         )
     };
@@ -54,6 +55,7 @@ pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
                     &job.id,
                     Some(provider("fallback")),
                     &stop(),
+                    &onejob::domain::OwnerLimits::default(),
                     &by(5),
                 )
                 .await

@@ -96,6 +96,7 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
                 &job.id,
                 Some(provider("fallback")),
                 &stop(),
+                &onejob::domain::OwnerLimits::default(),
                 &by(3)
             )
             .await,

@@ -264,6 +264,7 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
         max_attempts: 10,
         retry: None,
         jitter_permille: 0,
+        budget: None,
     };
     let stamp = by(2);
     for _ in 0..2 {

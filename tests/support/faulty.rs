@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use onejob::domain::{
     Applied, AttemptRef, Breaker, Deliveries, Endpoint, Fingerprint, IdempotencyKey, Job, JobId,
-    Owner, ProviderName, Qualification, Spend, Timestamp, Transition,
+    Owner, OwnerLedger, ProviderName, Qualification, Spend, Timestamp, Transition,
 };
 use onejob::store::{
     CallSlot, CreateOutcome, CreateTerms, EventStore, JobPage, JobStore, JobWrite, ListQuery,
@@ -44,6 +44,8 @@ pub enum Call {
     PutDeliveries,
     DueDeliveries,
     RecordSpend,
+    OwnerLedger,
+    FreePlace,
     NeedingAPerson,
     TakeCallSlot,
     FreeCallSlot,
@@ -322,6 +324,16 @@ impl JobStore for FaultyStore {
     async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
         let op = self.inner.record_spend(owner, spend);
         self.through(Call::RecordSpend, op).await
+    }
+
+    async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError> {
+        let op = self.inner.owner_ledger(owner);
+        self.through(Call::OwnerLedger, op).await
+    }
+
+    async fn free_place(&self, job: &Job) -> Result<(), StoreError> {
+        self.through(Call::FreePlace, self.inner.free_place(job))
+            .await
     }
 
     async fn needing_a_person(

@@ -8,6 +8,7 @@ use chrono::Duration;
 use super::attempt::Attempt;
 use super::ids::ProviderName;
 use super::job::Job;
+use super::limits::LimitReached;
 use super::report::ErrorInfo;
 use super::status::JobStatus;
 use super::time::Timestamp;
@@ -26,6 +27,9 @@ pub struct Failover {
     /// Where in its window a backoff without `Retry-After` lands: 0 its middle, 1000 its end (equal jitter,
     /// drawn by the caller so that the decision itself stays a function of what it is given).
     pub jitter_permille: u16,
+    /// The owner's budget, if it is spent (invariant 18): no attempt is queued — no failover, no retry, no manual
+    /// attempt — and the job stops with `budget_exceeded` (a manual attempt is refused with it).
+    pub budget: Option<LimitReached>,
 }
 
 impl Failover {
@@ -127,6 +131,9 @@ impl Job {
         now: Timestamp,
     ) -> Option<Timestamp> {
         let policy = failover.retry?;
+        if failover.budget.is_some() {
+            return None;
+        }
         let failed = self.attempt(number)?;
         let code = failed.error.as_ref()?.code.as_str();
         if !NOT_DONE.contains(&code)
@@ -187,7 +194,8 @@ impl Job {
 
     /// Where automatic failover goes once the live attempt ends without a result: the next untried provider of
     /// the chain, if `failover` says it is qualified; else the job stops with `providers_exhausted`,
-    /// `fallback_not_qualified` or, at the attempt limit, `attempt_limit_reached`.
+    /// `fallback_not_qualified`, at the attempt limit `attempt_limit_reached`, or with the owner's budget spent
+    /// `budget_exceeded`.
     pub fn failover_decision(&self, failover: &Failover) -> FailoverDecision {
         if self.attempts.len() >= failover.max_attempts as usize {
             return FailoverDecision::Stop(ErrorInfo::new(
@@ -210,6 +218,12 @@ impl Job {
                         "the next provider, {next}, is not qualified for {}",
                         self.contract
                     ),
+                ))
+            }
+            Some(_) if let Some(spent) = &failover.budget => {
+                FailoverDecision::Stop(ErrorInfo::new(
+                    "budget_exceeded",
+                    format!("{spent}: no other provider is called for this job"),
                 ))
             }
             Some(next) => FailoverDecision::Queue(next.clone()),

@@ -26,6 +26,7 @@ pub fn to(qualified: &[&str]) -> Failover {
         max_attempts: Failover::DEFAULT_MAX_ATTEMPTS,
         retry: None,
         jitter_permille: 0,
+        budget: None,
     }
 }
 

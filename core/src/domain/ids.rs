@@ -277,18 +277,28 @@ impl WriteToken {
     }
 
     /// The token of a caller's write to job `job` sent under `key` (invariant 17): its first half names the intent
-    /// — the owner, the job and the key — and its second half what was asked (`request`: the write and its
-    /// body). The same request sent again carries the same token, so it finds its own write and acts once; another
-    /// request under the same key shares the first half only ([`WriteToken::same_intent`]): a conflict.
-    pub fn for_request(owner: &Owner, job: &JobId, key: &IdempotencyKey, request: &str) -> Self {
+    /// — the owner, the job, whose keys they are (`scope`: empty for the owner, the operator's name for an
+    /// operator's, whose keys are its own) and the key — and its second half what was asked (`request`: the write
+    /// and its body). The same request sent again carries the same token, so it finds its own write and acts once;
+    /// another request under the same key shares the first half only ([`WriteToken::same_intent`]): a conflict.
+    pub fn for_request(
+        owner: &Owner,
+        job: &JobId,
+        scope: &str,
+        key: &IdempotencyKey,
+        request: &str,
+    ) -> Self {
         use sha2::{Digest, Sha256};
-        let intent = Sha256::new()
+        let mut intent = Sha256::new()
             .chain_update(owner.as_str())
             .chain_update(b"\0")
             .chain_update(job.as_str())
-            .chain_update(b"\0")
-            .chain_update(key.as_str())
-            .finalize();
+            .chain_update(b"\0");
+        // An owner's tokens are as they always were: stored ones are still found.
+        if !scope.is_empty() {
+            intent = intent.chain_update(scope).chain_update(b"\0");
+        }
+        let intent = intent.chain_update(key.as_str()).finalize();
         let asked = Sha256::digest(request.as_bytes());
         Self(format!(
             "{}{}",

@@ -185,8 +185,8 @@ impl Job {
     }
 
     /// Queues a new attempt by hand: on `provider`, else on the next untried provider of the chain that is
-    /// qualified, else on the primary. Refused while another attempt is live, once the job has its outcome, and at
-    /// the attempt limit. Returns its number. A caller's request sent again under its `Idempotency-Key`
+    /// qualified, else on the primary. Refused while another attempt is live, once the job has its outcome, at the
+    /// attempt limit, and with the owner's budget spent ([`Failover::budget`]). Returns its number. A caller's request sent again under its `Idempotency-Key`
     /// (`stamp.request`) is refused as done ([`Refusal::RequestDone`], naming its attempt); another request under
     /// a key used on this job is refused ([`Refusal::KeyReused`]).
     pub fn add_attempt(
@@ -221,6 +221,9 @@ impl Job {
             return Err(Refusal::AttemptLimitReached {
                 limit: failover.max_attempts,
             });
+        }
+        if let Some(spent) = failover.budget {
+            return Err(Refusal::Limit(spent));
         }
         let provider = provider.unwrap_or_else(|| {
             self.untried_providers()

@@ -44,7 +44,10 @@ pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use intervention::Intervention;
 pub use job::{Job, MAX_INPUT_BYTES, NewJob, expiry};
-pub use limits::{Budget, LimitReached, Limits, OwnerLedger, OwnerLimits, Period, Spend};
+pub use limits::{
+    Budget, LimitReached, Limits, Live, OwnerLedger, OwnerLimits, Period, PeriodSpend, Place,
+    Spend, Within,
+};
 pub use qualification::{ContractStanding, Qualification, RunEvidence, Standing, Suspicion};
 pub use report::{CallReport, ErrorInfo};
 pub use status::JobStatus;

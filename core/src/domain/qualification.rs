@@ -5,12 +5,14 @@
 //! applies: the pair is not found, and automatic failover refuses the provider.
 //!
 //! Evidence ages: older than the deployment's `qualification_max_age_days`, it no longer qualifies. Production keeps
-//! watching, but what it sees is suspicion, not proof (invariant 15): an owner controls its inputs, and "answer in
-//! prose" is enough to make a model break any contract. A provider that answers as a model qualification never
-//! saw, or whose answers break the contract [`Qualification::STRIKES`] times, becomes *suspected*: its standing is
-//! unchanged, the operator sees why and which attempts showed it, and the sweeper (where `requalify_stale` lets it
-//! spend on it) qualifies it again on the contract's own samples — inputs onejob controls. Only that run's failure
-//! takes the standing away.
+//! watching (invariant 15). The model an answer reports is the provider's own evidence, not an owner's input: a
+//! provider that answers as a model qualification never saw is no longer the provider that was qualified, and that
+//! voids its standing at once (`model_changed`). Answers that break the contract are suspicion, not proof: an owner
+//! controls its inputs, and "answer in prose" is enough to make a model break any contract. A provider whose answers
+//! break the contract [`Qualification::STRIKES`] times becomes *suspected*: its standing is unchanged. Either way
+//! the operator sees why and which attempts showed it, and the sweeper (where `requalify_stale` lets it spend on
+//! it) qualifies it again on the contract's own samples — inputs onejob controls: a pass restores the standing,
+//! a failure takes it away.
 
 use std::collections::BTreeSet;
 
@@ -37,8 +39,9 @@ pub struct Qualification {
     /// Production's contract breaches since it passed (attempts, as `job_id#n`), up to [`Self::STRIKES`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strikes: Vec<String>,
-    /// Why production suspects the provider, if it does: cause to qualify it again, not a loss. (Evidence written
-    /// before suspicion existed calls it `lost`.)
+    /// Why production suspects the provider, if it does: cause to qualify it again — a loss of the standing only
+    /// for `model_changed`, which the provider's own answer showed. (Evidence written before suspicion existed
+    /// calls it `lost`.)
     #[serde(default, skip_serializing_if = "Option::is_none", alias = "lost")]
     pub suspected: Option<Suspicion>,
 }
@@ -52,6 +55,17 @@ pub struct Suspicion {
     pub at: Timestamp,
     /// The attempts that showed it (`job_id#n`).
     pub attempts: Vec<String>,
+}
+
+impl Suspicion {
+    /// The reason code of a standing voided by the provider's own answer: the model it answered as is not the one
+    /// qualified.
+    pub const MODEL_CHANGED: &'static str = "model_changed";
+
+    /// Whether it voids the standing (the provider's evidence), rather than only calling for a new qualification.
+    pub fn voids(&self) -> bool {
+        self.reason.code == Self::MODEL_CHANGED
+    }
 }
 
 /// One run of one sample input.
@@ -82,25 +96,28 @@ impl Qualification {
     }
 
     /// Whether what a production attempt (`job_id#n`) showed — the model it reported, and whether its answer broke
-    /// the contract — changes this evidence. Only passed evidence that is not suspected yet changes; a model is
-    /// compared only when qualification saw one; a breach already counted is not counted again.
+    /// the contract — changes this evidence. Only passed evidence that is not voided changes; a model is compared
+    /// only when qualification saw one (and voids a standing already suspected of breaches too); a breach counts
+    /// only until the provider is suspected, and once per attempt.
     pub fn notices(&self, attempt: &str, model: Option<&str>, broke: Option<&ErrorInfo>) -> bool {
-        if !self.passed || self.suspected.is_some() {
+        if !self.passed || self.suspected.as_ref().is_some_and(Suspicion::voids) {
             return false;
         }
         self.unseen(model).is_some()
-            || (broke.is_some() && !self.strikes.iter().any(|a| a == attempt))
+            || (self.suspected.is_none()
+                && broke.is_some()
+                && !self.strikes.iter().any(|a| a == attempt))
     }
 
-    /// `model`, if qualification saw models and not this one.
-    fn unseen<'m>(&self, model: Option<&'m str>) -> Option<&'m str> {
+    /// `model`, if qualification saw models and not this one: an answer from it is not the qualified provider's.
+    pub fn unseen<'m>(&self, model: Option<&'m str>) -> Option<&'m str> {
         let known = self.models();
         model.filter(|m| !known.is_empty() && !known.contains(m))
     }
 
-    /// Records what a production attempt showed (see [`Self::notices`]): a model qualification never saw makes the
-    /// provider suspected at once, a breach is a strike, and [`Self::STRIKES`] of them make it suspected. Whether
-    /// the evidence changed (and must be stored). The standing stays as it was either way.
+    /// Records what a production attempt showed (see [`Self::notices`]): a model qualification never saw voids the
+    /// standing at once (`model_changed`), a breach is a strike, and [`Self::STRIKES`] of them make the provider
+    /// suspected (its standing unchanged). Whether the evidence changed (and must be stored).
     pub fn observe(
         &mut self,
         attempt: &str,
@@ -115,7 +132,7 @@ impl Qualification {
             let seen: Vec<&str> = self.models().into_iter().collect();
             let message = format!("answered as {model}; qualified as {}", seen.join(", "));
             self.suspected = Some(Suspicion {
-                reason: ErrorInfo::new("model_changed", message),
+                reason: ErrorInfo::new(Suspicion::MODEL_CHANGED, message),
                 at: now,
                 attempts: vec![attempt.to_owned()],
             });
@@ -142,10 +159,14 @@ impl Qualification {
     }
 
     /// Where this evidence leaves the provider at `now`, and why it does not qualify (or no longer does) when it
-    /// passed once. A suspicion changes nothing here: only a qualification run that fails does.
+    /// passed once. A provider that answered as a model qualification never saw stands unqualified until it is
+    /// qualified again; a suspicion of contract breaches changes nothing here.
     pub fn standing(&self, now: Timestamp, max_age: Duration) -> (Standing, Option<ErrorInfo>) {
         if !self.passed {
             return (Standing::Failed, self.first_problem().cloned());
+        }
+        if let Some(voided) = self.suspected.as_ref().filter(|s| s.voids()) {
+            return (Standing::Unqualified, Some(voided.reason.clone()));
         }
         if now - self.checked_at > max_age {
             let days = max_age.num_days();

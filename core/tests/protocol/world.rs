@@ -59,6 +59,7 @@ pub fn failover() -> Failover {
             cap: Duration::seconds(2),
         }),
         jitter_permille: 0,
+        budget: None,
     }
 }
 

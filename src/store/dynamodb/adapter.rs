@@ -8,18 +8,46 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::item::{Decoded, created_key, decode_item, encode, encode_input};
+use super::owners::Holding;
 use super::transitions;
 use super::update::Sweep;
-use super::{DynamoError, DynamoStore, OWNER_INDEX, n, s, sdk};
+use super::{DynamoError, DynamoStore, Item, OWNER_INDEX, n, s, sdk};
 use crate::domain::{
-    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, Owner, Spend, Stamp,
-    Timestamp, Transition,
+    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, JobStatus, Owner,
+    OwnerLedger, OwnerLimits, Spend, Stamp, Timestamp, Transition,
 };
 use crate::store::{
     CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
 };
 
 impl DynamoStore {
+    /// Before a manual attempt on the job `id` names: if the job is open and has no live attempt, the attempt would
+    /// make it live again, and is held to its owner's `limits` first ([`DynamoStore::hold`]: its place taken in the
+    /// ledger, or the limit it would pass). The item read, for the write to start from.
+    async fn held_attempt(
+        &self,
+        id: &JobId,
+        owner: Option<&Owner>,
+        limits: &OwnerLimits,
+        now: Timestamp,
+    ) -> Result<Option<Item>, StoreError> {
+        let Some(item) = self.read_item(id).await? else {
+            return Ok(None);
+        };
+        let job = &decode_item(&item)?.job;
+        let open = !matches!(job.status(), JobStatus::Succeeded | JobStatus::Cancelled);
+        let makes_live = job.id == *id
+            && !job.is_expired(now)
+            && owner.is_none_or(|o| *o == job.owner)
+            && open
+            && job.live_attempt().is_none();
+        if makes_live && limits.any() {
+            let next = job.attempts.iter().map(|a| a.number).max().unwrap_or(0) + 1;
+            (self.hold(&job.owner, id.intent(), Holding::Attempt(next), limits, now)).await?;
+        }
+        Ok(Some(item))
+    }
+
     /// What a create finds when the intent already has a live job: that job answers — created (by this very
     /// write, repeated), replayed or in conflict. The same fingerprint means the same input, so only a conflict
     /// reads an input kept apart.
@@ -61,8 +89,17 @@ impl JobStore for DynamoStore {
             }
         }
         if limits.any() {
-            match self.reserve(&job.owner, &job.id, limits, stamp.now).await {
-                // A create of this very key by another function may have landed since the read above.
+            let held = (self.hold(
+                &job.owner,
+                job.id.intent(),
+                Holding::Create,
+                limits,
+                stamp.now,
+            ))
+            .await;
+            match held {
+                // A create of this very key by another function may have landed since the read above (and its job
+                // ended already, its place freed).
                 Err(StoreError::Refused(refusal)) => {
                     return match self.read_item(&job.id).await? {
                         Some(item) => self.of_existing(decode_item(&item)?, &job, stamp).await,
@@ -112,6 +149,14 @@ impl JobStore for DynamoStore {
 
     async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
         self.add_spend(owner, spend).await
+    }
+
+    async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError> {
+        self.owner_ledger_of(owner).await
+    }
+
+    async fn free_place(&self, job: &Job) -> Result<(), StoreError> {
+        self.release(job).await
     }
 
     async fn needing_a_person(
@@ -242,6 +287,7 @@ impl JobStore for DynamoStore {
             owner,
             transition,
             stamp,
+            limits,
         } = write;
         let domain = |job: &mut Job| transition.apply(job, stamp);
         // One conditional update where it says all, with the answer a write that lands gives.
@@ -275,6 +321,10 @@ impl JobStore for DynamoStore {
                 transitions::cancel_job(stamp),
                 Applied::JobCancelled(JobCancel::Cancelled),
             ),
+            Transition::AddAttempt { .. } if let Some(limits) = limits => {
+                let first = self.held_attempt(id, owner, limits, stamp.now).await?;
+                return (self.read_then_write(id, owner, stamp.now, first, domain)).await;
+            }
             Transition::AddAttempt { .. }
             | Transition::Fail { .. }
             | Transition::CancelAttempt { .. }

@@ -93,8 +93,6 @@ pub struct DynamoStore {
 enum DynamoError {
     #[error("the item of job {0} is not readable: {1}")]
     Corrupt(String, String),
-    #[error("job {0} kept changing under a guarded write")]
-    Contended(String),
 }
 
 impl From<DynamoError> for StoreError {
@@ -273,7 +271,7 @@ impl DynamoStore {
                 Err(e) => return Err(sdk(e)),
             }
         }
-        Err(DynamoError::Contended(id.to_string()).into())
+        Err(StoreError::Contended(format!("job {id}")))
     }
 
     /// The jobs `decoded` holds, each with its input: the inputs kept apart are read (each once, together).

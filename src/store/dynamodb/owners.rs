@@ -2,31 +2,37 @@
 //! (`GetItem`, `UpdateItem`, `PutItem`, `Query`: no transactions, whose client code alone would not fit a
 //! function's package):
 //!
-//! - an owner's ledger, the item `limits#<owner>`: its window of creates, its period's spend (added to by
-//!   `UpdateItem … ADD`, apart from the rest), and `live`, the jobs it may have live, each with when it was
-//!   reserved. A create within limits reserves its job there first (guarded by `rev`), then puts the job: a list
-//!   shorter than the limit admits at once; at the limit, the listed jobs are read, and those that are no longer
-//!   live (or, reserved over [`RESERVATION`] ago, never came to be) leave the list. The list never holds fewer than
-//!   the owner's live jobs, so a limit of N admits at most N, however many functions create at once.
+//! - an owner's ledger, the item `limits#<owner>`: its window of creates, its spend in the day and the month (each
+//!   added to by `UpdateItem … ADD`), and `places`, a map from each intent holding a place to when it was last
+//!   known to hold and the attempt that took it ([`OwnerLedger`]), all guarded by `rev`. A create within limits
+//!   takes its intent's place there first (guarded by `rev`), then puts the job; an intent that holds its place
+//!   already — the same intent created by another process, or this create repeated after a lost answer — is not
+//!   counted again and goes on to the job's conditional put, which decides created, replay or conflict. At the
+//!   live-jobs limit, the places not known to hold for a minute are checked against their jobs (at most 16 a try,
+//!   the oldest first) and the ended ones leave. A job that ends frees its place at once (`REMOVE`, conditioned on
+//!   the attempt that took it). The places never stand for fewer than the owner's live jobs, so a limit of N admits
+//!   at most N, however many functions create at once; and they are bounded by the limits, never by history.
 //! - a provider's call slots, the item `slots#<provider>`: its holders, each until when (guarded by `rev`).
 //! - the jobs that need a person: the sweep index lists a job `unknown` or `failed` under `UNKNOWN#s` or
 //!   `FAILED#s` by when it came to be so.
 //!
-//! Costs, in requests: a create under limits reads the ledger and writes it (its job's put as ever); at the
-//! live-jobs limit, it also reads each listed job. Recording spend is one `UpdateItem` (two when a period turns).
-//! Taking or freeing a slot reads the item and writes it.
+//! Costs, in requests: a create under limits reads the ledger and, where a limit keeps count, writes it (its job's
+//! put as ever; a budget alone writes nothing); at the live-jobs limit, it may read up to 16 jobs. A job's end
+//! frees its place in one `UpdateItem`. Recording spend is one `UpdateItem` (three when a period turns: a read and
+//! a guarded write). Taking or freeing a slot reads the item and writes it. A guarded write that other writers keep
+//! winning ends as [`StoreError::Contended`]: a 503 to a caller, to try again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::Duration;
 
 use super::item::decode_item;
 use super::update::Sweep;
-use super::{DynamoError, DynamoStore, Item, RETRIES, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk};
+use super::{DynamoError, DynamoStore, Item, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk};
 use crate::domain::{
-    JobId, JobStatus, Owner, OwnerLedger, OwnerLimits, ProviderName, Spend, Timestamp,
+    Job, JobId, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, PeriodSpend, Place, ProviderName,
+    Spend, Timestamp, Within,
 };
 use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
 
@@ -40,10 +46,6 @@ async fn contended(tries: u32) {
     tokio::time::sleep(std::time::Duration::from_millis(fastrand::u64(0..=cap))).await;
 }
 
-/// How long a reservation stands without its job: longer than any create's write takes (a caller's write budget
-/// is seconds), after which a reservation whose job is missing is a create that failed.
-const RESERVATION: Duration = Duration::seconds(60);
-
 fn ledger_key(owner: &Owner) -> String {
     format!("limits#{owner}")
 }
@@ -54,7 +56,11 @@ fn slots_key(provider: &ProviderName) -> String {
 
 /// A number attribute, 0 when absent.
 fn number(item: &Item, name: &str) -> u64 {
-    match item.get(name) {
+    number_of(item.get(name))
+}
+
+fn number_of(value: Option<&AttributeValue>) -> u64 {
+    match value {
         Some(AttributeValue::N(v)) => v.parse().unwrap_or_default(),
         _ => 0,
     }
@@ -78,166 +84,267 @@ fn times(item: &Item, name: &str, key: &str) -> Result<BTreeMap<String, i64>, St
         .map(Option::unwrap_or_default)
 }
 
-/// An owner's ledger item as read: the ledger, the reserved jobs, and its revision.
-struct Ledger {
-    ledger: OwnerLedger,
-    live: BTreeMap<String, i64>,
-    rev: u64,
+/// A period's spend, kept as `<kind>_period`, `<kind>_tokens`, `<kind>_nanos`.
+fn period_spend(item: &Item, kind: &str) -> PeriodSpend {
+    PeriodSpend {
+        period: text(item, &format!("{kind}_period"))
+            .unwrap_or_default()
+            .to_owned(),
+        tokens: number(item, &format!("{kind}_tokens")),
+        nanos: number(item, &format!("{kind}_nanos")),
+    }
+}
+
+/// An owner's ledger as its item keeps it, and the item's revision. Items written before the spend was counted per
+/// kind (`spend_period`, `spent_tokens`, `spent_nanos`) and before places were kept by intent (`live`, JSON text by
+/// job id) read as today's.
+fn read_ledger(item: &Item, key: &str) -> Result<(OwnerLedger, u64), StoreError> {
+    let mut places: BTreeMap<String, Place> = match item.get("places") {
+        Some(AttributeValue::M(places)) => places
+            .iter()
+            .filter_map(|(intent, place)| {
+                let place = place.as_m().ok()?;
+                let at = i64::try_from(number_of(place.get("at"))).ok()?;
+                let attempt = u32::try_from(number_of(place.get("n"))).ok()?;
+                Some((intent.clone(), Place { at, attempt }))
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    for (id, at) in times(item, "live", key)? {
+        if let Ok(id) = JobId::parse(&id) {
+            places
+                .entry(id.intent().to_owned())
+                .or_insert(Place { at, attempt: 1 });
+        }
+    }
+    let earlier = serde_json::json!({
+        "period": text(item, "spend_period").unwrap_or_default(),
+        "spent_tokens": number(item, "spent_tokens"),
+        "spent_nanos": number(item, "spent_nanos"),
+    });
+    let mut ledger: OwnerLedger =
+        serde_json::from_value(earlier).expect("an earlier ledger's fields");
+    for (kind, spend) in [("day", &mut ledger.day), ("month", &mut ledger.month)] {
+        let stored = period_spend(item, kind);
+        if !stored.period.is_empty() {
+            *spend = stored;
+        }
+    }
+    ledger.window_ms = number(item, "window_ms") as i64;
+    ledger.window_creates = number(item, "window_creates") as u32;
+    ledger.places = places;
+    Ok((ledger, number(item, "rev")))
+}
+
+/// The attributes of `ledger` as an update sets them, and the earlier forms it replaces.
+fn ledger_values(ledger: &OwnerLedger) -> HashMap<String, AttributeValue> {
+    let places = (ledger.places.iter())
+        .map(|(intent, place)| {
+            let place = HashMap::from([
+                ("at".to_owned(), n(place.at)),
+                ("n".to_owned(), n(place.attempt)),
+            ]);
+            (intent.clone(), AttributeValue::M(place))
+        })
+        .collect();
+    let mut values = HashMap::from([
+        (":window".to_owned(), n(ledger.window_ms)),
+        (":creates".to_owned(), n(ledger.window_creates)),
+        (":places".to_owned(), AttributeValue::M(places)),
+    ]);
+    for (kind, spend) in [("day", &ledger.day), ("month", &ledger.month)] {
+        values.insert(format!(":{kind}_period"), s(&spend.period));
+        values.insert(format!(":{kind}_tokens"), n(spend.tokens));
+        values.insert(format!(":{kind}_nanos"), n(spend.nanos));
+    }
+    values
+}
+
+const LEDGER_SET: &str = "SET window_ms = :window, window_creates = :creates, places = :places, \
+     day_period = :day_period, day_tokens = :day_tokens, day_nanos = :day_nanos, \
+     month_period = :month_period, month_tokens = :month_tokens, month_nanos = :month_nanos, rev = :next \
+     REMOVE live, spend_period, spent_tokens, spent_nanos";
+
+fn limit_refused(limit: crate::domain::LimitReached) -> StoreError {
+    StoreError::Refused(crate::domain::Refusal::Limit(limit))
+}
+
+/// Which write holds an intent to its owner's limits.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Holding {
+    /// A create.
+    Create,
+    /// A manual attempt, this one, making the job live again.
+    Attempt(u32),
 }
 
 impl DynamoStore {
-    async fn ledger(&self, owner: &Owner) -> Result<Ledger, StoreError> {
+    /// `owner`'s ledger and its revision (0 when it has none).
+    async fn ledger(&self, owner: &Owner) -> Result<(OwnerLedger, u64), StoreError> {
         let key = ledger_key(owner);
-        let Some(item) = self.get(&key).await? else {
-            return Ok(Ledger {
-                ledger: OwnerLedger::default(),
-                live: BTreeMap::new(),
-                rev: 0,
-            });
-        };
-        Ok(Ledger {
-            ledger: OwnerLedger {
-                window_ms: number(&item, "window_ms") as i64,
-                window_creates: number(&item, "window_creates") as u32,
-                period: text(&item, "spend_period").unwrap_or_default().to_owned(),
-                spent_tokens: number(&item, "spent_tokens"),
-                spent_nanos: number(&item, "spent_nanos"),
-            },
-            live: times(&item, "live", &key)?,
-            rev: number(&item, "rev"),
-        })
+        match self.get(&key).await? {
+            Some(item) => read_ledger(&item, &key),
+            None => Ok((OwnerLedger::default(), 0)),
+        }
     }
 
-    /// The reserved jobs of `live` that still count at `now`: live, or reserved too recently to have been written.
-    async fn still_live(
+    pub(super) async fn owner_ledger_of(&self, owner: &Owner) -> Result<OwnerLedger, StoreError> {
+        Ok(self.ledger(owner).await?.0)
+    }
+
+    /// Stores `ledger` as `owner`'s if it is still at revision `rev`; whether it was.
+    async fn put_ledger(
         &self,
-        live: &BTreeMap<String, i64>,
+        owner: &Owner,
+        ledger: &OwnerLedger,
+        rev: u64,
+    ) -> Result<bool, StoreError> {
+        let written = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&ledger_key(owner)))
+            .update_expression(LEDGER_SET)
+            .condition_expression("attribute_not_exists(rev) OR rev = :rev")
+            .set_expression_attribute_values(Some(ledger_values(ledger)))
+            .expression_attribute_values(":next", n(rev + 1))
+            .expression_attribute_values(":rev", n(rev))
+            .send()
+            .await;
+        match written.map_err(|e| e.into_service_error()) {
+            Ok(_) => Ok(true),
+            Err(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
+            Err(other) => Err(StoreError::backend(other)),
+        }
+    }
+
+    /// Of `intents`, those whose job is live at `now`: what a check at the live-jobs limit keeps.
+    async fn holding(
+        &self,
+        intents: &[String],
         now: Timestamp,
-    ) -> Result<BTreeMap<String, i64>, StoreError> {
-        let ids: Vec<JobId> = live.keys().filter_map(|id| JobId::parse(id).ok()).collect();
-        let keys: Vec<String> = ids.iter().map(|id| id.intent().to_owned()).collect();
-        let mut found: BTreeMap<String, bool> = BTreeMap::new();
-        for item in self.read_items(&keys).await? {
+    ) -> Result<BTreeSet<String>, StoreError> {
+        let mut holding = BTreeSet::new();
+        for item in self.read_items(intents).await? {
             let job = decode_item(&item)?.job;
-            let counts = !job.is_expired(now)
+            let live = !job.is_expired(now)
                 && matches!(
                     job.status(),
                     JobStatus::Queued | JobStatus::Running | JobStatus::Unknown
                 );
-            found.insert(job.id.to_string(), counts);
+            if live {
+                holding.insert(job.id.intent().to_owned());
+            }
         }
-        let fresh = (now - RESERVATION).timestamp_millis();
-        Ok(live
-            .iter()
-            .filter(|(id, at)| found.get(*id).copied().unwrap_or(**at > fresh))
-            .map(|(id, at)| (id.clone(), *at))
-            .collect())
+        Ok(holding)
     }
 
-    /// Reserves `job`'s place within `owner`'s limits at `now`, or says which limit it would pass.
-    pub(super) async fn reserve(
+    /// Holds `intent`'s write (`holding`) to `owner`'s `limits` at `now`, in the ledger's guarded write: Ok once it
+    /// is within them (its place taken, or held already), else the limit it would pass
+    /// ([`StoreError::Refused`]). Places not known to hold are checked against their jobs first, and what the
+    /// check found is kept even when the write is refused.
+    pub(super) async fn hold(
         &self,
         owner: &Owner,
-        job: &JobId,
+        intent: &str,
+        holding: Holding,
         limits: &OwnerLimits,
         now: Timestamp,
     ) -> Result<(), StoreError> {
+        let admit = |ledger: &OwnerLedger| match holding {
+            Holding::Create => ledger.admit_create(intent, limits, now, Live::Places),
+            Holding::Attempt(n) => ledger.admit_attempt(intent, n, limits, now, Live::Places),
+        };
         for tries in 0..TRIES {
             if tries > 0 {
                 contended(tries).await;
             }
-            let Ledger {
-                ledger,
-                mut live,
-                rev,
-            } = self.ledger(owner).await?;
-            live.remove(job.as_str());
-            if limits
-                .live_jobs
-                .is_some_and(|limit| live.len() >= limit as usize)
-            {
-                live = self.still_live(&live, now).await?;
-            }
-            let after = limits
-                .admit(live.len() as u32, &ledger, now)
-                .map_err(|limit| StoreError::Refused(limit.into()))?;
-            live.insert(job.to_string(), now.timestamp_millis());
-            let written = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", s(&ledger_key(owner)))
-                .update_expression(
-                    "SET live = :live, window_ms = :window, window_creates = :creates, rev = :next",
-                )
-                .condition_expression("attribute_not_exists(rev) OR rev = :rev")
-                .expression_attribute_values(
-                    ":live",
-                    s(&serde_json::to_string(&live).expect("a map")),
-                )
-                .expression_attribute_values(":window", n(after.window_ms))
-                .expression_attribute_values(":creates", n(after.window_creates))
-                .expression_attribute_values(":next", n(rev + 1))
-                .expression_attribute_values(":rev", n(rev))
-                .send()
-                .await;
-            match written {
-                Ok(_) => return Ok(()),
-                Err(e) => match e.into_service_error() {
-                    UpdateItemError::ConditionalCheckFailedException(_) => continue,
-                    other => return Err(StoreError::backend(other)),
-                },
+            let (read, rev) = self.ledger(owner).await?;
+            let mut ledger = read.clone();
+            let within = loop {
+                match admit(&ledger) {
+                    Within::Check(intents) => {
+                        let live = self.holding(&intents, now).await?;
+                        ledger = ledger.checked(&intents, &live, now);
+                    }
+                    within => break within,
+                }
+            };
+            let (after, refused) = match within {
+                Within::Yes(None) => return Ok(()),
+                Within::Yes(Some(after)) => (after, None),
+                Within::Beyond(limit) if ledger == read => return Err(limit_refused(limit)),
+                Within::Beyond(limit) => (ledger, Some(limit)),
+                Within::Check(_) => unreachable!("checks are made above"),
+            };
+            if self.put_ledger(owner, &after, rev).await? {
+                return refused.map_or(Ok(()), |limit| Err(limit_refused(limit)));
             }
         }
-        Err(DynamoError::Contended(ledger_key(owner)).into())
+        Err(StoreError::Contended(ledger_key(owner)))
     }
 
-    /// Adds `spend` to `owner`'s spend: to what it holds if it counts that period, else from 0.
+    /// `job`, ended, frees its place in its owner's ledger — unless a later attempt took it again.
+    pub(super) async fn release(&self, job: &Job) -> Result<(), StoreError> {
+        let last = job.attempts.iter().map(|a| a.number).max().unwrap_or(0);
+        let freed = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&ledger_key(&job.owner)))
+            .update_expression("REMOVE places.#intent ADD rev :one")
+            .condition_expression("places.#intent.n <= :last")
+            .expression_attribute_names("#intent", job.id.intent())
+            .expression_attribute_values(":last", n(last))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match freed.map_err(|e| e.into_service_error()) {
+            Ok(_) | Err(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
+            Err(other) => Err(StoreError::backend(other)),
+        }
+    }
+
+    /// Adds `spend` to `owner`'s day and month: one `ADD` while both periods are the stored ones; when a period
+    /// turns (or there is none yet), the ledger as [`OwnerLedger::spend`] makes it, in a write guarded by `rev`.
+    /// Every spend moves `rev`, so that a write held to the budget never lands on a spend it did not read.
     pub(super) async fn add_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
-        let (period, tokens, nanos) = (&spend.period, spend.tokens, spend.nanos);
         let key = ledger_key(owner);
-        for _ in 0..RETRIES {
-            let added = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", s(&key))
-                .update_expression("ADD spent_tokens :tokens, spent_nanos :nanos")
-                .condition_expression("spend_period = :period")
-                .expression_attribute_values(":tokens", n(tokens))
-                .expression_attribute_values(":nanos", n(nanos))
-                .expression_attribute_values(":period", s(period))
-                .send()
-                .await;
-            match added.map_err(|e| e.into_service_error()) {
-                Ok(_) => return Ok(()),
-                Err(UpdateItemError::ConditionalCheckFailedException(_)) => {}
-                Err(other) => return Err(StoreError::backend(other)),
+        let (day, _) = crate::domain::Period::Day.of(spend.at);
+        let (month, _) = crate::domain::Period::Month.of(spend.at);
+        let added = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&key))
+            .update_expression(
+                "ADD day_tokens :tokens, day_nanos :nanos, month_tokens :tokens, month_nanos :nanos, rev :one",
+            )
+            .condition_expression("day_period = :day AND month_period = :month")
+            .expression_attribute_values(":tokens", n(spend.tokens))
+            .expression_attribute_values(":nanos", n(spend.nanos))
+            .expression_attribute_values(":day", s(&day))
+            .expression_attribute_values(":month", s(&month))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match added.map_err(|e| e.into_service_error()) {
+            Ok(_) => return Ok(()),
+            Err(UpdateItemError::ConditionalCheckFailedException(_)) => {}
+            Err(other) => return Err(StoreError::backend(other)),
+        }
+        // A period turned, or none was counted yet: the ledger as the domain counts it.
+        for tries in 0..TRIES {
+            if tries > 0 {
+                contended(tries).await;
             }
-            // Another period (or none yet): start this one, unless another writer just did.
-            let started = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", s(&key))
-                .update_expression(
-                    "SET spend_period = :period, spent_tokens = :tokens, spent_nanos = :nanos",
-                )
-                .condition_expression(
-                    "attribute_not_exists(spend_period) OR spend_period < :period",
-                )
-                .expression_attribute_values(":tokens", n(tokens))
-                .expression_attribute_values(":nanos", n(nanos))
-                .expression_attribute_values(":period", s(period))
-                .send()
-                .await;
-            match started.map_err(|e| e.into_service_error()) {
-                Ok(_) => return Ok(()),
-                Err(UpdateItemError::ConditionalCheckFailedException(_)) => {}
-                Err(other) => return Err(StoreError::backend(other)),
+            let (ledger, rev) = self.ledger(owner).await?;
+            if self.put_ledger(owner, &ledger.spend(spend), rev).await? {
+                return Ok(());
             }
         }
-        Err(DynamoError::Contended(key).into())
+        Err(StoreError::Contended(key))
     }
 
     /// Takes or frees `holder`'s slot of `provider`: `take` is `Some(slot)` to take one.
@@ -287,7 +394,7 @@ impl DynamoStore {
                 Err(other) => return Err(StoreError::backend(other)),
             }
         }
-        Err(DynamoError::Contended(key).into())
+        Err(StoreError::Contended(key))
     }
 
     /// Every owner's jobs that need a person, the latest first: each shard of the sweep index's `UNKNOWN` and

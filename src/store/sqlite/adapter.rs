@@ -9,7 +9,8 @@ use super::rows::{
 };
 use super::{SqliteError, SqliteStore, owners};
 use crate::domain::{
-    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, Owner, Refusal, Spend, Timestamp,
+    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, Owner, OwnerLedger, Spend,
+    Timestamp,
 };
 use crate::store::{
     CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
@@ -63,10 +64,14 @@ impl JobStore for SqliteStore {
                         &token,
                     ));
                 }
-                let live = owners::live_jobs(tx, &job.owner, now)?;
-                let ledger = owners::ledger(tx, &job.owner)?;
-                let after = limits.admit(live, &ledger, now).map_err(Refusal::from)?;
-                owners::put_ledger(tx, &job.owner, &after)?;
+                let live = owners::counted(tx, &job.owner, &limits, now)?;
+                let within = owners::ledger(tx, &job.owner)?.admit_create(
+                    job.id.intent(),
+                    &limits,
+                    now,
+                    live,
+                );
+                owners::settle_within(tx, &job.owner, within)?;
             }
             if insert_job(tx, &job)? {
                 return Ok(CreateOutcome::Created(job));
@@ -98,6 +103,16 @@ impl JobStore for SqliteStore {
             owners::put_ledger(tx, &owner, &ledger)
         })
         .await
+    }
+
+    async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError> {
+        let owner = owner.clone();
+        self.read(move |conn| owners::ledger(conn, &owner)).await
+    }
+
+    async fn free_place(&self, _job: &Job) -> Result<(), StoreError> {
+        // Live jobs are counted in the write that holds a create or an attempt to the limit: no places.
+        Ok(())
     }
 
     async fn needing_a_person(
@@ -164,7 +179,8 @@ impl JobStore for SqliteStore {
     async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {
         let (owner, stamp, transition) =
             (write.owner.cloned(), write.stamp.clone(), write.transition);
-        self.transition(owner, id, stamp.now, move |job| {
+        let limits = write.limits.copied();
+        self.transition(owner, id, stamp.now, limits, move |job| {
             transition.apply(job, &stamp)
         })
         .await

@@ -32,7 +32,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 use tokio::sync::Mutex;
 
 use super::StoreError;
-use crate::domain::{Job, JobId, Owner, Refusal, Timestamp};
+use crate::domain::{Job, JobId, Owner, OwnerLimits, Refusal, Timestamp};
 use rows::{load_job, write_back};
 use schema::{configure, migrate};
 use writer::Writer;
@@ -143,6 +143,7 @@ impl SqliteStore {
         owner: Option<Owner>,
         id: &JobId,
         now: Timestamp,
+        limits: Option<OwnerLimits>,
         apply: impl FnOnce(&mut Job) -> Result<T, Refusal> + Send + 'static,
     ) -> Result<(T, Job), StoreError> {
         let (id, every_job) = (id.clone(), self.every_job);
@@ -152,6 +153,14 @@ impl SqliteStore {
                 .ok_or(StoreError::NotFound)?;
             let mut after = before.clone();
             let out = apply(&mut after)?;
+            // A write that makes the job live again is held to its owner's limits, counted in this transaction
+            // (the job itself is not live yet, so not counted).
+            if let Some(limits) = limits
+                && before.live_attempt().is_none()
+                && let Some(live) = after.live_attempt()
+            {
+                owners::hold_live(tx, &after, live.number, &limits, now)?;
+            }
             write_back(tx, seq, &before, &after)?;
             if let Some(settles_at) = after.settles_at() {
                 events::arm_in(tx, &after, settles_at, every_job)?;

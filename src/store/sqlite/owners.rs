@@ -5,8 +5,11 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
+use super::SqliteError;
 use super::rows::{JOB_ROW, JobRow, from_json, json_text};
-use crate::domain::{JobStatus, Owner, OwnerLedger, Timestamp};
+use crate::domain::{
+    Job, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, Refusal, Timestamp, Within,
+};
 use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
 
 /// How many of `owner`'s jobs are `queued`, `running` or `unknown` and not expired at `now`.
@@ -24,6 +27,50 @@ pub(super) fn live_jobs(
             row.get(0)
         })?;
     Ok(u32::try_from(count).unwrap_or(u32::MAX))
+}
+
+/// What `within` says of a write inside the writer's transaction: the ledger stored if it changed, a refusal
+/// beyond a limit. (With the live jobs counted, the ledger asks for no check.)
+pub(super) fn settle_within(
+    tx: &Transaction<'_>,
+    owner: &Owner,
+    within: Within,
+) -> Result<(), StoreError> {
+    match within {
+        Within::Yes(Some(after)) => put_ledger(tx, owner, &after),
+        Within::Yes(None) => Ok(()),
+        Within::Beyond(limit) => Err(Refusal::Limit(limit).into()),
+        Within::Check(_) => {
+            Err(SqliteError::GuardFailed("owner_ledgers (a check of counted jobs)").into())
+        }
+    }
+}
+
+/// `owner`'s live jobs as the limit counts them: counted here, if the limit applies.
+pub(super) fn counted(
+    tx: &Transaction<'_>,
+    owner: &Owner,
+    limits: &OwnerLimits,
+    now: Timestamp,
+) -> Result<Live, StoreError> {
+    Ok(Live::Counted(match limits.live_jobs {
+        Some(_) => live_jobs(tx, owner, now)?,
+        None => 0,
+    }))
+}
+
+/// Attempt `number` makes `job` live again: held to its owner's live jobs and budget in this transaction, refused
+/// beyond one ([`OwnerLedger::admit_attempt`]).
+pub(super) fn hold_live(
+    tx: &Transaction<'_>,
+    job: &Job,
+    number: u32,
+    limits: &OwnerLimits,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let live = counted(tx, &job.owner, limits, now)?;
+    let within = ledger(tx, &job.owner)?.admit_attempt(job.id.intent(), number, limits, now, live);
+    settle_within(tx, &job.owner, within)
 }
 
 /// `owner`'s ledger (an empty one if it has none yet).

@@ -142,6 +142,7 @@ fn failover(qualified: u8) -> Failover {
         max_attempts: MAX_ATTEMPTS,
         retry: None,
         jitter_permille: 0,
+        budget: None,
     }
 }
 
@@ -222,6 +223,7 @@ async fn on_store(
                     &model.id(key),
                     p.map(provider),
                     &failover(qualified),
+                    &onejob::domain::OwnerLimits::default(),
                     stamp,
                 )
                 .await?,
@@ -238,7 +240,9 @@ fn said(outcome: Result<String, StoreError>) -> Said {
         Ok(answer) => Ok(answer),
         Err(StoreError::Refused(refusal)) => Err(Some(refusal)),
         Err(StoreError::NotFound) => Err(None),
-        Err(e @ StoreError::Backend(_)) => panic!("the store failed: {e:?}"),
+        Err(e @ (StoreError::Backend(_) | StoreError::Contended(_))) => {
+            panic!("the store failed: {e:?}")
+        }
     }
 }
 
@@ -311,7 +315,7 @@ fn stamp_of(model: &Model, write: &Write) -> Stamp {
     let fresh = Stamp::fresh(model.now);
     let request = |key: usize, keyed: u8, asked: String| {
         let idempotency_key = IdempotencyKey::parse(&format!("click-{keyed}")).unwrap();
-        WriteToken::for_request(&model.owner, &model.id(key), &idempotency_key, &asked)
+        WriteToken::for_request(&model.owner, &model.id(key), "", &idempotency_key, &asked)
     };
     match *write {
         Write::Retry {

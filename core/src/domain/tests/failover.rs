@@ -257,14 +257,23 @@ fn evidence_ages_and_production_only_suspects() {
         !suspicion.reason.message.contains("owner's text"),
         "no answer's text in the shared ledger: {suspicion:?}"
     );
-    // Suspected stays suspected until qualified again: nothing more is written.
-    assert!(!q.observe("j#5", Some("other"), None, at(5)));
+    // Suspected stays suspected until qualified again: another breach writes nothing more.
+    assert!(!q.observe("j#5", Some("m"), Some(&bad), at(5)));
+    // But an answer as another model voids even a suspected standing.
+    assert!(q.observe("j#6", Some("other"), None, at(6)));
+    assert_eq!(q.standing(at(6), month).0, Standing::Unqualified);
 
-    // Another model: suspected at once, still qualified.
+    // Another model: the provider's own evidence voids the standing at once, until it is qualified again.
     let mut q = evidence("m");
     assert!(q.observe("j#1", Some("m-2"), None, at(1)));
-    assert_eq!(q.suspected.as_ref().unwrap().reason.code, "model_changed");
-    assert_eq!(q.standing(at(1), month).0, Standing::Qualified);
+    let voided = q.suspected.clone().unwrap();
+    assert_eq!(voided.reason.code, "model_changed");
+    assert_eq!(voided.attempts, ["j#1"]);
+    assert_eq!(
+        q.standing(at(1), month),
+        (Standing::Unqualified, Some(voided.reason))
+    );
+    assert!(!q.observe("j#2", Some("m-3"), None, at(2)));
     // Evidence without a reported model is not compared; failed evidence is not watched.
     let mut unnamed = evidence("m");
     unnamed.runs[0].report = None;
