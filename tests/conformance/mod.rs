@@ -10,6 +10,7 @@ pub mod identity;
 pub mod model;
 pub mod promise;
 pub mod results;
+pub mod shared;
 pub mod transitions;
 
 pub use edges::*;
@@ -20,6 +21,7 @@ pub use identity::*;
 pub use model::*;
 pub use promise::*;
 pub use results::*;
+pub use shared::*;
 pub use transitions::*;
 
 use std::any::Any;
@@ -42,6 +44,10 @@ pub struct Fixture {
     /// many where a case takes milliseconds, fewer where it takes a second (moto answers a few hundred requests a
     /// second).
     pub model_cases: u32,
+    /// How many creates the long-lived owner makes under each limit kind (`ONEJOB_LONG_OWNER` overrides it): 10,000
+    /// where a create takes a fraction of a millisecond, 600 on moto, where it takes three to seven requests of a
+    /// few milliseconds each, one at a time.
+    pub long_owner_creates: usize,
     pub _keep: Box<dyn Any + Send>,
 }
 
@@ -124,6 +130,10 @@ macro_rules! conformance_suite {
             a_cancelled_attempts_late_failure_is_kept_and_settles_nothing,
             an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer,
             a_prompt_of_separator_lines_is_answered_not_called_truncated,
+            a_duplicate_message_never_frees_the_slot_of_the_running_call,
+            a_manual_attempt_is_held_to_the_owners_live_jobs,
+            a_spent_budget_stops_manual_attempts_and_failover,
+            a_budget_moved_from_day_to_month_is_held_that_month,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
@@ -133,6 +143,13 @@ macro_rules! conformance_suite {
             let Some(fixture) = fixture else { return };
             let cases = fixture.model_cases;
             $crate::conformance::the_store_follows_the_model_step_by_step(fixture.store.clone(), cases).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn a_long_lived_owners_ledger_stays_bounded() {
+            let fixture: Option<$crate::conformance::Fixture> = $fixture.await;
+            let Some(fixture) = fixture else { return };
+            let creates = fixture.long_owner_creates;
+            $crate::conformance::a_long_lived_owners_ledger_stays_bounded(fixture.store.clone(), creates).await;
         }
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

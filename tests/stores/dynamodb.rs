@@ -79,6 +79,7 @@ async fn dynamodb() -> Option<Fixture> {
     Some(Fixture {
         store: Arc::new(store),
         model_cases: 12,
+        long_owner_creates: 600,
         _keep: Box::new(()),
     })
 }

@@ -8,3 +8,4 @@ mod dynamodb;
 mod sqlite;
 #[path = "../support/mod.rs"]
 mod support;
+mod two_processes;

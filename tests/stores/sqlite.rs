@@ -14,6 +14,7 @@ async fn sqlite() -> Option<Fixture> {
     Some(Fixture {
         store: Arc::new(store),
         model_cases: 96,
+        long_owner_creates: 10_000,
         _keep: Box::new(dir),
     })
 }

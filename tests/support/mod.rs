@@ -8,6 +8,7 @@ pub mod faulty;
 pub mod process;
 pub mod rig;
 pub mod stand_in;
+pub mod wire;
 
 use onejob::domain::{CallReport, ProviderName, Qualification, RunEvidence};
 use onejob::engine::Engine;

@@ -12,7 +12,7 @@
 //!
 //! The ledger is bounded by the limits, never by the owner's history: a place is held by a live job (at most
 //! `live_jobs` of them) or, without a live-jobs limit, only while its create is written
-//! ([`OwnerLedger::PLACE_HELD`]), so at most twice `creates_per_minute`; the spend is two counters.
+//! ([`OwnerLedger::CREATE_HELD`]), so at most a third of a minute's creates; the spend is two counters.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -327,10 +327,14 @@ pub struct Spend {
 }
 
 impl OwnerLedger {
-    /// How long a place is held without being known to hold: longer than any create's write takes (a caller's
-    /// write budget is seconds). Without a live-jobs limit a place only keeps an intent being created from being
-    /// counted twice, and goes after this long; with one, a place older than this is checked against its job.
+    /// How long a place counts without being known to hold: with a live-jobs limit, a place older than this is
+    /// checked against its job when the owner is at its limit.
     pub const PLACE_HELD: Duration = Duration::seconds(60);
+
+    /// How long a place keeps an intent being created from being counted twice when no live-jobs limit keeps it
+    /// (creates a minute alone): longer than a create's write and its repeats take (a caller's write budget is
+    /// seconds). Then it goes: at most a third of a minute's creates hold one.
+    pub const CREATE_HELD: Duration = Duration::seconds(20);
 
     /// How many places one write checks at most, the oldest first.
     pub const CHECKS: usize = 16;
@@ -365,8 +369,9 @@ impl OwnerLedger {
         }
     }
 
-    /// The ledger as it stands at `now`: the window (where creates are counted) moved to `now`'s minute, and, without a live-jobs limit,
-    /// places past [`Self::PLACE_HELD`] gone (they only kept a create from being counted twice).
+    /// The ledger as it stands at `now`: the window (where creates are counted) moved to `now`'s minute, and,
+    /// without a live-jobs limit, places past [`Self::CREATE_HELD`] gone (they only kept a create from being counted
+    /// twice).
     fn at(&self, limits: &OwnerLimits, now: Timestamp) -> Self {
         let mut after = self.clone();
         let minute = now
@@ -378,7 +383,7 @@ impl OwnerLedger {
             after.window_creates = 0;
         }
         if limits.live_jobs.is_none() {
-            let fresh = (now - Self::PLACE_HELD).timestamp_millis();
+            let fresh = (now - Self::CREATE_HELD).timestamp_millis();
             after.places.retain(|_, place| place.at > fresh);
         }
         after
@@ -632,7 +637,7 @@ mod tests {
             }
             assert!(by_rate.places.len() <= 2 * 1_000);
         }
-        assert!(by_rate.places.len() <= 601, "{}", by_rate.places.len());
+        assert!(by_rate.places.len() <= 201, "{}", by_rate.places.len());
         assert_eq!(
             by_budget,
             OwnerLedger::default(),

@@ -1,0 +1,340 @@
+//! State shared across owners and processes, on every store (invariants 18 and 21): an owner's limits on every
+//! write that makes a job live or orders a paid call — a create, a manual or operator attempt, a failover, a retry —
+//! and on nothing another owner does; call slots under a duplicate message; a budget whose period changes kind; an
+//! owner whose ledger stays bounded by its limits however long it lives.
+
+use std::sync::Arc;
+
+use onejob::domain::{
+    Budget, JobStatus, LimitReached, Limits, OwnerLimits, Period, ProviderName, Refusal,
+};
+use onejob::engine::Actor;
+use onejob::store::{JobStore, StoreError};
+use onejob::worker::{Processed, process_message};
+use serde_json::{Value, json};
+
+use crate::support::record_qualified;
+use crate::support::rig::Rig;
+use crate::support::stand_in::{Gate, Reply, StandIn, openai};
+
+fn summary(text: &str) -> Value {
+    json!({"summary": text})
+}
+
+/// Every owner's limits are `limits`.
+fn everyone(limits: OwnerLimits) -> Limits {
+    Limits {
+        default: limits,
+        ..Limits::default()
+    }
+}
+
+fn limit_of(refused: Result<impl std::fmt::Debug, StoreError>) -> LimitReached {
+    match refused {
+        Err(StoreError::Refused(Refusal::Limit(limit))) => limit,
+        other => panic!("expected a limit's refusal, got {other:?}"),
+    }
+}
+
+/// A duplicate message of a running attempt is a step of its own: its claim is refused, and it frees nothing — the
+/// running call keeps its provider's only slot, so another job's attempt waits (no try charged) until the call is
+/// done. Calls in flight never pass `max_in_flight`.
+pub async fn a_duplicate_message_never_frees_the_slot_of_the_running_call(
+    store: Arc<dyn JobStore>,
+) {
+    let gate = Gate::new();
+    let primary =
+        StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Answer(summary("A"))).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut capped = openai(primary.base_url());
+    capped.limits.max_in_flight = Some(1);
+    let mut rig = Rig::new(store, capped, openai(fallback.base_url()));
+    let (first, sent) = rig.create_sent("running").await;
+    let running = rig.process_sent_in_background(&sent);
+    primary.received(1).await;
+    // The queue delivers the running attempt's message again.
+    let duplicate = process_message(&rig.engine, &sent, None).await.unwrap();
+    assert_eq!(duplicate, Processed::Dropped);
+    let (waiting, other) = rig.create_sent("waiting").await;
+    let step = process_message(&rig.engine, &other, None).await.unwrap();
+    assert_eq!(
+        step,
+        Processed::Waiting,
+        "the running call still holds the slot"
+    );
+    assert_eq!(primary.call_count(), 1);
+    assert_eq!(rig.job(&waiting).await.attempts.len(), 1, "no try charged");
+    gate.open(summary("A"));
+    assert_eq!(running.await.unwrap(), Processed::Succeeded);
+    assert_eq!(rig.job(&first).await.status(), JobStatus::Succeeded);
+    // The slot is free once the running call is done: the waiting attempt comes back and is called.
+    rig.advance(1_000);
+    let again = rig.sent().await;
+    assert_eq!(again.attempt, other.attempt);
+    let step = process_message(&rig.engine, &again, None).await.unwrap();
+    assert_eq!(step, Processed::Succeeded);
+    assert_eq!(primary.call_count(), 2);
+}
+
+/// A manual attempt that makes a failed job live again is held to its owner's live jobs, as a create is: at the
+/// limit it is refused (429 `too_many_live_jobs`), nothing written, and an operator's attempt for the owner is held
+/// the same way; once a live job ends, it is admitted. Another owner's jobs count for nothing here.
+pub async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<dyn JobStore>) {
+    let refusing = StandIn::spawn(vec![], Reply::Status(400, "no")).await;
+    let gate = Gate::new();
+    let holding = StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Status(400, "no")).await;
+    let mut rig = Rig::configured(
+        store,
+        openai(refusing.base_url()),
+        openai(holding.base_url()),
+        |config| {
+            config.limits = everyone(OwnerLimits {
+                live_jobs: Some(1),
+                ..OwnerLimits::default()
+            })
+        },
+    );
+    let owner = Actor::Owner(rig.intent("x").owner);
+    // A job that failed at once (its fallback is not qualified): not live.
+    let (failed, message) = rig.create("failed").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    assert_eq!(rig.job(&failed).await.status(), JobStatus::Failed);
+    // The one live job: its attempt runs on the holding provider.
+    let live = rig.intent("live");
+    let live = onejob::domain::NewJob {
+        providers: vec![ProviderName::parse("fallback").unwrap()],
+        ..live
+    };
+    let live = rig.engine.create_job(live).await.unwrap().job().clone();
+    let message = rig.next_message();
+    let running = rig.process_in_background(&message);
+    holding.received(1).await;
+    for actor in [owner.clone(), Actor::Operator("ops".into())] {
+        let refused = rig.engine.add_attempt(&actor, &failed.id, None, None).await;
+        assert!(
+            matches!(limit_of(refused), LimitReached::LiveJobs { limit: 1, .. }),
+            "{actor:?}"
+        );
+        assert_eq!(rig.job(&failed).await.attempts.len(), 1, "nothing written");
+    }
+    // Another owner is not held by alice's live job.
+    let bob = onejob::domain::NewJob {
+        owner: onejob::domain::Owner::parse("bob").unwrap(),
+        ..rig.intent("bob")
+    };
+    assert!(matches!(
+        rig.engine.create_job(bob).await.unwrap(),
+        onejob::store::CreateOutcome::Created(_)
+    ));
+    rig.next_message();
+    // The live job ends: its place is free, and the manual attempt is admitted.
+    gate.open(summary("done"));
+    assert_eq!(running.await.unwrap(), Processed::Succeeded);
+    assert_eq!(rig.job(&live).await.status(), JobStatus::Succeeded);
+    let added = rig.engine.add_attempt(&owner, &failed.id, None, None).await;
+    assert_eq!(added.unwrap().number, 2);
+    // And now that job is the owner's one live job.
+    let refused = rig.engine.create_job(rig.intent("third")).await;
+    assert!(matches!(limit_of(refused), LimitReached::LiveJobs { .. }));
+}
+
+/// Once the owner's budget is spent, no paid call is ordered for it: a create and a manual attempt are refused
+/// (429 `budget_exceeded`), and a failover stops with `budget_exceeded` — the fallback is never called.
+pub async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc<dyn JobStore>) {
+    let down = StandIn::spawn(
+        vec![Reply::Answer(summary("paid"))],
+        Reply::Status(500, "down"),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::configured(
+        store,
+        openai(down.base_url()),
+        openai(fallback.base_url()),
+        |config| {
+            config.limits = everyone(OwnerLimits {
+                budget: Some(Budget {
+                    period: Period::Day,
+                    tokens: Some(10),
+                    cost: None,
+                }),
+                ..OwnerLimits::default()
+            })
+        },
+    );
+    record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
+    // Two jobs admitted while nothing is spent; the first one's answer spends the budget (its prompt alone is
+    // more than ten tokens).
+    let (paid, first) = rig.create("paid").await;
+    let (stopped, second) = rig.create("stopped").await;
+    assert_eq!(rig.process(&first).await, Processed::Succeeded);
+    assert_eq!(rig.job(&paid).await.status(), JobStatus::Succeeded);
+    // The second's primary fails: its failover would order a call past the spent budget.
+    assert_eq!(rig.process(&second).await, Processed::Failed);
+    let after = rig.job(&stopped).await;
+    assert_eq!(after.status(), JobStatus::Failed);
+    assert_eq!(after.error.unwrap().code, "budget_exceeded");
+    assert_eq!(after.attempts.len(), 1);
+    assert!(rig.no_message());
+    assert_eq!(fallback.call_count(), 0);
+    let owner = Actor::Owner(paid.owner.clone());
+    for provider in [None, Some(ProviderName::parse("fallback").unwrap())] {
+        let refused = rig
+            .engine
+            .add_attempt(&owner, &stopped.id, provider, None)
+            .await;
+        assert!(matches!(limit_of(refused), LimitReached::Budget { .. }));
+    }
+    let refused = rig.engine.create_job(rig.intent("third")).await;
+    assert!(matches!(limit_of(refused), LimitReached::Budget { .. }));
+    // The next day, the budget admits again.
+    rig.advance(86_400_000);
+    assert_eq!(
+        rig.engine
+            .add_attempt(&owner, &stopped.id, None, None)
+            .await
+            .unwrap()
+            .number,
+        2
+    );
+}
+
+/// A budget whose period moves from a day to a month (the config changed) is held that very month: the spend is
+/// counted in the day and in the month alike, one period rule on every store.
+pub async fn a_budget_moved_from_day_to_month_is_held_that_month(store: Arc<dyn JobStore>) {
+    let answering = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let budget = |period| OwnerLimits {
+        budget: Some(Budget {
+            period,
+            tokens: Some(10),
+            cost: None,
+        }),
+        ..OwnerLimits::default()
+    };
+    let mut daily = Rig::configured(
+        store.clone(),
+        openai(answering.base_url()),
+        openai(fallback.base_url()),
+        |config| config.limits = everyone(budget(Period::Day)),
+    );
+    let monthly = Rig::configured(
+        store,
+        openai(answering.base_url()),
+        openai(fallback.base_url()),
+        |config| config.limits = everyone(budget(Period::Month)),
+    );
+    // The rigs' clocks start on 30 November: the spend falls on 2 December.
+    const DAY: u64 = 86_400_000;
+    daily.advance(2 * DAY);
+    monthly.advance(2 * DAY);
+    let (_, message) = daily.create("day").await;
+    assert_eq!(daily.process(&message).await, Processed::Succeeded);
+    // The next day, a day's budget admits again; a month's, on the same store, does not.
+    daily.advance(DAY);
+    monthly.advance(DAY);
+    assert!(
+        daily
+            .engine
+            .create_job(daily.intent("next-day"))
+            .await
+            .is_ok()
+    );
+    let refused = monthly
+        .engine
+        .create_job(monthly.intent("next-day-monthly"))
+        .await;
+    assert!(matches!(
+        limit_of(refused),
+        LimitReached::Budget {
+            period: Period::Month,
+            ..
+        }
+    ));
+}
+
+/// Creates of one owner, `n` of them, each with its own key, at a few a second of the rig's clock, under one limit
+/// kind at a time (a budget alone, creates a minute, live jobs), its jobs ending as they go: the owner's ledger stays
+/// as small as its limits, whatever its history — every create is admitted, and the store keeps at most what the
+/// limit bounds.
+pub async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobStore>, n: usize) {
+    let n = std::env::var("ONEJOB_LONG_OWNER")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(n);
+    let answering = StandIn::answering(summary("A")).await;
+    let kinds = [
+        (
+            "budget",
+            OwnerLimits {
+                budget: Some(Budget {
+                    period: Period::Month,
+                    tokens: Some(u64::MAX),
+                    cost: None,
+                }),
+                ..OwnerLimits::default()
+            },
+        ),
+        (
+            "rate",
+            OwnerLimits {
+                creates_per_minute: Some(1_000),
+                ..OwnerLimits::default()
+            },
+        ),
+        (
+            "live",
+            OwnerLimits {
+                live_jobs: Some(8),
+                ..OwnerLimits::default()
+            },
+        ),
+    ];
+    for (name, limits) in kinds {
+        let mut rig = Rig::configured(
+            store.clone(),
+            openai(answering.base_url()),
+            openai(answering.base_url()),
+            |config| config.limits = everyone(limits),
+        );
+        let owner = onejob::domain::Owner::parse(&format!("long-{name}")).unwrap();
+        let mut largest = 0;
+        for i in 0..n {
+            let new = onejob::domain::NewJob {
+                owner: owner.clone(),
+                ..rig.intent(&format!("{name}-{i}"))
+            };
+            let created = rig.engine.create_job(new).await;
+            assert!(created.is_ok(), "{name} {i}: {created:?}");
+            // The live jobs end as they go (a cancel frees its place at once).
+            if limits.live_jobs.is_some() {
+                let job = created.unwrap().job().clone();
+                let actor = Actor::Owner(owner.clone());
+                rig.engine.cancel_job(&actor, &job.id, None).await.unwrap();
+            }
+            while !rig.no_message() {}
+            rig.advance(100);
+            let ledger = rig.store.owner_ledger(&owner).await.unwrap();
+            largest = largest.max(serde_json::to_string(&ledger).unwrap().len());
+            // Live jobs hold at most their limit; creates a minute a place each while being written (a minute).
+            let bound = match limits {
+                OwnerLimits {
+                    live_jobs: Some(n), ..
+                } => n as usize,
+                OwnerLimits {
+                    creates_per_minute: Some(n),
+                    ..
+                } => 2 * n as usize,
+                _ => 0,
+            };
+            assert!(
+                ledger.places.len() <= bound,
+                "{name} {i}: {}",
+                ledger.places.len()
+            );
+        }
+        // A few dozen bytes a place, at most the limit's: under 60 KB for 1,000 creates a minute, whatever n is.
+        assert!(largest < 60_000, "{name}: {largest} bytes");
+        println!("{name}: {n} creates, the ledger at most {largest} bytes");
+    }
+}
