@@ -6,20 +6,60 @@
 //! Everything the deliverer knows is in the store (`EventStore`): a delivery that a crash interrupts is due again
 //! when its claim runs out, and goes out then, from whichever process looks. Deliveries are armed by the write that
 //! ends a job (`follow_up`).
+//!
+//! Owners share the deliverer fairly: the store lists each owner's fair share of a batch
+//! ([`crate::domain::event::fair_share`]), a batch tries at most [`ENDPOINT_IN_FLIGHT`] of one owner's at once, and
+//! an owner whose endpoint fails or is slow (a try that did not deliver, or took over [`SLOW`]) starts no more
+//! tries in that batch — they stay due for the next. A batch of one slow endpoint's tries lasts one try's timeout,
+//! and every other owner's events go out in it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use chrono::Duration;
 use futures_util::future::join_all;
 use futures_util::{StreamExt, stream};
 
 use super::{Batch, Engine};
-use crate::domain::event::{self, Due, body};
+use crate::domain::event::{self, Due, ENDPOINT_IN_FLIGHT, body};
 use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, SinkKind, Timestamp};
 use crate::sinks::Outcome;
 use crate::sinks::endpoint::EndpointRefused;
 use crate::store::StoreError;
 
 /// How many deliveries one process makes at once.
-const DELIVERIES_IN_FLIGHT: usize = 16;
+const DELIVERIES_IN_FLIGHT: usize = 64;
+
+/// A try that takes longer than this tells of a slow endpoint: its owner's other tries wait for the next batch.
+const SLOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What looking at one job's due deliveries came to, and how long its sinks took to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tried {
+    /// A sink took the event.
+    Delivered(std::time::Duration),
+    /// It was tried, and no sink took it.
+    Failed,
+    /// Nothing was sent: not due yet, done already, or another deliverer claimed it.
+    Nothing,
+}
+
+/// One owner's tries in a batch: a few at once, and none more once one failed or was slow.
+#[derive(Debug)]
+struct Lane {
+    in_flight: tokio::sync::Semaphore,
+    struggling: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self {
+            in_flight: tokio::sync::Semaphore::new(ENDPOINT_IN_FLIGHT),
+            struggling: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
 
 /// How events are delivered.
 #[derive(Debug, Clone)]
@@ -106,12 +146,18 @@ impl Engine {
         Ok(self.deliver_batch().await?.counted)
     }
 
-    /// The longest a batch of deliveries may take: its rounds of tries side by side, each at most the tries'
-    /// timeout (the scheduled sweeper starts one only if it would end in time).
+    /// The longest a batch of deliveries may take: one owner's share of it, the whole batch at worst, goes
+    /// [`ENDPOINT_IN_FLIGHT`] at a time — the first round as long as the tries' timeout, each later one no longer
+    /// than [`SLOW`] (a slower try ends its owner's part of the batch) — beside everyone else's, and the rounds of
+    /// the process's tries side by side likewise (the scheduled sweeper starts a batch only if it would end in time).
     pub fn longest_delivery_batch(&self) -> Duration {
-        let rounds = self.settings.sweep_batch.div_ceil(DELIVERIES_IN_FLIGHT);
-        Duration::from_std(self.settings.events.timeout).unwrap_or_default()
-            * i32::try_from(rounds).unwrap_or(i32::MAX)
+        let batch = self.settings.sweep_batch;
+        let rounds = batch
+            .div_ceil(ENDPOINT_IN_FLIGHT)
+            .max(batch.div_ceil(DELIVERIES_IN_FLIGHT));
+        let timeout = Duration::from_std(self.settings.events.timeout).unwrap_or_default();
+        let slow = Duration::from_std(SLOW).unwrap_or_default();
+        timeout + slow * i32::try_from(rounds.saturating_sub(1)).unwrap_or(i32::MAX)
     }
 
     /// Handles the deliveries due now, at most a sweep's batch: done are those handled (tried, or put off; the
@@ -124,14 +170,36 @@ impl Engine {
             .due_deliveries(self.clock.now(), self.settings.sweep_batch)
             .await?;
         let listed = due.len();
-        let tries = due.into_iter().map(|(deliveries, rev)| async move {
-            let id = deliveries.job_id.clone();
-            self.deliver(deliveries, rev).await.inspect_err(|e| {
-                tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(e), "a delivery could not be handled; it stays due");
-            })
+        let lanes: HashMap<Owner, Arc<Lane>> = (due.iter())
+            .map(|(d, _)| (d.owner.clone(), Arc::default()))
+            .collect();
+        let tries = due.into_iter().map(|(deliveries, rev)| {
+            let lane = lanes[&deliveries.owner].clone();
+            async move {
+                let _turn = lane.in_flight.acquire().await.expect("never closed");
+                if lane.struggling.load(Ordering::Acquire) {
+                    // Its endpoint failed or was slow in this batch: the rest of its owner's tries wait for the
+                    // next, while other owners' go on.
+                    return Err(None);
+                }
+                let id = deliveries.job_id.clone();
+                let tried = self.deliver(deliveries, rev).await;
+                let fine = match tried {
+                    Ok(Tried::Delivered(took)) => took <= SLOW,
+                    Ok(Tried::Nothing) => true,
+                    Ok(Tried::Failed) | Err(_) => false,
+                };
+                if !fine {
+                    lane.struggling.store(true, Ordering::Release);
+                }
+                tried.map(|t| matches!(t, Tried::Delivered(_))).map_err(|e| {
+                    tracing::warn!(job_id = %id, error = %crate::telemetry::error_chain(&e), "a delivery could not be handled; it stays due");
+                    Some(e)
+                })
+            }
         });
         // Side by side: a sweep's batch of slow endpoints fits in a scheduled function's minute.
-        let outcomes: Vec<Result<bool, StoreError>> = stream::iter(tries)
+        let outcomes: Vec<Result<bool, Option<StoreError>>> = stream::iter(tries)
             .buffer_unordered(DELIVERIES_IN_FLIGHT)
             .collect()
             .await;
@@ -143,8 +211,8 @@ impl Engine {
     }
 
     /// Looks at one job's due deliveries: delivers its event to each sink that has not taken it if it settled,
-    /// else puts them off. Whether an event was delivered.
-    async fn deliver(&self, mut deliveries: Deliveries, rev: u64) -> Result<bool, StoreError> {
+    /// else puts them off. What the tries came to.
+    async fn deliver(&self, mut deliveries: Deliveries, rev: u64) -> Result<Tried, StoreError> {
         let now = self.clock.now();
         let job = self
             .store
@@ -184,8 +252,9 @@ impl Engine {
             + Duration::seconds(1);
         deliveries.due_at = Some(claim);
         if !self.store.put_deliveries(&deliveries, rev).await? {
-            return Ok(false);
+            return Ok(Tried::Nothing);
         }
+        let began = std::time::Instant::now();
         let tried = join_all(events.into_iter().map(|event| async {
             let outcome = match self.sinks.get(event.sink) {
                 Some(sink) => {
@@ -198,7 +267,13 @@ impl Engine {
             (event, outcome.error().map(str::to_owned))
         }))
         .await;
-        self.record(deliveries, rev + 1, claim, tried).await
+        let took = began.elapsed();
+        let delivered = self.record(deliveries, rev + 1, claim, tried).await?;
+        Ok(if delivered {
+            Tried::Delivered(took)
+        } else {
+            Tried::Failed
+        })
     }
 
     /// Nothing to send now: the deliveries are next due at `at` (`None`: when a write ends the job again).
@@ -207,10 +282,10 @@ impl Engine {
         mut deliveries: Deliveries,
         rev: u64,
         at: Option<Timestamp>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Tried, StoreError> {
         deliveries.due_at = at;
         self.store.put_deliveries(&deliveries, rev).await?;
-        Ok(false)
+        Ok(Tried::Nothing)
     }
 
     /// Counts a try of `event` and logs what it came to.

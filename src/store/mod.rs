@@ -475,7 +475,9 @@ pub trait EventStore: Send + Sync + Debug {
     /// Stores `deliveries` if they are still at revision `rev` (compare-and-swap); whether they were written.
     async fn put_deliveries(&self, deliveries: &Deliveries, rev: u64) -> Result<bool, StoreError>;
 
-    /// Deliveries due at `now` (of jobs not expired), soonest first, at most `limit`.
+    /// Deliveries due at `now` (of jobs not expired), at most `limit`, and of each owner at most its fair share of
+    /// them ([`crate::domain::event::fair_share`] among the owners with some due), each owner's soonest first: one
+    /// owner's backlog never stands in the way of another owner's events.
     async fn due_deliveries(
         &self,
         now: Timestamp,

@@ -134,6 +134,7 @@ macro_rules! conformance_suite {
             a_manual_attempt_is_held_to_the_owners_live_jobs,
             a_spent_budget_stops_manual_attempts_and_failover,
             a_budget_moved_from_day_to_month_is_held_that_month,
+            one_owners_slow_endpoint_never_delays_another_owners_events,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -338,3 +338,61 @@ pub async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobStore>, 
         println!("{name}: {n} creates, the ledger at most {largest} bytes");
     }
 }
+
+/// One owner's endpoint that never answers in time, with a backlog longer than a sweep's batch, never delays
+/// another owner's event: each owner is listed its fair share of the batch, a few of one endpoint's tries run at
+/// once, and a failing endpoint starts no more tries in that batch. The other owner's event goes out in the first
+/// batch; the failing endpoint is tried no more than its share at once.
+pub async fn one_owners_slow_endpoint_never_delays_another_owners_events(store: Arc<dyn JobStore>) {
+    let alices = StandIn::answering(summary("heard")).await;
+    let never = Gate::new();
+    let bobs = StandIn::spawn(vec![], Reply::Held(never)).await;
+    let unused = StandIn::answering(summary("B")).await;
+    let rig = Rig::configured(
+        store,
+        openai(unused.base_url()),
+        openai(unused.base_url()),
+        |config| {
+            config.allow_private_endpoints = true;
+            config.event_timeout_ms = 200;
+        },
+    )
+    .sweeping(20);
+    let (alice, bob) = (
+        onejob::domain::Owner::parse("alice").unwrap(),
+        onejob::domain::Owner::parse("bob").unwrap(),
+    );
+    for (owner, receiver) in [(&alice, &alices), (&bob, &bobs)] {
+        let url = format!("{}/chat/completions", receiver.base_url());
+        let url = rig.engine.check_endpoint(&url).await.unwrap();
+        rig.engine.put_endpoint(owner, url).await.unwrap();
+    }
+    let settle = |owner: &onejob::domain::Owner, key: String| {
+        let new = onejob::domain::NewJob {
+            owner: owner.clone(),
+            ..rig.intent(&key)
+        };
+        let (engine, owner) = (rig.engine.clone(), owner.clone());
+        async move {
+            let job = engine.create_job(new).await.unwrap().job().clone();
+            (engine.cancel_job(&Actor::Owner(owner), &job.id, None).await).unwrap();
+        }
+    };
+    for i in 0..50 {
+        settle(&bob, format!("bob-{i}")).await;
+    }
+    settle(&alice, "alice-1".into()).await;
+    let batch = rig.engine.deliver_batch().await.unwrap();
+    assert_eq!(
+        alices.call_count(),
+        1,
+        "alice's event went out in the first batch"
+    );
+    assert_eq!(batch.counted, 1);
+    assert!(
+        bobs.call_count() <= onejob::domain::event::ENDPOINT_IN_FLIGHT,
+        "bob's endpoint was tried {} times at once",
+        bobs.call_count()
+    );
+    assert!(batch.listed <= 20, "{batch:?}");
+}

@@ -120,6 +120,21 @@ pub fn backoff(base: Duration, cap: Duration, tries: u32) -> Duration {
     (base * factor).min(cap)
 }
 
+/// How many tries of one owner's endpoint run at once. Every owner's endpoint gets this many a batch at least,
+/// however long another owner's backlog is: one slow or failing endpoint takes its own share of a batch, never the
+/// others' (what the deliverer holds to: `engine::deliveries`).
+pub const ENDPOINT_IN_FLIGHT: usize = 4;
+
+/// Each owner's share of a batch of `limit` deliveries when `owners` owners have some due: an equal part, and at
+/// least [`ENDPOINT_IN_FLIGHT`] — a lone owner gets the whole batch, a crowd gets a few each. The stores list at
+/// most this many of each owner's due deliveries, soonest first (the fairness is the listing's: one owner's backlog
+/// never stands before another owner's event).
+pub fn fair_share(limit: usize, owners: usize) -> usize {
+    (limit / owners.max(1))
+        .max(ENDPOINT_IN_FLIGHT)
+        .min(limit.max(1))
+}
+
 /// What the deliverer does with a job's deliveries when they are due.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Due {

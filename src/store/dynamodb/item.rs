@@ -216,7 +216,7 @@ pub(super) fn encode(job: &Job, rev: i64) -> Item {
                 Sweep::Started,
                 live.lease_expires_at.unwrap_or(job.updated_at),
             )),
-            Sweep::Events | Sweep::Unknown | Sweep::Failed => None,
+            Sweep::Events | Sweep::Lanes | Sweep::Unknown | Sweep::Failed => None,
         })
         // A job that needs a person, by when it came to: the operators' view.
         .or(match job.status() {

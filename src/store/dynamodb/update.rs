@@ -15,8 +15,13 @@ pub(super) enum Sweep {
     Queued,
     /// A `started` attempt of a job not cancelled, by the end of its lease.
     Started,
-    /// A job's deliveries of completion events, by when they are due (their item, not the job's).
+    /// A job's deliveries of completion events, by when they are due (their item, not the job's), where their owner
+    /// has no endpoint (only the bus hears of its jobs) or they were armed before each owner had a lane.
     Events,
+    /// An owner's lane of deliveries (its endpoint's item), by when the lane is next due: the deliveries of an owner
+    /// with an endpoint are in a lane of their own (`LANE#<owner>`), so that no owner's backlog stands before another
+    /// owner's events.
+    Lanes,
     /// A job `unknown` (its live attempt may still be working) or `failed`, that needs a person: by when it came
     /// to be so (the operators' view).
     Unknown,
@@ -29,6 +34,7 @@ impl Sweep {
             Self::Queued => "QUEUED",
             Self::Started => "STARTED",
             Self::Events => "EVENTS",
+            Self::Lanes => "LANES",
             Self::Unknown => "UNKNOWN",
             Self::Failed => "FAILED",
         }
@@ -141,8 +147,12 @@ fn contains_placeholder(text: &str, placeholder: &str) -> bool {
 }
 
 pub(super) fn sweep_key(kind: Sweep, id: &JobId) -> String {
-    let shard = id
-        .intent()
+    sharded(kind, id.intent())
+}
+
+/// The sweep index's partition of `kind` that `text` falls in.
+pub(super) fn sharded(kind: Sweep, text: &str) -> String {
+    let shard = text
         .bytes()
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
         % SWEEP_SHARDS;

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::SqliteStore;
 use super::rows::{corrupt, from_json, json_text, millis, parse_job_id};
-use crate::domain::event::event_id;
+use crate::domain::event::{event_id, fair_share};
 use crate::domain::{Deliveries, Endpoint, Job, JobId, Owner, Timestamp};
 use crate::store::{EventStore, StoreError};
 
@@ -149,11 +149,20 @@ impl EventStore for SqliteStore {
     ) -> Result<Vec<(Deliveries, u64)>, StoreError> {
         let now = now.timestamp_millis();
         self.read(move |conn| {
+            let owners: i64 = conn
+                .prepare_cached(
+                    "SELECT COUNT(DISTINCT owner) FROM deliveries WHERE due_at <= ?1 AND expires_at > ?1",
+                )?
+                .query_row([now], |row| row.get(0))?;
+            let share = fair_share(limit, usize::try_from(owners).unwrap_or(usize::MAX));
             conn.prepare_cached(&format!(
-                "SELECT {DELIVERIES_ROW} FROM deliveries \
-                 WHERE due_at <= ?1 AND expires_at > ?1 ORDER BY due_at LIMIT ?2"
+                "SELECT {DELIVERIES_ROW} FROM ( \
+                   SELECT {DELIVERIES_ROW}, \
+                          ROW_NUMBER() OVER (PARTITION BY owner ORDER BY due_at, job) AS place \
+                   FROM deliveries WHERE due_at <= ?1 AND expires_at > ?1) \
+                 WHERE place <= ?3 ORDER BY due_at LIMIT ?2"
             ))?
-            .query_map(params![now, limit as i64], DeliveriesRow::read)?
+            .query_map(params![now, limit as i64, share as i64], DeliveriesRow::read)?
             .map(|row| {
                 row.map_err(StoreError::from)
                     .and_then(DeliveriesRow::decode)
