@@ -6,6 +6,7 @@ prints, as shell assignments, the table and the queues it made, for the test sui
 Usage: python infra/stack.py ENDPOINT_URL [TEMPLATE]
 """
 
+import ast
 import json
 import os
 import sys
@@ -221,8 +222,36 @@ def create(endpoint, template):
             functions[r["LogicalResourceId"]] = {
                 "environment": found.get("Environment", {}).get("Variables", {}),
                 "layers": [layer["Arn"] for layer in found.get("Layers", [])],
+                "grants": grants(iam, found["Role"].rsplit("/", 1)[-1], outputs["JobsTableName"]),
             }
     return outputs, functions
+
+
+def grants(iam, role, table):
+    """What a function's role may do, as IAM holds it: each allowed action with the resources it is allowed on,
+    the table's named `table` and its indexes `index/<name>`, any other resource by its ARN."""
+    def named(arn):
+        prefix = f":table/{table}"
+        if prefix not in arn:
+            return arn
+        rest = arn.split(prefix, 1)[1]
+        return "table" if rest == "" else rest.lstrip("/")
+    allowed = []
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        if isinstance(document, str):
+            # moto keeps a stack's inline policy as Python's text of it, not JSON.
+            try:
+                document = json.loads(document)
+            except json.JSONDecodeError:
+                document = ast.literal_eval(document)
+        for statement in document["Statement"]:
+            if statement.get("Effect") != "Allow":
+                continue
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            allowed.append({"actions": actions, "resources": [named(r) for r in resources]})
+    return allowed
 
 
 def main():

@@ -2,6 +2,7 @@
 //! moto) and a provider stand-in: api create → message on the queue → worker batch (with a duplicate) → api get.
 
 mod deploy;
+mod grants;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -147,7 +148,7 @@ fn api_config() -> Config {
 
 /// Runs an API Gateway event through the api function on `engine`, as `lambda_http::run` does: the status and the
 /// body text.
-async fn call_api(engine: &Arc<Engine>, event: Value) -> (u16, String) {
+pub(crate) async fn call_api(engine: &Arc<Engine>, event: Value) -> (u16, String) {
     let request: LambdaRequest = serde_json::from_value(event).unwrap();
     let mut function = Adapter::from(lambda::api(engine.clone(), &api_config()));
     let response = function
@@ -161,7 +162,11 @@ async fn call_api(engine: &Arc<Engine>, event: Value) -> (u16, String) {
 
 /// The messages on the queue at `queue_url`, as the SQS event a worker would get: each real message `copies` times
 /// (a duplicate delivery after the first).
-async fn received(sqs: &aws_sdk_sqs::Client, queue_url: &str, copies: usize) -> SqsEvent {
+pub(crate) async fn received(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    copies: usize,
+) -> SqsEvent {
     let received = sqs
         .receive_message()
         .queue_url(queue_url)
@@ -415,7 +420,7 @@ async fn a_request_without_jwt_claims_is_unauthorized() {
 }
 
 /// An API Gateway event of `method` on `path` (with its query), from a caller whose verified claims are `claims`.
-fn api_call(method: &str, path: &str, claims: Value) -> Value {
+pub(crate) fn api_call(method: &str, path: &str, claims: Value) -> Value {
     let mut call = event("api-get.json");
     let (bare, query) = path.split_once('?').unwrap_or((path, ""));
     call["rawPath"] = json!(bare);

@@ -293,3 +293,76 @@ pub async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<serde_json
         }
     }
 }
+
+/// What a client sent, request by request, as IAM names it: the action (`dynamodb:Query`) and, for DynamoDB, the
+/// resource it acts on (`table`, or `index/<name>` for a query of an index).
+pub type Sent = std::collections::BTreeSet<(String, String)>;
+
+/// An HTTP client that records every request an SDK client sends through it ([`Sent`]), then sends it on with
+/// onejob's own client: what a function's code asks of AWS, as its role must allow.
+#[derive(Debug, Clone, Default)]
+pub struct Recording {
+    sent: Arc<std::sync::Mutex<Sent>>,
+}
+
+impl Recording {
+    /// `aws` with its requests recorded here.
+    pub fn config(&self, aws: &SdkConfig) -> SdkConfig {
+        aws.to_builder()
+            .http_client(aws_smithy_runtime_api::client::http::SharedHttpClient::new(
+                self.clone(),
+            ))
+            .build()
+    }
+
+    pub fn sent(&self) -> Sent {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+impl aws_smithy_runtime_api::client::http::HttpClient for Recording {
+    fn http_connector(
+        &self,
+        settings: &aws_smithy_runtime_api::client::http::HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> aws_smithy_runtime_api::client::http::SharedHttpConnector {
+        let inner = onejob::startup::https_client().http_connector(settings, components);
+        aws_smithy_runtime_api::client::http::SharedHttpConnector::new(RecordingConnector {
+            inner,
+            sent: self.sent.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct RecordingConnector {
+    inner: aws_smithy_runtime_api::client::http::SharedHttpConnector,
+    sent: Arc<std::sync::Mutex<Sent>>,
+}
+
+impl aws_smithy_runtime_api::client::http::HttpConnector for RecordingConnector {
+    fn call(
+        &self,
+        request: aws_smithy_runtime_api::client::orchestrator::HttpRequest,
+    ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+        let target = request.headers().get("x-amz-target").unwrap_or_default();
+        let (service, operation) = target.split_once('.').unwrap_or(("", target));
+        let body: serde_json::Value =
+            serde_json::from_slice(request.body().bytes().unwrap_or_default()).unwrap_or_default();
+        let (action, resource) = match service {
+            s if s.starts_with("DynamoDB") => {
+                let resource = match body["IndexName"].as_str() {
+                    Some(index) => format!("index/{index}"),
+                    None => "table".to_owned(),
+                };
+                (format!("dynamodb:{operation}"), resource)
+            }
+            "AmazonSQS" => (format!("sqs:{operation}"), "queue".to_owned()),
+            "secretsmanager" => (format!("secretsmanager:{operation}"), "secret".to_owned()),
+            "AWSEvents" => (format!("events:{operation}"), "bus".to_owned()),
+            other => (format!("{other}:{operation}"), String::new()),
+        };
+        self.sent.lock().unwrap().insert((action, resource));
+        self.inner.call(request)
+    }
+}
