@@ -1,5 +1,6 @@
-//! What an owner's intents cost, by day and contract: summed from the jobs themselves, whose attempts keep their
-//! usage and cost, so that a billing export agrees with every job's bill. A job counts on the day (UTC) it was
+//! What an owner's intents cost, by day and contract: summed from the jobs' bills — their attempts, which keep their
+//! usage and cost — so that a billing export agrees with every job's bill; read without the jobs' inputs and
+//! results (`JobStore::list_bills`). A job counts on the day (UTC) it was
 //! created. A report reads at most [`Usage::MAX_JOBS`] jobs; a longer range is answered from its last day back,
 //! in whole days, with the day to continue from.
 
@@ -102,7 +103,7 @@ impl Engine {
                 cursor: cursor.take(),
                 created_before: Some(end),
             };
-            let page = self.store.list_jobs(owner, &query, now).await?;
+            let page = self.store.list_bills(owner, &query, now).await?;
             for job in &page.jobs {
                 if job.created_at < start {
                     break 'pages;

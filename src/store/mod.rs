@@ -242,6 +242,16 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         now: Timestamp,
     ) -> Result<JobPage, StoreError>;
 
+    /// [`JobStore::list_jobs`], each job without its input and its result (both null): what its bill is made of
+    /// (its attempts, their usage and cost), without what an owner's inputs and answers weigh. A usage report reads
+    /// thousands of jobs; it never reads an input kept apart.
+    async fn list_bills(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError>;
+
     /// `started` attempts whose lease ended before `now` (in jobs not cancelled, not expired), oldest lease first,
     /// at most `limit`.
     async fn expired_leases(

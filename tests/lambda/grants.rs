@@ -62,11 +62,7 @@ fn granted() -> Option<BTreeMap<String, Vec<Statement>>> {
 }
 
 /// What of `sent` no statement of `function`'s allows.
-fn denied(
-    grants: &BTreeMap<String, Vec<Statement>>,
-    function: &str,
-    sent: &Sent,
-) -> Vec<String> {
+fn denied(grants: &BTreeMap<String, Vec<Statement>>, function: &str, sent: &Sent) -> Vec<String> {
     let statements = &grants[function];
     sent.iter()
         .filter(|(action, resource)| {

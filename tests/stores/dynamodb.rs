@@ -9,7 +9,7 @@ use crate::support::aws::{
 };
 use onejob::domain::{CallReport, Completion, Fingerprint, JobCancel};
 use onejob::store::dynamodb::DynamoStore;
-use onejob::store::{CreateOutcome, JobStore, ProviderStore};
+use onejob::store::{CreateOutcome, JobStore, ListQuery, ProviderStore};
 use serde_json::json;
 
 /// A store on a fresh table, and the counter of the requests its client sends.
@@ -235,6 +235,32 @@ async fn a_large_input_is_written_once() {
 
     let keys = table.keys().await;
     assert_eq!(keys.len(), 2, "the job and its input: {keys:?}");
+
+    // A listing for bills (usage) reads the job, never its input kept apart: one query, one read.
+    let query = ListQuery {
+        status: None,
+        limit: 10,
+        cursor: None,
+        created_before: None,
+    };
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let bills = store
+        .list_bills(&owner, &query, at(3_600_000))
+        .await
+        .unwrap();
+    spent(2, "a listing for bills", &mut last);
+    let billed = &bills.jobs[0];
+    assert_eq!(
+        (billed.input.clone(), billed.result.clone()),
+        (json!(null), None)
+    );
+    assert_eq!(billed.attempts, done.attempts);
+    let listed = store
+        .list_jobs(&owner, &query, at(3_600_000))
+        .await
+        .unwrap();
+    spent(3, "a listing with inputs", &mut last);
+    assert_eq!(listed.jobs[0].input, input);
 }
 
 /// Invariant 11's price: a write repeated with its token after its answer was lost costs one request — the failed

@@ -368,6 +368,15 @@ impl JobStore for FaultyStore {
         self.inner.list_jobs(owner, query, now).await
     }
 
+    async fn list_bills(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        self.inner.list_bills(owner, query, now).await
+    }
+
     async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {
         let call = match write.transition {
             Transition::AddAttempt { .. } => Call::AddAttempt,

@@ -48,6 +48,91 @@ impl DynamoStore {
         Ok(Some(item))
     }
 
+    /// The owner's jobs not expired by `now`, newest first, a page of `query`, as their items hold them (an input
+    /// kept apart not read), and the next page's cursor.
+    async fn listed(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<(Vec<Decoded>, Option<Cursor>), StoreError> {
+        let mut jobs = Vec::new();
+        let mut start = query.cursor.as_ref().map(|c| {
+            HashMap::from([
+                ("pk".to_owned(), s(c.id.intent())),
+                ("owner".to_owned(), s(owner.as_str())),
+                (
+                    "created_key".to_owned(),
+                    s(&created_key(c.created_at_ms, &c.id)),
+                ),
+            ])
+        });
+        // The index holds keys only: the items of each page of keys are read, and the status is the job's own.
+        // A filter may leave pages short: keep reading until the page is full or the owner has no more.
+        // Before a moment: a key made at it (`<ms>#<id>`) sorts after its bare time.
+        let before = (query.created_before).map(|t| s(&format!("{:013}", t.timestamp_millis())));
+        let condition = match before {
+            Some(_) => "#owner = :owner AND created_key < :before",
+            None => "#owner = :owner",
+        };
+        loop {
+            let mut request = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(OWNER_INDEX)
+                .key_condition_expression(condition)
+                .expression_attribute_names("#owner", "owner")
+                .expression_attribute_values(":owner", s(owner.as_str()));
+            if let Some(before) = &before {
+                request = request.expression_attribute_values(":before", before.clone());
+            }
+            let out = request
+                .scan_index_forward(false)
+                .limit((query.limit + 1) as i32)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            let entries: Vec<(String, String)> = out
+                .items()
+                .iter()
+                .filter_map(|entry| match (entry.get("pk"), entry.get("created_key")) {
+                    (Some(AttributeValue::S(pk)), Some(AttributeValue::S(key))) => {
+                        Some((pk.clone(), key.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let keys: Vec<String> = entries.iter().map(|(pk, _)| pk.clone()).collect();
+            for item in self.read_items(&keys).await? {
+                let decoded = decode_item(&item)?;
+                let job = &decoded.job;
+                // The entry names the incarnation it was made for; the item may hold a later one by now.
+                let listed = entries.iter().any(|(pk, key)| {
+                    *pk == job.id.intent()
+                        && *key == created_key(job.created_at.timestamp_millis(), &job.id)
+                });
+                if listed
+                    && job.owner == *owner
+                    && !job.is_expired(now)
+                    && query.status.is_none_or(|status| job.status() == status)
+                {
+                    jobs.push(decoded);
+                }
+            }
+            match out.last_evaluated_key {
+                Some(key) if jobs.len() <= query.limit => start = Some(key),
+                _ => break,
+            }
+        }
+        let next_cursor = (jobs.len() > query.limit).then(|| {
+            jobs.truncate(query.limit);
+            Cursor::after(&jobs.last().expect("limit is at least 1").job)
+        });
+        Ok((jobs, next_cursor))
+    }
+
     /// What a create finds when the intent already has a live job: that job answers — created (by this very
     /// write, repeated), replayed or in conflict. The same fingerprint means the same input, so only a conflict
     /// reads an input kept apart.
@@ -201,83 +286,27 @@ impl JobStore for DynamoStore {
         query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError> {
-        let mut jobs = Vec::new();
-        let mut start = query.cursor.as_ref().map(|c| {
-            HashMap::from([
-                ("pk".to_owned(), s(c.id.intent())),
-                ("owner".to_owned(), s(owner.as_str())),
-                (
-                    "created_key".to_owned(),
-                    s(&created_key(c.created_at_ms, &c.id)),
-                ),
-            ])
-        });
-        // The index holds keys only: the items of each page of keys are read, and the status is the job's own.
-        // A filter may leave pages short: keep reading until the page is full or the owner has no more.
-        // Before a moment: a key made at it (`<ms>#<id>`) sorts after its bare time.
-        let before = (query.created_before).map(|t| s(&format!("{:013}", t.timestamp_millis())));
-        let condition = match before {
-            Some(_) => "#owner = :owner AND created_key < :before",
-            None => "#owner = :owner",
-        };
-        loop {
-            let mut request = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(OWNER_INDEX)
-                .key_condition_expression(condition)
-                .expression_attribute_names("#owner", "owner")
-                .expression_attribute_values(":owner", s(owner.as_str()));
-            if let Some(before) = &before {
-                request = request.expression_attribute_values(":before", before.clone());
-            }
-            let out = request
-                .scan_index_forward(false)
-                .limit((query.limit + 1) as i32)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(sdk)?;
-            let entries: Vec<(String, String)> = out
-                .items()
-                .iter()
-                .filter_map(|entry| match (entry.get("pk"), entry.get("created_key")) {
-                    (Some(AttributeValue::S(pk)), Some(AttributeValue::S(key))) => {
-                        Some((pk.clone(), key.clone()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            let keys: Vec<String> = entries.iter().map(|(pk, _)| pk.clone()).collect();
-            for item in self.read_items(&keys).await? {
-                let decoded = decode_item(&item)?;
-                let job = &decoded.job;
-                // The entry names the incarnation it was made for; the item may hold a later one by now.
-                let listed = entries.iter().any(|(pk, key)| {
-                    *pk == job.id.intent()
-                        && *key == created_key(job.created_at.timestamp_millis(), &job.id)
-                });
-                if listed
-                    && job.owner == *owner
-                    && !job.is_expired(now)
-                    && query.status.is_none_or(|status| job.status() == status)
-                {
-                    jobs.push(decoded);
-                }
-            }
-            match out.last_evaluated_key {
-                Some(key) if jobs.len() <= query.limit => start = Some(key),
-                _ => break,
-            }
-        }
-        let next_cursor = (jobs.len() > query.limit).then(|| {
-            jobs.truncate(query.limit);
-            Cursor::after(&jobs.last().expect("limit is at least 1").job)
-        });
-        let jobs = self.with_inputs(jobs).await?;
+        let (listed, next_cursor) = self.listed(owner, query, now).await?;
+        let jobs = self.with_inputs(listed).await?;
         Ok(JobPage {
             jobs: jobs.into_iter().map(|d| d.job).collect(),
+            next_cursor,
+        })
+    }
+
+    async fn list_bills(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        let (listed, next_cursor) = self.listed(owner, query, now).await?;
+        let bare = |mut job: Job| {
+            (job.input, job.result) = (serde_json::Value::Null, None);
+            job
+        };
+        Ok(JobPage {
+            jobs: listed.into_iter().map(|d| bare(d.job)).collect(),
             next_cursor,
         })
     }

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use rusqlite::params;
 
 use super::rows::{
-    JOB_ROW, JobRow, attempt_refs, delete_jobs, insert_job, job_for_key, key_holder, load_job,
-    parse_job_id,
+    JOB_ROW, JOB_ROW_BARE, JobRow, attempt_refs, delete_jobs, insert_job, job_for_key, key_holder,
+    load_job, parse_job_id,
 };
 use super::{SqliteError, SqliteStore, owners};
 use crate::domain::{
@@ -39,6 +39,44 @@ impl SqliteStore {
     ) -> Result<Vec<AttemptRef>, StoreError> {
         self.read(move |conn| attempt_refs(conn, sql, before, now, limit))
             .await
+    }
+}
+
+impl SqliteStore {
+    /// The owner's jobs not expired by `now`, newest first, a page of `query`, each job read as `columns` says.
+    async fn listing(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+        columns: &'static str,
+    ) -> Result<JobPage, StoreError> {
+        let (owner, query) = (owner.clone(), query.clone());
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {columns} FROM jobs \
+                 WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
+                   AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) AND expires_at > ?6 \
+                   AND (?7 IS NULL OR created_at < ?7) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?5"
+            ))?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        owner.as_str(),
+                        query.status.map(JobStatus::as_str),
+                        query.cursor.as_ref().map(|c| c.created_at_ms),
+                        query.cursor.as_ref().map(|c| c.id.as_str().to_owned()),
+                        query.limit as i64 + 1,
+                        now.timestamp_millis(),
+                        query.created_before.map(|t| t.timestamp_millis()),
+                    ],
+                    JobRow::read,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            JobRow::page(rows, conn, query.limit, Cursor::after)
+        })
+        .await
     }
 }
 
@@ -148,32 +186,16 @@ impl JobStore for SqliteStore {
         query: &ListQuery,
         now: Timestamp,
     ) -> Result<JobPage, StoreError> {
-        let (owner, query) = (owner.clone(), query.clone());
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {JOB_ROW} FROM jobs \
-                 WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) \
-                   AND (?3 IS NULL OR (created_at, id) < (?3, ?4)) AND expires_at > ?6 \
-                   AND (?7 IS NULL OR created_at < ?7) \
-                 ORDER BY created_at DESC, id DESC LIMIT ?5"
-            ))?;
-            let rows = stmt
-                .query_map(
-                    params![
-                        owner.as_str(),
-                        query.status.map(JobStatus::as_str),
-                        query.cursor.as_ref().map(|c| c.created_at_ms),
-                        query.cursor.as_ref().map(|c| c.id.as_str().to_owned()),
-                        query.limit as i64 + 1,
-                        now.timestamp_millis(),
-                        query.created_before.map(|t| t.timestamp_millis()),
-                    ],
-                    JobRow::read,
-                )?
-                .collect::<Result<Vec<_>, _>>()?;
-            JobRow::page(rows, conn, query.limit, Cursor::after)
-        })
-        .await
+        self.listing(owner, query, now, JOB_ROW).await
+    }
+
+    async fn list_bills(
+        &self,
+        owner: &Owner,
+        query: &ListQuery,
+        now: Timestamp,
+    ) -> Result<JobPage, StoreError> {
+        self.listing(owner, query, now, JOB_ROW_BARE).await
     }
 
     async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {

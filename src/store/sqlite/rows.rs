@@ -18,6 +18,10 @@ pub(super) const JOB_COLUMNS: &str = "id, owner, idempotency_key, fingerprint, c
 pub(super) const JOB_ROW: &str = "id, owner, idempotency_key, fingerprint, contract, input, providers, version, \
                            completed_by, result, error, cancelled_at, created_at, updated_at, expires_at, cancelled_by, \
                            interventions, seq";
+/// [`JOB_ROW`] without what no bill needs, and an owner's inputs weigh: its input and its result read as null.
+pub(super) const JOB_ROW_BARE: &str = "id, owner, idempotency_key, fingerprint, contract, 'null', providers, \
+                           version, completed_by, NULL, error, cancelled_at, created_at, updated_at, expires_at, \
+                           cancelled_by, interventions, seq";
 pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of, \
                                request, cancelled_by";
