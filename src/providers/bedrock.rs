@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `ThrottlingException` (429), `ServiceUnavailableException` (503), `ModelNotReadyException` | `rate_limited`, `provider_unavailable` | not done: retried as a new attempt |
 //! | no connection, no credentials (nothing was sent) | `connection_failed` | not done: retried |
-//! | a connection lost after sending, a timeout, `ModelTimeoutException` (408) | `connection_lost`, `gateway_timeout` | may be done: `unknown` |
+//! | a connection lost after sending, a timeout, `ModelTimeoutException` (408), a gateway's 502, 504, 524 | `connection_lost`, `gateway_timeout` | may be done: `unknown` |
 //! | an answer cut off or unreadable (the SDK's `ResponseError`: the request went out) | `connection_lost` | may be done: `unknown` |
 //! | `InternalServerException` (500), `ModelErrorException` (424): the model may have run | `provider_error` | may be done: `unknown` |
 //! | another 5xx | `provider_error` | definite |
@@ -286,6 +286,8 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                 ConverseError::ThrottlingException(_) => "rate_limited",
                 ConverseError::ServiceUnavailableException(_)
                 | ConverseError::ModelNotReadyException(_) => "provider_unavailable",
+                // A gateway in front of Bedrock (a VPC endpoint, a proxy) that stopped waiting, as for HTTP kinds.
+                _ if super::http::is_gateway_timeout(status) => return lost("gateway_timeout"),
                 _ if status == 429 => "rate_limited",
                 _ if status >= 500 => "provider_error",
                 _ => "provider_refused",

@@ -143,7 +143,7 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     if status.is_success() {
         return Ok(text);
     }
-    if is_gateway_timeout(status) {
+    if is_gateway_timeout(status.as_u16()) {
         return Err(ProviderOutcome::Lost(ErrorInfo::new(
             "gateway_timeout",
             format!("HTTP {status} from a gateway: {}", snippet(&text)),
@@ -199,8 +199,8 @@ pub(crate) fn refused(code: &str, status: u16, text: &str, retry_after_s: Option
 
 /// A gateway that stopped waiting for the provider behind it: 408 Request Timeout, 502 Bad Gateway, 504 Gateway
 /// Timeout, and Cloudflare's 524 A Timeout Occurred.
-fn is_gateway_timeout(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 408 | 502 | 504 | 524)
+pub(crate) fn is_gateway_timeout(status: u16) -> bool {
+    matches!(status, 408 | 502 | 504 | 524)
 }
 
 /// The start of a text, for error messages.

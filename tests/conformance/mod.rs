@@ -9,6 +9,7 @@ pub mod faults;
 pub mod identity;
 pub mod model;
 pub mod promise;
+pub mod replies;
 pub mod results;
 pub mod shared;
 pub mod transitions;
@@ -20,6 +21,7 @@ pub use faults::*;
 pub use identity::*;
 pub use model::*;
 pub use promise::*;
+pub use replies::*;
 pub use results::*;
 pub use shared::*;
 pub use transitions::*;
@@ -135,6 +137,7 @@ macro_rules! conformance_suite {
             a_spent_budget_stops_manual_attempts_and_failover,
             a_budget_moved_from_day_to_month_is_held_that_month,
             one_owners_slow_endpoint_never_delays_another_owners_events,
+            every_reply_of_every_provider_kind_means_what_it_says_of_the_work,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -64,7 +64,13 @@ impl Rig {
         let (queue, messages) = LocalQueue::new(clock.clone());
         let engine = startup::engine(
             &config,
-            startup::providers(&config, &ProviderKeys::default(), clock.clone()).unwrap(),
+            // With AWS settings, signing as the Bedrock stand-ins check: a provider may be of any kind.
+            startup::providers(
+                &config,
+                &ProviderKeys::default().with_aws(super::stand_in::aws()),
+                clock.clone(),
+            )
+            .unwrap(),
             store.clone(),
             clock.clone(),
             Arc::new(queue),
