@@ -47,8 +47,8 @@ pub struct Fixture {
     /// second).
     pub model_cases: u32,
     /// How many creates the long-lived owner makes under each limit kind (`ONEJOB_LONG_OWNER` overrides it): 10,000
-    /// where a create takes a fraction of a millisecond, 600 on moto, where it takes three to seven requests of a
-    /// few milliseconds each, one at a time.
+    /// where a create takes a fraction of a millisecond, 150 on moto, whose one Python process answers a few dozen
+    /// creates a second under limits (the bound is the limit's, the same rule on every store: the domain's).
     pub long_owner_creates: usize,
     pub _keep: Box<dyn Any + Send>,
 }

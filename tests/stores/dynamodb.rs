@@ -79,7 +79,7 @@ async fn dynamodb() -> Option<Fixture> {
     Some(Fixture {
         store: Arc::new(store),
         model_cases: 12,
-        long_owner_creates: 600,
+        long_owner_creates: 150,
         _keep: Box::new(()),
     })
 }

@@ -127,12 +127,43 @@ pub const ENDPOINT_IN_FLIGHT: usize = 4;
 
 /// Each owner's share of a batch of `limit` deliveries when `owners` owners have some due: an equal part, and at
 /// least [`ENDPOINT_IN_FLIGHT`] — a lone owner gets the whole batch, a crowd gets a few each. The stores list at
-/// most this many of each owner's due deliveries, soonest first (the fairness is the listing's: one owner's backlog
-/// never stands before another owner's event).
+/// most this many of each owner's due deliveries, soonest first, taken in rounds ([`fair_batch`]): one owner's
+/// backlog never stands before another owner's event.
 pub fn fair_share(limit: usize, owners: usize) -> usize {
     (limit / owners.max(1))
         .max(ENDPOINT_IN_FLIGHT)
         .min(limit.max(1))
+}
+
+/// Of the deliveries due, named by their owner and when each is due, those a batch of `limit` takes: each owner's
+/// soonest, up to its [`fair_share`], taken in rounds — every owner's soonest first, then every owner's next —
+/// at most `limit` in all, so that every owner with something due (up to `limit` of them) has its soonest in the
+/// batch, however much another has due. What every store lists (`EventStore::due_deliveries`). The indexes of
+/// `due` taken, by round, then by when due.
+pub fn fair_batch<O: Ord>(due: &[(O, Timestamp)], limit: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..due.len()).collect();
+    order.sort_by(|a, b| (&due[*a].0, due[*a].1, a).cmp(&(&due[*b].0, due[*b].1, b)));
+    let owners = order
+        .windows(2)
+        .filter(|w| due[w[0]].0 != due[w[1]].0)
+        .count()
+        + usize::from(!due.is_empty());
+    let share = fair_share(limit, owners);
+    let mut ranked = Vec::new();
+    let mut rank = 0;
+    for (place, i) in order.iter().enumerate() {
+        rank = if place > 0 && due[order[place - 1]].0 == due[*i].0 {
+            rank + 1
+        } else {
+            0
+        };
+        if rank < share {
+            ranked.push((rank, *i));
+        }
+    }
+    ranked.sort_by_key(|(rank, i)| (*rank, due[*i].1, *i));
+    ranked.truncate(limit);
+    ranked.into_iter().map(|(_, i)| i).collect()
 }
 
 /// What the deliverer does with a job's deliveries when they are due.
@@ -363,5 +394,25 @@ mod tests {
             signature("key", at, b"{}"),
             "t=1700000000,v1=9d713ed406bb7076d4123f0dc2c39d2df5c654ed4b0cd56b52c8b4c940bd63ae"
         );
+    }
+}
+
+#[cfg(test)]
+mod fairness {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn a_batch_takes_every_owners_soonest_before_anyones_second() {
+        let at = |s: i64| Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap();
+        // Bob has five due, sooner than alice's one; a batch of two takes one of each.
+        let mut due: Vec<(&str, Timestamp)> = (0..5).map(|i| ("bob", at(i))).collect();
+        due.push(("alice", at(10)));
+        assert_eq!(fair_batch(&due, 2), [0, 5]);
+        // A lone owner gets the whole batch, soonest first.
+        assert_eq!(fair_batch(&due[..5], 3), [0, 1, 2]);
+        assert_eq!(fair_share(100, 1), 100);
+        assert_eq!(fair_share(100, 50), ENDPOINT_IN_FLIGHT);
+        assert!(fair_batch::<&str>(&[], 10).is_empty());
     }
 }

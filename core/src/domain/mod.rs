@@ -9,7 +9,8 @@
 //! - [`report`]: the bounded error and call report kept on an attempt; [`bill`]: what an intent cost.
 //! - [`ids`], [`fingerprint`], [`qualification`]: names, the intent's fingerprint, providers' standing.
 //! - [`breaker`]: a provider's breaker, shared by every worker through the store.
-//! - [`limits`]: what one owner may start (live jobs, creates a minute, a budget), and its ledger.
+//! - [`limits`]: what one owner may start (live jobs, creates a minute, a budget), and its ledger; [`slots`]: a
+//!   provider's calls in flight.
 //! - [`event`]: completion events, their endpoint, signature and deliveries.
 //! - [`time`]: the one `Timestamp` every part keeps.
 
@@ -25,6 +26,7 @@ pub mod job;
 pub mod limits;
 pub mod qualification;
 pub mod report;
+pub mod slots;
 pub mod status;
 pub mod time;
 pub mod transition;
@@ -50,6 +52,7 @@ pub use limits::{
 };
 pub use qualification::{ContractStanding, Qualification, RunEvidence, Standing, Suspicion};
 pub use report::{CallReport, ErrorInfo};
+pub use slots::CallSlots;
 pub use status::JobStatus;
 pub use time::Timestamp;
 pub use transition::{Applied, Transition};

@@ -10,8 +10,11 @@
 //! - `deeper` (ignored): larger fault budgets, as `ONEJOB_MODEL` says (`deep`, or `simulate` for random walks).
 
 mod bugs;
+mod fairness;
 mod model;
+mod owners;
 mod properties;
+mod slots;
 mod steps;
 mod world;
 
@@ -196,6 +199,159 @@ fn each_broken_variant_is_caught() {
             .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
         println!("{bug:?} breaks {property:?}:\n{}", explain(&model, path));
     }
+}
+
+/// Checks `model` (of the shared state: owners' limits, call slots, fair deliveries) breadth first to its end, or
+/// until `until` is found; prints what it explored.
+fn check_shared<M>(name: &str, model: M, until: Option<&'static str>) -> impl Checker<M> + use<M>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Clone + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + PartialEq + Send + Sync,
+{
+    let started = Instant::now();
+    let mut builder = model
+        .checker()
+        .threads(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if let Some(property) = until {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([property].into()));
+    }
+    let checker = builder.spawn_bfs().join();
+    println!(
+        "{name}: {} states ({} unique), depth {}, in {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+/// Fails naming each of `musts` the checker found broken (with the discovery's last state), and each of `reached`
+/// it never reached.
+fn assert_shared<M: Model>(
+    checker: &impl Checker<M>,
+    musts: &[&'static str],
+    reached: &[&'static str],
+) where
+    M::State: std::fmt::Debug + Clone + PartialEq,
+    M::Action: std::fmt::Debug + Clone + PartialEq,
+{
+    let broken: Vec<String> = (checker.discoveries().into_iter())
+        .filter(|(name, _)| musts.contains(name))
+        .map(|(name, path)| {
+            format!(
+                "{name}: {:?}\n  by {:?}",
+                path.last_state().clone(),
+                path.into_actions()
+            )
+        })
+        .collect();
+    assert!(broken.is_empty(), "broken:\n{}", broken.join("\n\n"));
+    for property in reached {
+        assert!(
+            checker.discovery(property).is_some(),
+            "never reached: {property}"
+        );
+    }
+}
+
+fn owners(limited: owners::Limited) -> owners::Owners {
+    owners::Owners {
+        limited,
+        faults: 1,
+        slow_puts: 1,
+        max_clock: 3,
+        bug: None,
+    }
+}
+
+fn slots() -> slots::Slots {
+    slots::Slots {
+        duplicates: 1,
+        crashes: 1,
+        max_clock: 5,
+        bug: None,
+    }
+}
+
+fn fairness() -> fairness::Fairness {
+    fairness::Fairness {
+        max_clock: 8,
+        bug: None,
+    }
+}
+
+/// The state shared across owners and processes (invariants 18, 21): an owner's limits through two api processes
+/// (live jobs, budget, manual attempts and failover; creates a minute), a provider's call slots under duplicates,
+/// two owners' events through one deliverer — each model to its end.
+#[test]
+fn the_shared_state_holds() {
+    use owners::Limited;
+    for limited in [
+        Limited::Intake,
+        Limited::Attempts,
+        Limited::Budgeted,
+        Limited::Rate,
+    ] {
+        let checker = check_shared(&format!("owners, {limited:?}"), owners(limited), None);
+        let reached: &[&str] = match limited {
+            Limited::Intake => &[owners::REACHED_REFUSED, owners::REACHED_REPLAY],
+            Limited::Attempts | Limited::Budgeted => &[owners::REACHED_REFUSED],
+            Limited::Rate => &[owners::REACHED_REPLAY],
+        };
+        assert_shared(&checker, &owners::musts(), reached);
+    }
+    let checker = check_shared("call slots", slots(), None);
+    assert_shared(&checker, &[slots::IN_FLIGHT], &[slots::BOTH_CALLED]);
+    let checker = check_shared("deliveries, two owners", fairness(), None);
+    assert_shared(
+        &checker,
+        &[fairness::FIRST_BATCH, fairness::DELIVERED],
+        &[fairness::BOB_TRIED],
+    );
+}
+
+/// Each broken variant of the shared state is caught by the property it breaks.
+#[test]
+fn each_broken_shared_variant_is_caught() {
+    for bug in owners::Bug::ALL {
+        let (property, limited) = owners::caught_by(bug);
+        let model = owners::Owners {
+            bug: Some(bug),
+            ..owners(limited)
+        };
+        let checker = check_shared(&format!("{bug:?}"), model, Some(property));
+        let path = checker
+            .discovery(property)
+            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
+        println!(
+            "{bug:?} breaks {property:?} at depth {}",
+            path.into_actions().len()
+        );
+    }
+    let model = slots::Slots {
+        bug: Some(slots::Bug::FreeOnRefusedClaim),
+        ..slots()
+    };
+    let checker = check_shared("FreeOnRefusedClaim", model, Some(slots::IN_FLIGHT));
+    let path = (checker.discovery(slots::IN_FLIGHT)).expect("FreeOnRefusedClaim was not caught");
+    println!(
+        "FreeOnRefusedClaim breaks {:?} at depth {}",
+        slots::IN_FLIGHT,
+        path.into_actions().len()
+    );
+    let model = fairness::Fairness {
+        bug: Some(fairness::Bug::SoonestFirst),
+        ..fairness()
+    };
+    let checker = check_shared("SoonestFirst", model, Some(fairness::FIRST_BATCH));
+    let path = (checker.discovery(fairness::FIRST_BATCH)).expect("SoonestFirst was not caught");
+    println!(
+        "SoonestFirst breaks {:?} at depth {}",
+        fairness::FIRST_BATCH,
+        path.into_actions().len()
+    );
 }
 
 /// Deeper bounds, and long random walks: `ONEJOB_MODEL=deep` (to `ONEJOB_MODEL_DEPTH` steps, 15 unless set) or

@@ -286,17 +286,18 @@ impl EventStore for DynamoStore {
             }
         }
         let share = fair_share(limit, heads.len() + shared.len());
+        // Each owner's soonest first, in rounds, as `fair_batch` takes them.
         let mut due = Vec::new();
         for head in heads {
-            due.extend(self.lane(head, share, now).await?);
+            due.extend(self.lane(head, share, now).await?.into_iter().enumerate());
         }
         for (_, mut owned) in shared {
             owned.sort_by_key(|(d, _)| d.due_at);
-            due.extend(owned.into_iter().take(share));
+            due.extend(owned.into_iter().take(share).enumerate());
         }
-        due.sort_by_key(|(d, _)| d.due_at);
+        due.sort_by_key(|(rank, (d, _))| (*rank, d.due_at));
         due.truncate(limit);
-        Ok(due)
+        Ok(due.into_iter().map(|(_, due)| due).collect())
     }
 }
 

@@ -31,8 +31,8 @@ use super::item::decode_item;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, Item, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk};
 use crate::domain::{
-    Job, JobId, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, PeriodSpend, Place, ProviderName,
-    Spend, Timestamp, Within,
+    CallSlots, Job, JobId, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, PeriodSpend, Place,
+    ProviderName, Spend, Timestamp, Within,
 };
 use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
 
@@ -347,7 +347,8 @@ impl DynamoStore {
         Err(StoreError::Contended(key))
     }
 
-    /// Takes or frees `holder`'s slot of `provider`: `take` is `Some(slot)` to take one.
+    /// Takes or frees `holder`'s slot of `provider` (`take` is `Some(slot)` to take one), as [`CallSlots`] rules,
+    /// in a write guarded by the item's revision: whether `holder` holds one after a take.
     pub(super) async fn slot(
         &self,
         provider: &ProviderName,
@@ -361,18 +362,19 @@ impl DynamoStore {
             }
             let item = self.get(&key).await?.unwrap_or_default();
             let rev = number(&item, "rev");
-            let mut holders = times(&item, "holders", &key)?;
-            match take {
-                Some(CallSlot { cap, until, now }) => {
-                    holders.retain(|h, end| h != holder && *end > now.timestamp_millis());
-                    if holders.len() >= cap as usize {
-                        return Ok(false);
-                    }
-                    holders.insert(holder.to_owned(), until.timestamp_millis());
-                }
-                None if holders.remove(holder).is_none() => return Ok(true),
-                None => {}
-            }
+            let slots = CallSlots {
+                holders: times(&item, "holders", &key)?,
+            };
+            let after = match take {
+                Some(CallSlot { cap, until, now }) => match slots.take(holder, cap, until, now) {
+                    Some(after) => after,
+                    None => return Ok(false),
+                },
+                None => match slots.free(holder) {
+                    Some(after) => after,
+                    None => return Ok(true),
+                },
+            };
             let written = self
                 .client
                 .update_item()
@@ -382,7 +384,7 @@ impl DynamoStore {
                 .condition_expression("attribute_not_exists(rev) OR rev = :rev")
                 .expression_attribute_values(
                     ":holders",
-                    s(&serde_json::to_string(&holders).expect("a map")),
+                    s(&serde_json::to_string(&after.holders).expect("a map")),
                 )
                 .expression_attribute_values(":next", n(rev + 1))
                 .expression_attribute_values(":rev", n(rev))

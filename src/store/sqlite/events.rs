@@ -160,7 +160,7 @@ impl EventStore for SqliteStore {
                    SELECT {DELIVERIES_ROW}, \
                           ROW_NUMBER() OVER (PARTITION BY owner ORDER BY due_at, job) AS place \
                    FROM deliveries WHERE due_at <= ?1 AND expires_at > ?1) \
-                 WHERE place <= ?3 ORDER BY due_at LIMIT ?2"
+                 WHERE place <= ?3 ORDER BY place, due_at, job LIMIT ?2"
             ))?
             .query_map(params![now, limit as i64, share as i64], DeliveriesRow::read)?
             .map(|row| {

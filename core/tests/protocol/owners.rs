@@ -1,0 +1,651 @@
+//! An owner's limits, model-checked (invariant 18): creates through two api processes on one table, a manual
+//! attempt by the owner and one by an operator, workers whose answers spend and fail over, and the advisory writes
+//! that follow (spend, a freed place) — every write of the owner's ledger as the DynamoDB store makes it, the
+//! strictest: the domain's own [`OwnerLedger`] rules (`admit_create`, `admit_attempt`, `checked`, `released`,
+//! `spend`), applied to the stored ledger in a write guarded by its revision, which fails before it lands, or lands
+//! and loses its answer (then tried again). A job's put is conditional on its intent's item, and may be slow: it
+//! lands later, after the other process's whole create. A create that took its place puts its job within the
+//! minute a place counts unchecked (the api's write budget is seconds, its function's timeout thirty); a failover's
+//! read of the budget and its write are one step (as in SQLite's transaction; on DynamoDB a spend recorded between
+//! the two is seen by the next call's).
+
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+
+use chrono::Duration;
+use onejob_core::domain::{
+    Budget, Failover, IdempotencyKey, Job, LimitReached, Live, NewJob, OwnerLedger, OwnerLimits,
+    Period, ProviderName, Spend, Stamp, Transition, Within, WriteToken,
+};
+use stateright::{Model, Property};
+
+use crate::world::{Tick, at, intent};
+
+/// A tick of this model is thirty seconds: a place not known to hold is looked at again after two.
+const TICK_S: i64 = 30;
+
+fn now_of(tick: Tick) -> onejob_core::domain::Timestamp {
+    at(0) + Duration::seconds(TICK_S * i64::from(tick))
+}
+
+/// What the model runs, and under which limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limited {
+    /// One live job and a budget of 15 tokens a day: a double click of one intent through two api processes and a
+    /// create of another (nobody works the jobs).
+    Intake,
+    /// One live job, from one intent's job made and queued: workers answer and fail over, a create of another
+    /// intent, a manual attempt by the owner and one by an operator, and the freed places that follow.
+    Attempts,
+    /// A budget of 15 tokens a day and nothing else, from the same start: each answer spends 10, failover and the
+    /// manual attempts meet the spent budget.
+    Budgeted,
+    /// Two creates a minute and nothing else: the double click and the other create, each intent counted once,
+    /// its place gone once its create is written.
+    Rate,
+}
+
+/// A broken variant, behind a seam of this model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// A place is keyed by the request (as by a job id made from the request's time), not by the intent: the other
+    /// process's create of the same intent does not find it. Breaks "a replay is never refused" and "counted once".
+    PlaceByRequest,
+    /// A manual attempt is not held to the live jobs (it queues without taking a place). Breaks the live limit.
+    ManualUnheld,
+    /// Failover reads no budget. Breaks "no call past a spent budget".
+    FailoverIgnoresBudget,
+    /// A create's place is never let go without a live-jobs limit. Breaks "bounded by the limits".
+    PlacesKept,
+}
+
+impl Bug {
+    pub const ALL: [Self; 4] = [
+        Self::PlaceByRequest,
+        Self::ManualUnheld,
+        Self::FailoverIgnoresBudget,
+        Self::PlacesKept,
+    ];
+}
+
+#[derive(Debug, Clone)]
+pub struct Owners {
+    pub limited: Limited,
+    /// Store faults to inject (a write that fails before it lands, or lands and loses its answer), and slow puts.
+    pub faults: u8,
+    pub slow_puts: u8,
+    pub max_clock: Tick,
+    pub bug: Option<Bug>,
+}
+
+/// A create in an api process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// It reads the intent's item.
+    Read,
+    /// It holds its intent to the owner's limits (the ledger's guarded write); `faulted`: a try failed.
+    Hold { faulted: bool },
+    /// Its job's conditional put.
+    Put,
+    /// Its put is slow: in flight, it lands later.
+    Landing,
+    /// What it answers.
+    Answer(Answer),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Answer {
+    Created,
+    Replayed,
+    Refused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Request {
+    pub intent: u8,
+    /// Which process, and which request of the model: its token.
+    pub id: u8,
+    pub phase: Phase,
+}
+
+/// A manual attempt, by the owner (0) or an operator (1), on intent 0's job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Manual {
+    Idle,
+    /// Its place is held: the attempt's write is next.
+    Held,
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct World {
+    pub now: Tick,
+    pub ledger: OwnerLedger,
+    pub rev: u32,
+    /// The intents' items: intent 0, intent 1.
+    pub jobs: [Option<Job>; 2],
+    pub requests: Vec<Request>,
+    pub manual: [Manual; 2],
+    /// Jobs that ended whose place is yet to be freed: by intent, with the newest attempt of the write that ended
+    /// it (what the engine's release names).
+    pub frees: Vec<(u8, u32)>,
+    pub faults: u8,
+    pub slow_puts: u8,
+    pub ghost: Ghost,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    /// Every answer, by intent.
+    pub answers: [Vec<Answer>; 2],
+    /// A create refused while another create of its intent was past its hold (its job to come).
+    pub refused_replay: bool,
+    /// Times the ledger counted each intent among the minute's creates.
+    pub counted: [u8; 2],
+    /// A call ordered (a create admitted, a manual attempt or a failover queued) while the budget was spent.
+    pub past_budget: bool,
+    /// The tick of the last ledger write.
+    pub written_at: Tick,
+}
+
+impl Hash for World {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.now.hash(state);
+        format!("{:?}{:?}", self.ledger, self.jobs).hash(state);
+        self.rev.hash(state);
+        self.requests.hash(state);
+        self.manual.hash(state);
+        self.frees.hash(state);
+        self.faults.hash(state);
+        self.slow_puts.hash(state);
+        self.ghost.hash(state);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    Read(u8),
+    Hold(u8, bool),
+    Put(u8, bool),
+    Land(u8),
+    Answer(u8),
+    /// The worker answers intent `i`'s live attempt: a result, or a failure (with failover).
+    Work(u8, bool),
+    /// The `f`th pending release of a place.
+    Free(u8),
+    ManualHold(u8),
+    ManualAdd(u8),
+    Tick,
+}
+
+fn token(kind: u32, id: u8) -> WriteToken {
+    WriteToken::parse(&format!("{kind:08x}{id:08x}{:016x}", 0)).expect("32 hex digits")
+}
+
+/// The job of intent `i`: the shared payload under the key `order-<i>`.
+fn new_job(i: u8) -> NewJob {
+    NewJob {
+        idempotency_key: IdempotencyKey::parse(&format!("order-{i}")).expect("a key"),
+        ..intent(0, true)
+    }
+}
+
+/// What failover may do: `b` and `c` are qualified (so that a failover may meet a spent budget).
+fn failover(budget: Option<LimitReached>) -> Failover {
+    Failover {
+        qualified: ["b", "c"]
+            .map(|p| ProviderName::parse(p).expect("a name"))
+            .into(),
+        // One more than the chain: a manual attempt after the chain failed.
+        max_attempts: 4,
+        retry: None,
+        jitter_permille: 0,
+        budget,
+    }
+}
+
+impl Owners {
+    pub fn limits(&self) -> OwnerLimits {
+        let budget = Some(Budget {
+            period: Period::Day,
+            tokens: Some(15),
+            cost: None,
+        });
+        match self.limited {
+            Limited::Intake => OwnerLimits {
+                live_jobs: Some(1),
+                creates_per_minute: None,
+                budget,
+            },
+            Limited::Attempts => OwnerLimits {
+                live_jobs: Some(1),
+                ..OwnerLimits::default()
+            },
+            Limited::Budgeted => OwnerLimits {
+                budget,
+                ..OwnerLimits::default()
+            },
+            Limited::Rate => OwnerLimits {
+                creates_per_minute: Some(2),
+                ..OwnerLimits::default()
+            },
+        }
+    }
+
+    fn has(&self, bug: Bug) -> bool {
+        self.bug == Some(bug)
+    }
+
+    /// Where intent `i`'s create takes its place: the intent's item key (a request's, under the bug).
+    fn place(&self, i: u8, request: u8) -> String {
+        let id =
+            onejob_core::domain::JobId::intent_of(&new_job(i).owner, &new_job(i).idempotency_key);
+        if self.has(Bug::PlaceByRequest) {
+            format!("{id}@{request}")
+        } else {
+            id
+        }
+    }
+
+    fn live(job: &Option<Job>) -> bool {
+        job.as_ref().is_some_and(|j| j.live_attempt().is_some())
+    }
+
+    /// What the ledger says of a write once the places it asks about are checked against their jobs.
+    fn within(&self, w: &World, ask: impl Fn(&OwnerLedger) -> Within) -> (OwnerLedger, Within) {
+        let mut ledger = w.ledger.clone();
+        loop {
+            match ask(&ledger) {
+                Within::Check(intents) => {
+                    let holding: BTreeSet<String> = (0..2u8)
+                        .filter(|i| Self::live(&w.jobs[usize::from(*i)]))
+                        .map(|i| self.place(i, 0))
+                        .collect();
+                    ledger = ledger.checked(&intents, &holding, now_of(w.now));
+                }
+                within => return (ledger, within),
+            }
+        }
+    }
+
+    fn store_ledger(&self, w: &mut World, ledger: OwnerLedger) {
+        w.ledger = ledger;
+        w.rev += 1;
+        w.ghost.written_at = w.now;
+    }
+
+    fn spent(&self, w: &World) -> Option<LimitReached> {
+        self.limits().spent(&w.ledger, now_of(w.now))
+    }
+}
+
+impl Model for Owners {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        // Two api processes take a double click of intent 0 (requests 0 and 1); intent 1 is created by a third
+        // request (2). From intent 0's job made, only the third.
+        let made = matches!(self.limited, Limited::Attempts | Limited::Budgeted);
+        let requests: Vec<Request> = [(0, 0), (0, 1), (1, 2)]
+            .into_iter()
+            .filter(|(intent, _)| !made || *intent == 1)
+            .map(|(intent, id)| Request {
+                intent,
+                id,
+                phase: Phase::Read,
+            })
+            .collect();
+        let mut ledger = OwnerLedger::default();
+        let mut jobs = [None, None];
+        if made {
+            let within =
+                ledger.admit_create(&self.place(0, 0), &self.limits(), now_of(0), Live::Places);
+            let Within::Yes(after) = within else {
+                unreachable!("the first create is admitted")
+            };
+            ledger = after.unwrap_or(ledger);
+            let stamp = Stamp::new(token(1, 0), now_of(0));
+            jobs[0] = Some(Job::new(new_job(0), Duration::days(30), &stamp));
+        }
+        vec![World {
+            now: 0,
+            ledger,
+            rev: u32::from(made),
+            jobs,
+            requests,
+            manual: [Manual::Idle; 2],
+            frees: Vec::new(),
+            faults: self.faults,
+            slow_puts: self.slow_puts,
+            ghost: Ghost::default(),
+        }]
+    }
+
+    fn actions(&self, w: &World, actions: &mut Vec<Action>) {
+        for (r, request) in (0u8..).zip(&w.requests) {
+            match request.phase {
+                Phase::Read => actions.push(Action::Read(r)),
+                Phase::Hold { .. } => {
+                    actions.push(Action::Hold(r, false));
+                    if w.faults > 0 {
+                        actions.push(Action::Hold(r, true));
+                    }
+                }
+                Phase::Put => {
+                    actions.push(Action::Put(r, false));
+                    if w.slow_puts > 0 {
+                        actions.push(Action::Put(r, true));
+                    }
+                }
+                Phase::Landing => actions.push(Action::Land(r)),
+                Phase::Answer(_) => actions.push(Action::Answer(r)),
+            }
+        }
+        let worked = matches!(self.limited, Limited::Attempts | Limited::Budgeted);
+        for i in (0..2u8).filter(|_| worked) {
+            if w.jobs[usize::from(i)]
+                .as_ref()
+                .and_then(Job::live_attempt)
+                .is_some()
+            {
+                actions.push(Action::Work(i, true));
+                actions.push(Action::Work(i, false));
+            }
+        }
+        actions.extend((0u8..).take(w.frees.len()).map(Action::Free));
+        if worked {
+            for (a, manual) in (0u8..).zip(&w.manual) {
+                let failed = w.jobs[0].as_ref().is_some_and(|j| {
+                    j.live_attempt().is_none()
+                        && j.status() == onejob_core::domain::JobStatus::Failed
+                });
+                // The operator's after the owner's: the two are the same write, as the owner's limits hold both.
+                let turn = a == 0 || w.manual[0] == Manual::Done;
+                match manual {
+                    Manual::Idle if failed && turn => actions.push(Action::ManualHold(a)),
+                    Manual::Held => actions.push(Action::ManualAdd(a)),
+                    _ => {}
+                }
+            }
+        }
+        // An api request — a create from its first read to its put's landing, a manual attempt from its hold to its
+        // write — ends within the minute a place counts unchecked (its write budget is seconds, its function's
+        // timeout thirty): the clock does not pass that minute while one is under way.
+        let putting = (w.requests.iter())
+            .any(|r| matches!(r.phase, Phase::Hold { .. } | Phase::Put | Phase::Landing));
+        let adding = w.manual.contains(&Manual::Held);
+        if w.now < self.max_clock && !putting && !adding {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &World, action: Action) -> Option<World> {
+        let mut w = last.clone();
+        let now = now_of(w.now);
+        match action {
+            Action::Read(r) => {
+                let request = w.requests[usize::from(r)];
+                let phase = match &w.jobs[usize::from(request.intent)] {
+                    Some(_) => Phase::Answer(Answer::Replayed),
+                    None => Phase::Hold { faulted: false },
+                };
+                w.requests[usize::from(r)].phase = phase;
+            }
+            Action::Hold(r, fault) => {
+                let request = w.requests[usize::from(r)];
+                let place = self.place(request.intent, request.id);
+                let limits = self.limits();
+                let (checked, within) =
+                    self.within(&w, |l| l.admit_create(&place, &limits, now, Live::Places));
+                let phase = match within {
+                    Within::Yes(after) => {
+                        if let Some(after) = after {
+                            let before = match after.window_ms == checked.window_ms {
+                                true => checked.window_creates,
+                                false => 0,
+                            };
+                            if after.window_creates > before {
+                                w.ghost.counted[usize::from(request.intent)] += 1;
+                            }
+                            if fault {
+                                // It lands and its answer is lost: the next try reads it back.
+                                w.faults -= 1;
+                                self.store_ledger(&mut w, after);
+                                w.requests[usize::from(r)].phase = Phase::Hold { faulted: true };
+                                return Some(w);
+                            }
+                            self.store_ledger(&mut w, after);
+                        }
+                        Phase::Put
+                    }
+                    Within::Beyond(_) => {
+                        if checked != w.ledger {
+                            self.store_ledger(&mut w, checked);
+                        }
+                        // A create of this very intent may have landed meanwhile: a replay.
+                        match &w.jobs[usize::from(request.intent)] {
+                            Some(_) => Phase::Answer(Answer::Replayed),
+                            None => {
+                                // Refused while another create of the intent is past its hold: a replay refused.
+                                let replay = w.requests.iter().any(|o| {
+                                    o.intent == request.intent
+                                        && matches!(o.phase, Phase::Put | Phase::Landing)
+                                });
+                                w.ghost.refused_replay |= replay;
+                                Phase::Answer(Answer::Refused)
+                            }
+                        }
+                    }
+                    Within::Check(_) => unreachable!("checked above"),
+                };
+                w.requests[usize::from(r)].phase = phase;
+            }
+            Action::Put(r, slow) => {
+                if slow {
+                    w.slow_puts -= 1;
+                    w.requests[usize::from(r)].phase = Phase::Landing;
+                } else {
+                    self.put(&mut w, r);
+                }
+            }
+            Action::Land(r) => self.put(&mut w, r),
+            Action::Answer(r) => {
+                let request = w.requests.remove(usize::from(r));
+                let Phase::Answer(answer) = request.phase else {
+                    unreachable!("answering")
+                };
+                w.ghost.answers[usize::from(request.intent)].push(answer);
+            }
+            Action::Work(i, succeeds) => {
+                let budget = match self.has(Bug::FailoverIgnoresBudget) {
+                    true => None,
+                    false => self.spent(&w),
+                };
+                let spent = self.spent(&w).is_some();
+                let job = w.jobs[usize::from(i)].as_mut().expect("a live job");
+                let number = job.live_attempt().expect("live").number;
+                let stamp = Stamp::new(token(9, number as u8), now);
+                let claimed = Transition::Claim {
+                    number,
+                    lease_expires_at: now + Duration::minutes(5),
+                }
+                .apply(job, &stamp);
+                if claimed.is_err() {
+                    return None;
+                }
+                let answered = if succeeds {
+                    Transition::Complete {
+                        number,
+                        result: serde_json::json!({"summary": "done"}),
+                        report: Default::default(),
+                    }
+                } else {
+                    Transition::Fail {
+                        number,
+                        error: onejob_core::domain::ErrorInfo::new("output_invalid", "broke"),
+                        report: Default::default(),
+                        failover: failover(budget),
+                    }
+                };
+                answered.apply(job, &stamp).ok()?;
+                if let Some(next) = job.live_attempt() {
+                    // Failover queued a call.
+                    w.ghost.past_budget |= spent && next.number > number;
+                } else if self.limits().live_jobs.is_some() {
+                    // As the engine: a place to free where live jobs are limited, a spend where there is a budget.
+                    let last = job.attempts.iter().map(|a| a.number).max().unwrap_or(0);
+                    w.frees.push((i, last));
+                }
+                if self.limits().budget.is_some() {
+                    // What the answer cost, recorded after it (the engine's advisory write, here at once: an
+                    // unrecorded spend moves nothing the properties read).
+                    let spend = Spend {
+                        at: now,
+                        tokens: 10,
+                        nanos: 0,
+                    };
+                    let after = w.ledger.spend(&spend);
+                    self.store_ledger(&mut w, after);
+                }
+            }
+            Action::Free(f) => {
+                let (i, last) = w.frees.remove(usize::from(f));
+                if let Some(after) = w.ledger.released(&self.place(i, 0), last) {
+                    self.store_ledger(&mut w, after);
+                }
+            }
+            Action::ManualHold(a) => {
+                let job = w.jobs[0].as_ref().expect("a failed job");
+                let next = job.attempts.len() as u32 + 1;
+                if !self.has(Bug::ManualUnheld) {
+                    let limits = self.limits();
+                    let place = self.place(0, 0);
+                    let (checked, within) = self.within(&w, |l| {
+                        l.admit_attempt(&place, next, &limits, now, Live::Places)
+                    });
+                    match within {
+                        Within::Yes(after) => {
+                            if let Some(after) = after {
+                                self.store_ledger(&mut w, after);
+                            }
+                        }
+                        _ => {
+                            if checked != w.ledger {
+                                self.store_ledger(&mut w, checked);
+                            }
+                            w.manual[usize::from(a)] = Manual::Done;
+                            return Some(w);
+                        }
+                    }
+                }
+                w.manual[usize::from(a)] = Manual::Held;
+            }
+            Action::ManualAdd(a) => {
+                let spent = self.spent(&w);
+                let job = w.jobs[0].as_mut().expect("a job");
+                let add = Transition::AddAttempt {
+                    provider: None,
+                    failover: failover(spent),
+                };
+                let stamp = Stamp::new(token(7, a), now);
+                if add.apply(job, &stamp).is_ok() {
+                    w.ghost.past_budget |= spent.is_some();
+                }
+                w.manual[usize::from(a)] = Manual::Done;
+            }
+            Action::Tick => w.now += 1,
+        }
+        if self.has(Bug::PlacesKept)
+            && let Action::Hold(..) = action
+        {
+            // The bug: what pruning let go, kept.
+            for (place, kept) in &last.ledger.places {
+                w.ledger.places.entry(place.clone()).or_insert(*kept);
+            }
+        }
+        Some(w)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(REPLAY, |_, w: &World| !w.ghost.refused_replay),
+            Property::always(ONE_201, |_, w: &World| {
+                (w.ghost.answers.iter())
+                    .all(|a| a.iter().filter(|x| **x == Answer::Created).count() <= 1)
+            }),
+            Property::always(LIVE, |model: &Owners, w: &World| {
+                let live = w.jobs.iter().filter(|j| Owners::live(j)).count();
+                model.limits().live_jobs.is_none_or(|l| live <= l as usize)
+            }),
+            Property::always(BUDGET, |_, w: &World| !w.ghost.past_budget),
+            Property::always(ONCE, |_, w: &World| w.ghost.counted.iter().all(|c| *c <= 1)),
+            Property::always(BOUNDED, |model: &Owners, w: &World| {
+                let limits = model.limits();
+                match limits.live_jobs {
+                    Some(limit) => w.ledger.places.len() <= limit as usize,
+                    None => {
+                        let held = (now_of(w.ghost.written_at) - OwnerLedger::CREATE_HELD)
+                            .timestamp_millis();
+                        w.ledger.places.values().all(|p| p.at > held)
+                    }
+                }
+            }),
+            Property::sometimes(REACHED_REFUSED, |_, w: &World| {
+                w.ghost.answers.iter().any(|a| a.contains(&Answer::Refused))
+            }),
+            Property::sometimes(REACHED_REPLAY, |_, w: &World| {
+                w.ghost.answers[0].contains(&Answer::Created)
+                    && w.ghost.answers[0].contains(&Answer::Replayed)
+            }),
+        ]
+    }
+}
+
+impl Owners {
+    /// Request `r`'s job put, conditional on its intent's item: created if there is none, else the job there.
+    fn put(&self, w: &mut World, r: u8) {
+        let request = w.requests[usize::from(r)];
+        let slot = &mut w.jobs[usize::from(request.intent)];
+        let tok = token(1, request.id);
+        let answer = match slot {
+            None => {
+                let stamp = Stamp::new(tok, now_of(w.now));
+                *slot = Some(Job::new(
+                    new_job(request.intent),
+                    Duration::days(30),
+                    &stamp,
+                ));
+                Answer::Created
+            }
+            Some(job) if job.created_by(&tok) => Answer::Created,
+            Some(_) => Answer::Replayed,
+        };
+        w.requests[usize::from(r)].phase = Phase::Answer(answer);
+    }
+}
+
+pub const REPLAY: &str =
+    "18: a replay is never refused (an intent answered 201 is never answered 429)";
+pub const ONE_201: &str = "2: one 201 per intent, across processes";
+pub const LIVE: &str = "18: live jobs never pass the limit";
+pub const BUDGET: &str = "18: no call is ordered past a spent budget";
+pub const ONCE: &str = "18: an intent counts once among the minute's creates";
+pub const BOUNDED: &str = "18: the owner's ledger is bounded by its limits";
+pub const REACHED_REFUSED: &str = "a create is refused at a limit";
+pub const REACHED_REPLAY: &str = "a double click across processes is one 201 and a replay";
+
+/// The properties that must never break.
+pub fn musts() -> [&'static str; 6] {
+    [REPLAY, ONE_201, LIVE, BUDGET, ONCE, BOUNDED]
+}
+
+/// Which property each broken variant breaks, and the limits it shows under.
+pub fn caught_by(bug: Bug) -> (&'static str, Limited) {
+    match bug {
+        Bug::PlaceByRequest => (REPLAY, Limited::Intake),
+        Bug::ManualUnheld => (LIVE, Limited::Attempts),
+        Bug::FailoverIgnoresBudget => (BUDGET, Limited::Budgeted),
+        Bug::PlacesKept => (BOUNDED, Limited::Rate),
+    }
+}
