@@ -138,6 +138,7 @@ macro_rules! conformance_suite {
             a_budget_moved_from_day_to_month_is_held_that_month,
             one_owners_slow_endpoint_never_delays_another_owners_events,
             every_reply_of_every_provider_kind_means_what_it_says_of_the_work,
+            an_operators_keys_are_its_own,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

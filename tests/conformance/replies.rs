@@ -152,6 +152,9 @@ pub async fn every_reply_of_every_provider_kind_means_what_it_says_of_the_work(
                     assert_eq!(processed, Processed::Failed, "{case}");
                     assert_eq!(first.state, AttemptState::Failed, "{case}");
                     assert_eq!(first.error.as_ref().unwrap().code, code, "{case}");
+                    // What an owner reads of it names no address of the provider's.
+                    let message = &first.error.as_ref().unwrap().message;
+                    assert!(!message.contains("127.0.0.1"), "{case}: {message}");
                     let retry = after
                         .attempt(2)
                         .unwrap_or_else(|| panic!("{case}: no retry"));

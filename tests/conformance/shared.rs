@@ -397,3 +397,45 @@ pub async fn one_owners_slow_endpoint_never_delays_another_owners_events(store: 
     );
     assert!(batch.listed <= 20, "{batch:?}");
 }
+
+/// An operator's `Idempotency-Key`s are its own: an operator acting on an owner's job under a key the owner used on
+/// that job acts (it is not the owner's request repeated, nor a conflict with it), and sent again acts once.
+pub async fn an_operators_keys_are_its_own(store: Arc<dyn JobStore>) {
+    let refusing = StandIn::spawn(vec![], Reply::Status(400, "no")).await;
+    let mut rig = Rig::new(
+        store,
+        openai(refusing.base_url()),
+        openai(refusing.base_url()),
+    );
+    let (job, message) = rig.create("shared-key").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let key = onejob::domain::IdempotencyKey::parse("retry-1").unwrap();
+    let owner = Actor::Owner(job.owner.clone());
+    let operator = Actor::Operator("ops-7".into());
+    let fallback = || Some(ProviderName::parse("fallback").unwrap());
+    let mine = rig
+        .engine
+        .add_attempt(&owner, &job.id, fallback(), Some(&key))
+        .await
+        .unwrap();
+    assert_eq!((mine.number, mine.replayed), (2, false));
+    let cancelled = rig
+        .engine
+        .cancel_attempt(&operator, &job.id, 2, Some(&key))
+        .await;
+    assert!(cancelled.is_ok(), "{cancelled:?}");
+    let again = rig
+        .engine
+        .cancel_attempt(&operator, &job.id, 2, Some(&key))
+        .await;
+    assert!(again.is_ok(), "{again:?}");
+    // The owner's own key still names the owner's request only.
+    let replayed = rig
+        .engine
+        .add_attempt(&owner, &job.id, fallback(), Some(&key))
+        .await
+        .unwrap();
+    assert_eq!((replayed.number, replayed.replayed), (2, true));
+    let interventions = rig.job(&job).await.interventions;
+    assert_eq!(interventions.len(), 1, "{interventions:?}");
+}
