@@ -113,13 +113,15 @@ async fn a_server_given_a_collector_exports_each_job_as_one_trace() {
     let id = JobId::parse(created["id"].as_str().unwrap()).unwrap();
     let (trace, root) = trace::ids(&id);
     let trace = trace.to_bytes().to_vec();
-    let ended = |spans: &[Span]| {
-        spans
-            .iter()
-            .any(|s| s.name == "complete" && s.trace_id == trace)
-    };
+    // A parent span ends, and is exported, after its children: wait for every span the test reads, not only the
+    // last to begin.
+    let named = ["create", "dispatch", "message", "provider_call", "complete"];
     let spans = collector
-        .until(|spans| ended(spans) && spans.iter().any(|s| s.name == "create"))
+        .until(|spans| {
+            named
+                .iter()
+                .all(|name| spans.iter().any(|s| s.name == *name && s.trace_id == trace))
+        })
         .await;
     let in_trace: Vec<&Span> = spans.iter().filter(|s| s.trace_id == trace).collect();
     let one = |name: &str| -> &Span {

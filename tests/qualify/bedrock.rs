@@ -1,7 +1,8 @@
 //! What each answer of Bedrock's Converse API means about the work (invariant 5), through the real client against
 //! a stand-in that checks every call's SigV4 signature: throttling and unavailability say it was not done (a
-//! retry may follow); a model's time-out or a connection lost after sending may have done it (`unknown`); a
-//! refusal of the request is definite and not the provider's health, a refusal of the role's access is.
+//! retry may follow); a model's time-out or error, the service's 500 or a connection lost after sending may have
+//! done it (`unknown`); a refusal of the request is definite and not the provider's health, a refusal of the
+//! role's access is.
 
 use onejob::domain::ContractRef;
 use onejob::providers::bedrock::BedrockSettings;
@@ -127,16 +128,6 @@ async fn each_bedrock_refusal_means_what_it_says_about_the_work() {
             true,
         ),
         (
-            Reply::Status(500, "InternalServerException"),
-            "provider_error",
-            true,
-        ),
-        (
-            Reply::Status(424, "ModelErrorException"),
-            "provider_error",
-            true,
-        ),
-        (
             Reply::Status(403, "AccessDeniedException"),
             "provider_refused",
             true,
@@ -171,13 +162,22 @@ async fn each_bedrock_refusal_means_what_it_says_about_the_work() {
     let answer = call(bedrock(throttled.base_url())).await;
     assert_eq!(answer.report.retry_after_s, Some(3));
 
-    // The model ran out of time: the work may have been done.
-    let timed_out = StandIn::spawn(vec![], Reply::Status(408, "ModelTimeoutException")).await;
-    let answer = call(bedrock(timed_out.base_url())).await;
-    assert!(
-        matches!(&answer.outcome, ProviderOutcome::Lost(e) if e.code == "gateway_timeout"),
-        "{answer:?}"
-    );
+    // The model ran out of time, or ran and broke, or the service failed after taking the request: the work may
+    // have been done (and billed), so the attempt is `unknown`, never failed over.
+    let maybe_done = [
+        (Reply::Status(408, "ModelTimeoutException"), "gateway_timeout"),
+        (Reply::Status(500, "InternalServerException"), "provider_error"),
+        (Reply::Status(424, "ModelErrorException"), "provider_error"),
+    ];
+    for (reply, code) in maybe_done {
+        let stand_in = StandIn::spawn(vec![], reply.clone()).await;
+        let answer = call(bedrock(stand_in.base_url())).await;
+        assert!(
+            matches!(&answer.outcome, ProviderOutcome::Lost(e) if e.code == code),
+            "{reply:?}: {answer:?}"
+        );
+        assert_eq!(stand_in.call_count(), 1, "{reply:?}: one call");
+    }
 }
 
 #[tokio::test]
