@@ -50,7 +50,7 @@
 //! | 12 settled | `domain/status.rs` (`settles_at`) |
 //! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |
 //! | 14 one settle, one event id | `domain/status.rs` (`settles_at`), `domain/event.rs` (`event_id`), `engine/follow_up.rs` (armed once per settle) |
-//! | 15 shared state moved only by evidence no owner makes | `providers/mod.rs` (`Reply::provider_failing`), `domain/qualification.rs` (suspicion), `http/catalogue.rs` (what owners see) |
+//! | 15 shared state moved only by evidence no owner makes | `domain/breaker.rs` (`Health`: what a reply tells of a provider), `providers/mod.rs` (`Reply::health`), `domain/qualification.rs` (suspicion), `http/catalogue.rs` (what owners see) |
 //! | 16 an answer outranks timers and advisory writes | `worker/mod.rs` (`call`, `settle`, `advise`) |
 //! | 17 every caller-driven write is one intent | `domain/ids.rs` (`WriteToken::for_request`), `domain/job.rs` (`add_attempt`, `cancel_attempt`), `http/body.rs` (the key) |
 //! | statuses and `code`s of every error | `http/error.rs` |

@@ -6,7 +6,8 @@
 
 use super::Engine;
 use crate::domain::{
-    Admission, AttemptState, Breaker, BreakerPolicy, BreakerState, FailoverDecision, ProviderName,
+    Admission, AttemptState, Breaker, BreakerPolicy, BreakerState, FailoverDecision, Health,
+    ProviderName,
 };
 use crate::queue::Message;
 use crate::store::StoreError;
@@ -141,13 +142,18 @@ impl Engine {
         Admission::Call
     }
 
-    /// What a call to `provider` by `attempt` (`job_id#n`) came to: a failure that tells of the provider's health
-    /// (`failed`: a 5xx, a 429, a refused key or connection, a lost answer, a time-out) counts towards opening its
-    /// breaker (a failed probe opens it again); any other answer closes it.
-    pub async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, failed: bool) {
+    /// What a call to `provider` by `attempt` (`job_id#n`) told of its health: a failure (a 5xx, a 429, a refused
+    /// key or connection, a lost answer, a time-out) counts towards opening its breaker (a failed probe opens it
+    /// again); an answer closes it; a refusal the request caused moves it neither way (invariant 15).
+    pub async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, health: Health) {
         let policy = self.breaker_policy(provider);
         // An answer leaves a clean breaker as it is; a failure is always counted on the stored one.
-        if policy.threshold == 0 || (!failed && self.clean_breakers.get(provider).is_some()) {
+        let moves = match health {
+            Health::Failing => true,
+            Health::Answered => self.clean_breakers.get(provider).is_none(),
+            Health::Silent => false,
+        };
+        if policy.threshold == 0 || !moves {
             return;
         }
         for _ in 0..BREAKER_TRIES {
@@ -158,12 +164,7 @@ impl Engine {
             };
             self.saw_breaker(provider, &breaker);
             let trips = breaker.trips;
-            let changed = if failed {
-                breaker.failed(attempt, now, &policy)
-            } else {
-                breaker.answered()
-            };
-            if !changed {
+            if !breaker.saw(health, attempt, now, &policy) {
                 return;
             }
             match self.store.put_breaker(provider, &breaker, rev).await {

@@ -193,7 +193,7 @@ pub(crate) fn refused(code: &str, status: u16, text: &str, retry_after_s: Option
     // A key refused is the deployment's trouble, not the request's: every call fails alike, until the key is
     // rotated.
     reply.key_refused = matches!(status, 401 | 403);
-    reply.provider_failing |= reply.key_refused;
+    reply.health = Health::of_refusal(status, code);
     reply
 }
 

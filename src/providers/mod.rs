@@ -27,7 +27,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::clock::Clock;
-use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, ProviderName};
+use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, Health, ProviderName};
 pub use http::HttpEndpoint;
 pub(crate) use http::{refused, retry_after_s, snippet};
 use keys::{KeySource, ProviderKeys, Secret};
@@ -68,11 +68,12 @@ pub enum ProviderOutcome {
 pub struct Reply {
     pub outcome: ProviderOutcome,
     pub report: CallReport,
-    /// Whether the reply tells of the provider failing, rather than of the request (invariant 15): what its shared
-    /// breaker counts. A 5xx, a 429, a key refused (401, 403), a refused or lost connection, a gateway's time-out,
-    /// a body that is not what its API sends. Not a refusal the input caused (another 4xx, `model_refused`) nor an
-    /// answer that broke the contract: an owner's inputs must not close a provider to every other owner.
-    pub provider_failing: bool,
+    /// What the reply tells of the provider's health, rather than of the request (invariant 15): what its shared
+    /// breaker takes. Failing: a 5xx, a 429, a key refused (401, 403), a refused or lost connection, a gateway's
+    /// time-out, a body that is not what its API sends. Not a refusal the input caused (another 4xx: silent, it
+    /// moves no breaker either way) nor an answer that broke the contract (answered): an owner's inputs must neither
+    /// close a provider to every other owner nor hold a failing one open to them.
+    pub health: Health,
     /// Whether the provider refused the key (401, 403): the secret is read again before the next call.
     pub key_refused: bool,
     /// The key the call was sent with: scrubbed from every message onejob writes of this reply
@@ -80,31 +81,19 @@ pub struct Reply {
     pub key: Option<Secret>,
 }
 
-/// The failure codes that tell of the provider's own state, whatever was asked of it.
-const PROVIDER_FAILURES: [&str; 6] = [
-    "connection_failed",
-    "connection_lost",
-    "gateway_timeout",
-    "provider_error",
-    "provider_unavailable",
-    "rate_limited",
-];
-
 impl Reply {
-    /// `outcome` with `report`; whether it tells of the provider failing is read off its code (a lost answer
-    /// always does).
+    /// `outcome` with `report`; what it tells of the provider's health is read off its code by the domain's rule
+    /// (a lost answer always tells of a failing provider).
     pub fn new(outcome: ProviderOutcome, report: CallReport) -> Self {
-        let provider_failing = match &outcome {
-            ProviderOutcome::Answered(_) => false,
-            ProviderOutcome::Lost(_) => true,
-            ProviderOutcome::Failed(error) => {
-                PROVIDER_FAILURES.contains(&error.code.as_str()) || error.code == "bad_response"
-            }
+        let health = match &outcome {
+            ProviderOutcome::Answered(_) => Health::Answered,
+            ProviderOutcome::Lost(_) => Health::Failing,
+            ProviderOutcome::Failed(error) => Health::of_failure(&error.code),
         };
         Self {
             outcome,
             report,
-            provider_failing,
+            health,
             key_refused: false,
             key: None,
         }

@@ -13,7 +13,8 @@ use tracing::field::Empty;
 
 use crate::contracts::Contract;
 use crate::domain::{
-    Admission, AttemptRef, CallReport, Completion, ErrorInfo, Job, Refusal, Timestamp, WriteToken,
+    Admission, AttemptRef, CallReport, Completion, ErrorInfo, Health, Job, Refusal, Timestamp,
+    WriteToken,
 };
 use crate::engine::{AnswerLost, Engine};
 use crate::providers::checks::{self, Prepared};
@@ -204,7 +205,7 @@ impl Step<'_> {
             Some(reply) => self.settle(contract, &prepared, reply).await,
             None => {
                 // No answer at all: the provider's health, for its breaker (the time-out is written already).
-                self.advise(true, None, None, None).await;
+                self.advise(Health::Failing, None, None, None).await;
                 Ok(Processed::Unknown)
             }
         }
@@ -310,11 +311,8 @@ impl Step<'_> {
         reply: Reply,
     ) -> Result<Processed, StoreError> {
         let redacted = |problem| reply.redacted(problem);
-        let (outcome, mut report, provider_failing) = (
-            reply.outcome.clone(),
-            reply.report.clone(),
-            reply.provider_failing,
-        );
+        let (outcome, mut report, health) =
+            (reply.outcome.clone(), reply.report.clone(), reply.health);
         checks::annotate(prepared, &mut report);
         self.price(&mut report);
         let model = report.model.clone();
@@ -353,7 +351,7 @@ impl Step<'_> {
             }
         };
         self.advise(
-            provider_failing,
+            health,
             model.as_deref(),
             broke.as_ref(),
             Some(&spent),
@@ -378,7 +376,7 @@ impl Step<'_> {
     /// budget. Advisory state: it never decides the attempt, and it stops at the deadline.
     async fn advise(
         &self,
-        failing: bool,
+        health: Health,
         model: Option<&str>,
         broke: Option<&ErrorInfo>,
         spent: Option<&CallReport>,
@@ -390,7 +388,7 @@ impl Step<'_> {
         let name = format!("{}#{}", self.job.id, self.message.number);
         let advice = async {
             self.engine
-                .breaker_saw(&attempt.provider, &name, failing)
+                .breaker_saw(&attempt.provider, &name, health)
                 .await;
             self.engine
                 .observe(self.job, self.message.number, model, broke)

@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use onejob::clock::Clock;
-use onejob::domain::{AttemptState, ErrorInfo, Job, JobStatus, Owner, ProviderName, Standing};
+use onejob::domain::{
+    AttemptState, Breaker, ErrorInfo, Job, JobStatus, Owner, ProviderName, Standing,
+};
 use onejob::store::JobStore;
 use onejob::worker::Processed;
 use onejob::worker::sweeper::sweep;
@@ -100,8 +102,9 @@ pub async fn one_settle_is_one_event_whatever_its_orphan_does(store: Arc<dyn Job
 }
 
 /// Invariant 15: refusals the request caused (a 400, a 422) describe the input, not the provider: however many
-/// one owner sends, the shared breaker stays closed and another owner's job is called. Keys the provider refuses
-/// (401) describe the deployment: five of them open it.
+/// one owner sends, the shared breaker stays closed and another owner's job is called — and sent between another
+/// owner's failures, through another process, they do not hold a failing provider's breaker closed either. Keys
+/// the provider refuses (401) describe the deployment: five of them open it.
 pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobStore>) {
     let refusing = StandIn::spawn(
         vec![Reply::Status(400, "bad input"); 4]
@@ -150,6 +153,41 @@ pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobSt
     }
     let (breaker, _) = store.breaker(&primary).await.unwrap();
     assert_eq!(breaker.trips, 1, "{breaker:?}");
+
+    // A provider failing for bob (500s), alice's bad requests (400s) between each of his failures, each owner
+    // through a process of its own: his five failures open it all the same.
+    let failing = StandIn::spawn(
+        [Reply::Status(500, "down"), Reply::Status(400, "bad input")]
+            .into_iter()
+            .cycle()
+            .take(9)
+            .collect(),
+        Reply::Answer(summary("A")),
+    )
+    .await;
+    let process = || {
+        Rig::new(
+            store.clone(),
+            openai(failing.base_url()),
+            openai(unused.base_url()),
+        )
+    };
+    let (mut bob, mut alice) = (process().for_owner("bob"), process().for_owner("alice"));
+    // The breaker the keys opened, closed and forgotten: a provider starting afresh.
+    let (_, rev) = store.breaker(&primary).await.unwrap();
+    assert!(store.put_breaker(&primary, &Breaker::default(), rev).await.unwrap());
+    for i in 0..5 {
+        let (_, message) = bob.create(&format!("failing-{i}")).await;
+        assert_eq!(bob.process(&message).await, Processed::Failed);
+        if i < 4 {
+            let (_, message) = alice.create(&format!("between-{i}")).await;
+            assert_eq!(alice.process(&message).await, Processed::Failed);
+        }
+    }
+    assert_eq!(failing.call_count(), 9);
+    let (breaker, _) = store.breaker(&primary).await.unwrap();
+    assert_eq!(breaker.trips, 1, "alice's refusals held it closed: {breaker:?}");
+    assert!(breaker.open_until.is_some(), "{breaker:?}");
 }
 
 /// Invariant 15: one owner's inputs make a qualified fallback answer in prose three times. That is suspicion, not

@@ -4,7 +4,7 @@
 //! done it (`unknown`); a refusal of the request is definite and not the provider's health, a refusal of the
 //! role's access is.
 
-use onejob::domain::ContractRef;
+use onejob::domain::{ContractRef, Health};
 use onejob::providers::bedrock::BedrockSettings;
 use onejob::providers::{ProviderKind, ProviderOutcome, ProviderRequest, Reply as Answer};
 use serde_json::json;
@@ -35,7 +35,7 @@ async fn call(config: onejob::providers::ProviderConfig) -> Answer {
 /// The code of a definite failure, and whether it tells of the provider's health.
 fn failure(answer: &Answer) -> (&str, bool) {
     match &answer.outcome {
-        ProviderOutcome::Failed(e) => (e.code.as_str(), answer.provider_failing),
+        ProviderOutcome::Failed(e) => (e.code.as_str(), answer.health == Health::Failing),
         other => panic!("not a failure: {other:?}"),
     }
 }

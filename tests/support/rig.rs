@@ -87,6 +87,12 @@ impl Rig {
         }
     }
 
+    /// The rig creating its jobs for `owner` (alice unless told).
+    pub fn for_owner(mut self, owner: &str) -> Self {
+        self.owner = Owner::parse(owner).unwrap();
+        self
+    }
+
     /// The rig with a sweep that handles `batch` of each kind at a time (the deployment's is 100): a test of
     /// batch after batch then needs a few dozen jobs, not hundreds, on every store.
     pub fn sweeping(mut self, batch: usize) -> Self {

@@ -40,6 +40,56 @@ pub struct Breaker {
     pub trips: u64,
 }
 
+/// What one call's reply tells of its provider's health (invariant 15): the only evidence a breaker takes. The rule
+/// is here, so that the providers' clients, the engine and the protocol's model read replies alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// The provider is failing, whatever was asked of it: a 5xx, a 429, a key refused, a connection refused or
+    /// lost, a time-out, a body that is not what its API sends. Counts towards opening its breaker.
+    Failing,
+    /// The provider's model ran and answered — whether or not the answer kept the contract, which an owner's input
+    /// can break. Closes its breaker.
+    Answered,
+    /// Nothing of its health: a refusal the request caused (another 4xx), which an owner's input can cause at will.
+    /// Moves no breaker, neither towards opening nor towards closing.
+    Silent,
+}
+
+impl Health {
+    /// The failure codes that tell of the provider's own state, whatever was asked of it.
+    pub const FAILING_CODES: [&'static str; 7] = [
+        "bad_response",
+        "connection_failed",
+        "connection_lost",
+        "gateway_timeout",
+        "provider_error",
+        "provider_unavailable",
+        "rate_limited",
+    ];
+
+    /// What a definite failure with `code` tells of the provider: failing for [`Self::FAILING_CODES`], silent for a
+    /// refusal of the request (`provider_refused`: a key refused says more, [`Self::of_refusal`]), answered for the
+    /// rest (the model ran: it refused, was cut off, or broke the contract).
+    pub fn of_failure(code: &str) -> Self {
+        if Self::FAILING_CODES.contains(&code) {
+            Self::Failing
+        } else if code == "provider_refused" {
+            Self::Silent
+        } else {
+            Self::Answered
+        }
+    }
+
+    /// What a refusal with HTTP `status` tells: a key refused (401, 403) is the deployment's trouble, every call
+    /// fails alike until the key is rotated; another refusal is the request's.
+    pub fn of_refusal(status: u16, code: &str) -> Self {
+        match status {
+            401 | 403 => Self::Failing,
+            _ => Self::of_failure(code),
+        }
+    }
+}
+
 /// What a worker may do with its attempt on the provider now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -137,6 +187,22 @@ impl Breaker {
         true
     }
 
+    /// What a call by `attempt` (`job_id#n`) told at `now`: a failure counts towards opening it ([`Self::failed`]),
+    /// an answer closes it ([`Self::answered`]), a refusal of the request moves nothing. Whether it changed.
+    pub fn saw(
+        &mut self,
+        health: Health,
+        attempt: &str,
+        now: Timestamp,
+        policy: &BreakerPolicy,
+    ) -> bool {
+        match health {
+            Health::Failing => self.failed(attempt, now, policy),
+            Health::Answered => self.answered(),
+            Health::Silent => false,
+        }
+    }
+
     /// An answer at all (not a definite failure): closes the breaker. Whether it changed anything.
     pub fn answered(&mut self) -> bool {
         let before = self.clone();
@@ -215,5 +281,24 @@ mod tests {
             assert!(!b.failed(&format!("j#{n}"), at(n), &off));
         }
         assert_eq!(b.admit(at(10), &off), Admission::Call);
+    }
+
+    #[test]
+    fn a_refusal_of_the_request_moves_no_breaker_either_way() {
+        let mut b = Breaker::default();
+        assert!(b.saw(Health::Failing, "j#1", at(0), &POLICY));
+        assert!(b.saw(Health::Failing, "j#2", at(1), &POLICY));
+        // An owner's bad requests between the failures neither count nor clear them.
+        assert!(!b.saw(Health::Silent, "j#3", at(2), &POLICY));
+        assert_eq!(b.failures.len(), 2);
+        assert!(b.saw(Health::Failing, "j#4", at(3), &POLICY));
+        assert_eq!(b.trips, 1);
+        assert!(b.saw(Health::Answered, "j#5", at(40_000), &POLICY));
+        assert!(b.is_clean());
+        assert_eq!(Health::of_failure("provider_refused"), Health::Silent);
+        assert_eq!(Health::of_refusal(401, "provider_refused"), Health::Failing);
+        assert_eq!(Health::of_refusal(400, "provider_refused"), Health::Silent);
+        assert_eq!(Health::of_failure("output_not_json"), Health::Answered);
+        assert_eq!(Health::of_failure("rate_limited"), Health::Failing);
     }
 }

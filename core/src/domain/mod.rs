@@ -39,7 +39,7 @@ mod tests;
 
 pub use attempt::{Attempt, AttemptRef, AttemptState};
 pub use bill::{Bill, Price, PriceTable, Share, amount};
-pub use breaker::{Admission, Breaker, BreakerPolicy, BreakerState};
+pub use breaker::{Admission, Breaker, BreakerPolicy, BreakerState, Health};
 pub use event::{Deliveries, Endpoint, EventDelivery, SinkKind};
 pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;

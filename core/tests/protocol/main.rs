@@ -14,6 +14,7 @@ mod fairness;
 mod model;
 mod owners;
 mod properties;
+mod providers;
 mod slots;
 mod steps;
 mod world;
@@ -275,6 +276,14 @@ fn slots() -> slots::Slots {
     }
 }
 
+fn providers() -> providers::Providers {
+    providers::Providers {
+        calls: 4,
+        faults: 1,
+        bug: None,
+    }
+}
+
 fn fairness() -> fairness::Fairness {
     fairness::Fairness {
         max_clock: 8,
@@ -282,9 +291,10 @@ fn fairness() -> fairness::Fairness {
     }
 }
 
-/// The state shared across owners and processes (invariants 18, 21): an owner's limits through two api processes
-/// (live jobs, budget, manual attempts and failover; creates a minute), a provider's call slots under duplicates,
-/// two owners' events through one deliverer — each model to its end.
+/// The state shared across owners and processes (invariants 15, 18, 21): an owner's limits through two api
+/// processes (live jobs, budget, manual attempts and failover; creates a minute), a provider's call slots under
+/// duplicates, a provider's breaker and evidence under two owners' calls and two writers, two owners' events through
+/// one deliverer — each model to its end.
 #[test]
 fn the_shared_state_holds() {
     use owners::Limited;
@@ -304,6 +314,16 @@ fn the_shared_state_holds() {
     }
     let checker = check_shared("call slots", slots(), None);
     assert_shared(&checker, &[slots::IN_FLIGHT], &[slots::BOTH_CALLED]);
+    let checker = check_shared("a provider's breaker and evidence", providers(), None);
+    assert_shared(
+        &checker,
+        &[
+            providers::OPENS_ON_HEALTH,
+            providers::NOT_HELD_CLOSED,
+            providers::STANDING,
+        ],
+        &[providers::OPENED, providers::SUSPECTED],
+    );
     let checker = check_shared("deliveries, two owners", fairness(), None);
     assert_shared(
         &checker,
@@ -341,6 +361,20 @@ fn each_broken_shared_variant_is_caught() {
         slots::IN_FLIGHT,
         path.into_actions().len()
     );
+    for bug in providers::Bug::ALL {
+        let property = providers::caught_by(bug);
+        let model = providers::Providers {
+            bug: Some(bug),
+            ..providers()
+        };
+        let checker = check_shared(&format!("{bug:?}"), model, Some(property));
+        let path = (checker.discovery(property))
+            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
+        println!(
+            "{bug:?} breaks {property:?} at depth {}",
+            path.into_actions().len()
+        );
+    }
     let model = fairness::Fairness {
         bug: Some(fairness::Bug::SoonestFirst),
         ..fairness()
