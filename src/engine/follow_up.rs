@@ -6,7 +6,7 @@ use chrono::Duration;
 use tracing::Instrument;
 
 use super::Engine;
-use crate::domain::{AttemptRef, AttemptState, Job, JobId, Timestamp, WriteToken};
+use crate::domain::{AttemptRef, AttemptState, Job, Timestamp, WriteToken};
 use crate::queue::Message;
 use crate::store::StoreError;
 use crate::telemetry::trace;
@@ -190,13 +190,23 @@ impl Engine {
         armed.map(|_| ())
     }
 
-    /// For a message whose attempt is over: if its job ended, the deliveries are armed again. The step that ended
-    /// it may have stopped between its write and the arming (a Lambda out of time), and left its message to come
-    /// back: this is what is left of that step. Arming twice is arming once.
-    pub async fn rearm_deliveries(&self, id: &JobId) -> Result<(), StoreError> {
-        match self.store.read_job(id, self.clock.now()).await? {
-            Some(job) => self.arm_deliveries(&job).await,
-            None => Ok(()),
+    /// For a message whose claim was refused (its attempt is not queued), what is left of the step that took its
+    /// attempt on: if the job ended, its deliveries are armed again — that step may have stopped between its write
+    /// and the arming (a Lambda out of time), and left its message to come back; arming twice is arming once. And
+    /// if the attempt's call is over, the call slot this message took again is freed: nobody else would free it
+    /// before its time ends (a call that may still run keeps it).
+    pub async fn dropped(&self, message: &Message) -> Result<(), StoreError> {
+        let attempt = &message.attempt;
+        let Some(job) = self
+            .store
+            .read_job(&attempt.job_id, self.clock.now())
+            .await?
+        else {
+            return Ok(());
+        };
+        if (job.attempt(attempt.number)).is_some_and(|a| a.state.call_over()) {
+            self.free_slot(message).await;
         }
+        self.arm_deliveries(&job).await
     }
 }

@@ -5,8 +5,10 @@
 //!
 //! A slot is its attempt's, and it is freed by the step that makes the call: the one whose claim succeeded. A
 //! duplicate message of a running attempt finds the slot its attempt holds (taking it again is holding it), and
-//! its claim is refused: it frees nothing, so the running call keeps its slot. A step whose take landed but whose
-//! answer was lost comes back as a redelivery that finds the slot its own attempt's.
+//! its claim is refused: it frees nothing, so the running call keeps its slot — unless the refusal says the call is
+//! over (the attempt succeeded, failed or was discarded), when the slot it took again would otherwise stay taken
+//! until its time ends. A step whose take landed but whose answer was lost comes back as a redelivery that finds the
+//! slot its own attempt's.
 
 use chrono::Duration;
 

@@ -91,7 +91,7 @@ pub async fn process_message(
 
 /// The step once its provider may take the call: claim, call, write; then the call slot is freed — by this step
 /// only if its claim succeeded, so that a duplicate message, whose claim is refused, never frees the slot of the
-/// call its attempt is making.
+/// call its attempt is making (a late one, of an attempt whose call is over, frees the slot it took again).
 async fn claim_and_run(
     engine: &Engine,
     sent: &Message,
@@ -113,7 +113,7 @@ async fn claim_and_run(
         }
         Err(StoreError::Refused(refusal)) => {
             tracing::info!(job_id = %message.job_id, attempt = message.number, %refusal, "message dropped: attempt not queued");
-            engine.rearm_deliveries(&message.job_id).await?;
+            engine.dropped(sent).await?;
             return Ok(Processed::Dropped);
         }
         Err(StoreError::NotFound) => {
@@ -350,13 +350,8 @@ impl Step<'_> {
                 (marked, None)
             }
         };
-        self.advise(
-            health,
-            model.as_deref(),
-            broke.as_ref(),
-            Some(&spent),
-        )
-        .await;
+        self.advise(health, model.as_deref(), broke.as_ref(), Some(&spent))
+            .await;
         processed
     }
 

@@ -296,10 +296,12 @@ async fn a_job_ended_without_an_endpoint_has_no_events_and_another_owner_sees_no
     register_receiver(&app, &receiver).await;
     // A message of the job that comes back only now (the queue's redelivery) arms its deliveries again; the
     // endpoint registered since hears nothing of it.
-    app.engine()
-        .rearm_deliveries(&JobId::parse(&before).unwrap())
-        .await
-        .unwrap();
+    let attempt = AttemptRef {
+        job_id: JobId::parse(&before).unwrap(),
+        number: 1,
+    };
+    let message = onejob::queue::Message::new(attempt, None);
+    app.engine().dropped(&message).await.unwrap();
     app.engine().deliver_due().await.unwrap();
     let after = settled_job(&app, "after").await;
     receiver.received(1).await;

@@ -175,7 +175,12 @@ pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobSt
     let (mut bob, mut alice) = (process().for_owner("bob"), process().for_owner("alice"));
     // The breaker the keys opened, closed and forgotten: a provider starting afresh.
     let (_, rev) = store.breaker(&primary).await.unwrap();
-    assert!(store.put_breaker(&primary, &Breaker::default(), rev).await.unwrap());
+    assert!(
+        store
+            .put_breaker(&primary, &Breaker::default(), rev)
+            .await
+            .unwrap()
+    );
     for i in 0..5 {
         let (_, message) = bob.create(&format!("failing-{i}")).await;
         assert_eq!(bob.process(&message).await, Processed::Failed);
@@ -186,7 +191,10 @@ pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobSt
     }
     assert_eq!(failing.call_count(), 9);
     let (breaker, _) = store.breaker(&primary).await.unwrap();
-    assert_eq!(breaker.trips, 1, "alice's refusals held it closed: {breaker:?}");
+    assert_eq!(
+        breaker.trips, 1,
+        "alice's refusals held it closed: {breaker:?}"
+    );
     assert!(breaker.open_until.is_some(), "{breaker:?}");
 }
 

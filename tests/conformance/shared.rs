@@ -38,7 +38,7 @@ fn limit_of(refused: Result<impl std::fmt::Debug, StoreError>) -> LimitReached {
 
 /// A duplicate message of a running attempt is a step of its own: its claim is refused, and it frees nothing — the
 /// running call keeps its provider's only slot, so another job's attempt waits (no try charged) until the call is
-/// done. Calls in flight never pass `max_in_flight`.
+/// done. Calls in flight never pass `max_in_flight`. A duplicate that comes once the call is over lets the slot go.
 pub async fn a_duplicate_message_never_frees_the_slot_of_the_running_call(
     store: Arc<dyn JobStore>,
 ) {
@@ -74,6 +74,16 @@ pub async fn a_duplicate_message_never_frees_the_slot_of_the_running_call(
     let step = process_message(&rig.engine, &again, None).await.unwrap();
     assert_eq!(step, Processed::Succeeded);
     assert_eq!(primary.call_count(), 2);
+
+    // A duplicate that comes late, once its attempt's call is over, takes the slot again; its claim is refused
+    // and it lets the slot go: the next job is called at once, not after the slot's time.
+    let late = process_message(&rig.engine, &sent, None).await.unwrap();
+    assert_eq!(late, Processed::Dropped);
+    let (next, message) = rig.create_sent("after-the-late-duplicate").await;
+    let step = process_message(&rig.engine, &message, None).await.unwrap();
+    assert_eq!(step, Processed::Succeeded, "the slot was left to its time");
+    assert_eq!(rig.job(&next).await.completed_by, Some(1));
+    assert_eq!(primary.call_count(), 3);
 }
 
 /// A manual attempt that makes a failed job live again is held to its owner's live jobs, as a create is: at the

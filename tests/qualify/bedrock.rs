@@ -165,8 +165,14 @@ async fn each_bedrock_refusal_means_what_it_says_about_the_work() {
     // The model ran out of time, or ran and broke, or the service failed after taking the request: the work may
     // have been done (and billed), so the attempt is `unknown`, never failed over.
     let maybe_done = [
-        (Reply::Status(408, "ModelTimeoutException"), "gateway_timeout"),
-        (Reply::Status(500, "InternalServerException"), "provider_error"),
+        (
+            Reply::Status(408, "ModelTimeoutException"),
+            "gateway_timeout",
+        ),
+        (
+            Reply::Status(500, "InternalServerException"),
+            "provider_error",
+        ),
         (Reply::Status(424, "ModelErrorException"), "provider_error"),
     ];
     for (reply, code) in maybe_done {

@@ -40,6 +40,12 @@ impl AttemptState {
         matches!(self, Self::Queued | Self::Started | Self::Unknown)
     }
 
+    /// Its call is over: it ended with what the call came to (a result, a failure, an answer discarded). A
+    /// `started`, `unknown` or `cancelled` attempt's call may still be running.
+    pub fn call_over(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Discarded)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",

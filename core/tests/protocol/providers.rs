@@ -233,8 +233,12 @@ impl Providers {
     fn on_evidence(&self, note: Note, mut evidence: Qualification) -> Option<Qualification> {
         let broke = (note.reply == Reply::Breach)
             .then(|| ErrorInfo::new("output_not_json", "the answer is not JSON"));
-        let changed =
-            evidence.observe(&self.attempt(note), note.reply.model(), broke.as_ref(), at(0));
+        let changed = evidence.observe(
+            &self.attempt(note),
+            note.reply.model(),
+            broke.as_ref(),
+            at(0),
+        );
         if self.has(Bug::BreachesVoid) && broke.is_some() {
             evidence.suspected = Some(onejob_core::domain::Suspicion {
                 reason: ErrorInfo::new(onejob_core::domain::Suspicion::MODEL_CHANGED, "breach"),
@@ -305,7 +309,8 @@ impl Model for Providers {
             }
             Action::Take(wk, n) => {
                 let note = w.notes.remove(usize::from(n));
-                w.writers[usize::from(wk)] = Writer::Breaker(note, w.breaker.clone(), w.breaker_rev);
+                w.writers[usize::from(wk)] =
+                    Writer::Breaker(note, w.breaker.clone(), w.breaker_rev);
             }
             Action::Write(wk, lost) => {
                 let wk = usize::from(wk);
@@ -323,10 +328,15 @@ impl Model for Providers {
                         }
                         w.breaker = after;
                         w.breaker_rev += 1;
-                        let health = note.reply.code().map_or(Health::Answered, Health::of_failure);
+                        let health = note
+                            .reply
+                            .code()
+                            .map_or(Health::Answered, Health::of_failure);
                         match health {
                             Health::Failing => {
-                                for seen in [&mut w.ghost.failing, &mut w.ghost.failing_since_answer] {
+                                for seen in
+                                    [&mut w.ghost.failing, &mut w.ghost.failing_since_answer]
+                                {
                                     if !seen.contains(&note.call) {
                                         seen.push(note.call);
                                     }
@@ -338,8 +348,12 @@ impl Model for Providers {
                         if lost {
                             // It landed, and its answer was lost: made again, from a new read.
                             w.faults -= 1;
-                            let again = Note { again: true, ..note };
-                            w.writers[wk] = Writer::Breaker(again, w.breaker.clone(), w.breaker_rev);
+                            let again = Note {
+                                again: true,
+                                ..note
+                            };
+                            w.writers[wk] =
+                                Writer::Breaker(again, w.breaker.clone(), w.breaker_rev);
                         } else {
                             Self::to_evidence(&mut w, wk, note);
                         }
@@ -358,7 +372,14 @@ impl Model for Providers {
                         w.ghost.drift_noted |= note.reply == Reply::Drift;
                         if lost {
                             w.faults -= 1;
-                            Self::to_evidence(&mut w, wk, Note { again: true, ..note });
+                            Self::to_evidence(
+                                &mut w,
+                                wk,
+                                Note {
+                                    again: true,
+                                    ..note
+                                },
+                            );
                         } else {
                             w.writers[wk] = Writer::Idle;
                         }

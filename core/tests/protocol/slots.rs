@@ -1,7 +1,8 @@
 //! A provider's call slots, model-checked (`max_in_flight` of 1): two jobs' attempts, a message delivered twice,
 //! two workers that may die mid-step, and leases that end. Each step takes its attempt's slot by the domain's
 //! [`CallSlots`] rule, claims the attempt by the domain's own transition, calls, answers, and frees the slot — only
-//! if its claim succeeded. The property: calls in flight never pass the cap, whatever the duplicates do.
+//! if its claim succeeded, or if its claim was refused because the attempt ended (a late duplicate, which took the
+//! slot again). The property: calls in flight never pass the cap, whatever the duplicates do.
 
 use std::hash::{Hash, Hasher};
 
@@ -202,8 +203,10 @@ impl Model for Slots {
                     w.max_in_flight = w.max_in_flight.max(w.in_flight.len());
                     w.workers[usize::from(wk)] = Step::Calling { job, delivery };
                 } else {
-                    // Its claim refused (a duplicate): the step frees nothing, and the message is done.
-                    if self.bug == Some(Bug::FreeOnRefusedClaim) {
+                    // Its claim refused (a duplicate): the step frees nothing — unless its attempt's call is over
+                    // (it ended), when the slot it took again is freed — and the message is done.
+                    let over = w.jobs[usize::from(job)].completed_by.is_some();
+                    if over || self.bug == Some(Bug::FreeOnRefusedClaim) {
                         Slots::free(&mut w, job);
                     }
                     Slots::idle(&mut w, wk, None);
