@@ -12,8 +12,9 @@
 //!   input checks, prompt rendering, output checks.
 //! - Ports, each a trait and its adapters: [`store`] (`JobStore`, with its `EventStore` and `ProviderStore` sides;
 //!   [`store::sqlite`] the embedded default, [`store::dynamodb`]); [`queue`] (a message names one attempt: in
-//!   process, SQS); [`providers`] (the `Provider` trait, its `demo`, OpenAI-compatible, Anthropic and Bedrock clients, keys,
-//!   token counting, [`providers::checks`] every call must pass, [`providers::qualify`]); [`sinks`] (where
+//!   process, SQS); [`providers`] (the `Provider` trait; [`providers::kinds`], one file per kind behind the `Kind`
+//!   trait — demo, OpenAI-compatible, Anthropic, Bedrock —; keys, token counting, [`providers::checks`] every call
+//!   must pass, [`providers::qualify`]); [`sinks`] (where
 //!   completion events go: the owner's endpoint, the EventBridge bus).
 //! - [`engine`]: every write of a job's life, by concept — a caller's (`writes`), a worker's (`attempts`), the
 //!   sweeper's (`sweep`) — each followed by the one `follow_up`; the create's rules (`intake`); breakers

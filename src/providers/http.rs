@@ -1,7 +1,145 @@
-//! The HTTP plumbing the OpenAI and Anthropic clients share: where a call goes and how it is shaped
-//! ([`HttpEndpoint`]), and one exchange read into a [`Reply`], scrubbed of the key.
+//! The HTTP plumbing the OpenAI and Anthropic kinds share: their settings ([`ProviderEndpoint`]), where a call goes
+//! and how it is shaped ([`HttpEndpoint`]), and one exchange read into a [`Reply`], scrubbed of the key.
+
+use serde::Deserialize;
+use serde_json::Map;
 
 use super::*;
+
+/// An HTTP provider: where it is, which model, whose key, and how its requests are shaped where a server differs
+/// from the kind's default (Azure OpenAI, OpenAI's reasoning models, Gemini's or Mistral's OpenAI-compatible
+/// endpoints, vLLM, Ollama).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEndpoint {
+    /// The API root, e.g. `https://api.openai.com/v1`, `https://api.anthropic.com/v1`.
+    pub base_url: String,
+    /// The model name sent with each request.
+    pub model: String,
+    /// The name of the key (a secret's member, else an environment variable): a bearer token (openai) or
+    /// `x-api-key` (anthropic). Without one, requests carry no key.
+    pub api_key_env: Option<String>,
+    /// The header that carries the key as it is, instead of the kind's (Azure OpenAI: `api-key`).
+    pub api_key_header: Option<String>,
+    /// The path after `base_url`, instead of the kind's (`chat/completions`, `messages`).
+    pub path: Option<String>,
+    /// Query parameters every request carries (Azure OpenAI: `{ "api-version" = "2024-10-21" }`).
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Headers every request carries. Not for keys: those come from `api_key_env`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The field the contract's output budget goes in. openai: `max_tokens`, or `max_completion_tokens`, which
+    /// OpenAI's reasoning families (o1, o3, o4, gpt-5) take instead and which is their default; anthropic:
+    /// `max_tokens` only.
+    pub token_limit_field: Option<TokenLimitField>,
+    /// Whether the contract's temperature is sent. Default: yes, but not to OpenAI's reasoning families, which
+    /// refuse any but their own.
+    pub send_temperature: Option<bool>,
+    /// openai: the `reasoning_effort` of a reasoning model (`minimal`, `low`, `medium`, `high`). Its reasoning is
+    /// spent from the contract's output budget.
+    pub reasoning_effort: Option<String>,
+    /// Fields added as they are to every request's body (a server's own options). onejob's own fields (the model,
+    /// the messages, the budget, the temperature, the output format) are set by the keys above, not here.
+    #[serde(default)]
+    pub body: Map<String, Value>,
+}
+
+/// Where an output budget goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenLimitField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl TokenLimitField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxTokens => "max_tokens",
+            Self::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
+/// The body fields onejob sets itself, which `body` may not name.
+const OWN_BODY_FIELDS: [&str; 11] = [
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "reasoning_effort",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "stream",
+];
+
+impl ProviderEndpoint {
+    /// How the requests differ from the kind's default, as far as it is set: part of the provider's fingerprint
+    /// (another shape is another provider, to be qualified again). `None` when nothing is set.
+    pub fn request_shape(&self) -> Option<Value> {
+        let mut shape = Map::new();
+        let mut put = |key: &str, value: Value| {
+            if !(value.is_null() || value == json!({})) {
+                shape.insert(key.to_owned(), value);
+            }
+        };
+        put("api_key_header", json!(self.api_key_header));
+        put("path", json!(self.path));
+        put("query", json!(self.query));
+        put("headers", json!(self.headers));
+        put("token_limit_field", json!(self.token_limit_field));
+        put("send_temperature", json!(self.send_temperature));
+        put("reasoning_effort", json!(self.reasoning_effort));
+        put("body", Value::Object(self.body.clone()));
+        (!shape.is_empty()).then_some(Value::Object(shape))
+    }
+
+    /// What the fingerprint of an HTTP provider takes of its endpoint: the base URL, and the shape of its requests
+    /// where the config sets it.
+    pub fn identity(&self) -> Vec<(&'static str, Value)> {
+        let mut identity = vec![("base_url", json!(self.base_url))];
+        identity.extend(self.request_shape().map(|shape| ("request", shape)));
+        identity
+    }
+
+    /// The checks serde cannot make that every HTTP kind shares.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(own) = self
+            .body
+            .keys()
+            .find(|k| OWN_BODY_FIELDS.contains(&k.as_str()))
+        {
+            return Err(format!(
+                "body.{own} is onejob's own field: use token_limit_field, send_temperature or reasoning_effort"
+            ));
+        }
+        for name in self.api_key_header.iter().chain(self.headers.keys()) {
+            reqwest::header::HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("{name:?} is not a header name"))?;
+        }
+        for (name, value) in &self.headers {
+            reqwest::header::HeaderValue::try_from(value.as_str())
+                .map_err(|_| format!("headers.{name}: not a header value"))?;
+        }
+        reqwest::Url::parse(&self.base_url).map_err(|e| format!("base_url: {e}"))?;
+        Ok(())
+    }
+}
+
+/// How a kind shapes its requests where the endpoint's settings do not say.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestDefaults {
+    /// The path after `base_url`.
+    pub path: &'static str,
+    /// The field the output budget goes in.
+    pub token_limit_field: TokenLimitField,
+    /// Whether the contract's temperature is sent.
+    pub sends_temperature: bool,
+}
 
 /// Where an HTTP provider's calls go: the client (one connection pool for all), the full URL, the model, and the
 /// key. Shared by the OpenAI and Anthropic clients, which differ only in what they send and read.
@@ -21,20 +159,18 @@ pub struct HttpEndpoint {
 }
 
 impl HttpEndpoint {
-    /// The endpoint at `{base_url}/{path}` (the config's path, else the kind's `path`) with the config's query,
-    /// its key from `keys` (else the environment), its requests shaped as the config says for a provider of the
-    /// kind `openai` says.
+    /// The endpoint at `{base_url}/{path}` (the config's path, else the kind's) with the config's query, its key
+    /// from `keys` (else the environment), its requests shaped as the config says, else as the kind's `defaults`.
     pub fn new(
         endpoint: &ProviderEndpoint,
-        path: &str,
-        openai: bool,
+        defaults: RequestDefaults,
         keys: &ProviderKeys,
         http: &reqwest::Client,
     ) -> Self {
         let path = endpoint
             .path
             .as_deref()
-            .unwrap_or(path)
+            .unwrap_or(defaults.path)
             .trim_start_matches('/');
         let root = endpoint.base_url.trim_end_matches('/');
         // Checked when the config was read (`ProviderConfig::check`).
@@ -49,8 +185,8 @@ impl HttpEndpoint {
             key: keys.source(endpoint.api_key_env.as_deref()),
             key_header: endpoint.api_key_header.clone(),
             headers: endpoint.headers.clone(),
-            token_limit_field: endpoint.token_limit_field(openai),
-            sends_temperature: endpoint.sends_temperature(openai),
+            token_limit_field: (endpoint.token_limit_field).unwrap_or(defaults.token_limit_field),
+            sends_temperature: (endpoint.send_temperature).unwrap_or(defaults.sends_temperature),
             reasoning_effort: endpoint.reasoning_effort.clone(),
             body: endpoint.body.clone(),
         }

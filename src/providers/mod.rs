@@ -1,22 +1,21 @@
-//! Providers: where attempts run. One trait, [`Provider`], and its clients: [`demo`] (built in), [`openai`] (any
-//! OpenAI-compatible endpoint), [`anthropic`] (the Messages API) and [`bedrock`] (Amazon Bedrock's Converse API). A client only reports what happened on the
-//! wire; [`checks`] holds the output to the contract, and the worker decides the attempt's state.
+//! Providers: where attempts run. One trait, [`Provider`] (one call), and the [`kinds`] of provider, one file each
+//! behind the [`kinds::Kind`] trait: [`kinds::demo`] (built in), [`kinds::openai`] (any OpenAI-compatible endpoint),
+//! [`kinds::anthropic`] (the Messages API) and [`kinds::bedrock`] (Amazon Bedrock's Converse API). A client only
+//! reports what happened on the wire; [`checks`] holds the output to the contract, and the worker decides the
+//! attempt's state.
 
-pub mod anthropic;
-pub mod bedrock;
 pub mod checks;
-pub mod demo;
-mod http;
+pub mod http;
 pub mod keys;
-pub mod openai;
+pub mod kinds;
 pub mod qualify;
 pub mod settings;
 pub mod tokens;
 
-pub use settings::{
-    DemoBehavior, DemoSettings, ProviderConfig, ProviderEndpoint, ProviderKind, ProviderLimits,
-    TokenLimitField,
-};
+pub use http::{ProviderEndpoint, TokenLimitField};
+pub use kinds::demo::{DemoBehavior, DemoSettings};
+pub use kinds::{Kind, ProviderKind};
+pub use settings::{ProviderConfig, ProviderLimits};
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -152,31 +151,15 @@ pub struct ConfiguredProvider {
 /// region), model, the two limits a qualification checks against (context window, timeout), and how its requests
 /// are shaped where the config says. A demo provider's behaviour and delay are its "model".
 pub fn fingerprint(config: &ProviderConfig) -> Fingerprint {
-    let endpoint = config.endpoint();
     let mut identity = json!({
         "kind": config.kind(),
-        "base_url": endpoint.map(|e| &e.base_url),
+        "base_url": null,
         "model": config.model(),
         "context_window": config.context_window(),
         "timeout_ms": config.timeout_ms(),
     });
-    match &config.kind {
-        ProviderKind::Demo(demo) => {
-            identity["behavior"] = json!(demo.behavior.as_str());
-            identity["delay_ms"] = json!(demo.delay_ms);
-        }
-        ProviderKind::Bedrock(bedrock) => {
-            identity["region"] = json!(bedrock.region);
-            identity["base_url"] = json!(bedrock.endpoint_url);
-            identity["request"] = json!({
-                "send_temperature": bedrock.send_temperature,
-                "additional_model_request_fields": bedrock.additional_model_request_fields,
-            });
-        }
-        ProviderKind::Openai(_) | ProviderKind::Anthropic(_) => {}
-    }
-    if let Some(shape) = endpoint.and_then(ProviderEndpoint::request_shape) {
-        identity["request"] = shape;
+    for (field, value) in config.kind.kind().identity() {
+        identity[field] = value;
     }
     Fingerprint::of_value(&identity)
 }
@@ -202,27 +185,17 @@ impl Providers {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, NoAwsSettings> {
         let http = reqwest::Client::new();
+        let parts = kinds::ClientParts {
+            keys,
+            http: &http,
+            clock: &clock,
+        };
         Ok(Self(
             configs
                 .iter()
                 .map(|(name, config)| {
-                    let client: Arc<dyn Provider> = match &config.kind {
-                        ProviderKind::Demo(demo) => {
-                            Arc::new(demo::DemoProvider::new(demo, clock.clone()))
-                        }
-                        ProviderKind::Openai(endpoint) => Arc::new(openai::OpenAiProvider::new(
-                            HttpEndpoint::new(endpoint, "chat/completions", true, keys, &http),
-                        )),
-                        ProviderKind::Anthropic(endpoint) => {
-                            Arc::new(anthropic::AnthropicProvider::new(HttpEndpoint::new(
-                                endpoint, "messages", false, keys, &http,
-                            )))
-                        }
-                        ProviderKind::Bedrock(bedrock) => {
-                            let aws = keys.aws().ok_or_else(|| NoAwsSettings(name.clone()))?;
-                            Arc::new(bedrock::BedrockProvider::new(bedrock, aws))
-                        }
-                    };
+                    let client = (config.kind.kind().client(parts))
+                        .map_err(|kinds::NoAws| NoAwsSettings(name.clone()))?;
                     let configured = ConfiguredProvider {
                         config: config.clone(),
                         client,

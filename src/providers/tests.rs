@@ -62,3 +62,30 @@ async fn a_refused_key_is_the_providers_health_and_a_bad_request_is_not() {
         assert_eq!(reply.health, health, "{status}");
     }
 }
+
+/// A provider's fingerprint is what its qualifications are stored under: the same settings give the same one from
+/// release to release, or every standing is lost on an upgrade. Pinned for one provider of each kind.
+#[test]
+fn each_kinds_fingerprint_stays_what_it_was() {
+    let kinds = [
+        "kind = \"demo\"\nbehavior = \"extra_key\"\ndelay_ms = 5",
+        "kind = \"openai\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-5-mini\"",
+        "kind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\npath = \"p\"\nheaders = { a = \"b\" }\nbody = { top_k = 3 }",
+        "kind = \"anthropic\"\nbase_url = \"https://api.anthropic.com/v1\"\nmodel = \"claude-haiku-4-5\"\ncontext_window = 200000",
+        "kind = \"bedrock\"\nmodel = \"us.anthropic.claude-haiku-4-5-20251001-v1:0\"\nregion = \"us-east-1\"\nsend_temperature = false",
+    ];
+    let got: Vec<String> = kinds
+        .iter()
+        .map(|table| fingerprint(&toml::from_str(table).unwrap()).to_string())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "43d3ee5eeb5650df9e285998adf547e6b253f39f78be877801701e648c7f712b",
+            "fb503034797de82405187950b43e9452a8f4116ab4bfaf668ffceb3ef667bd39",
+            "10fbcaf109294427f26c2adffc76f14c5ca08a18cd27b27240b6491213865a64",
+            "5c4892381d750993d32b19a1b256701980f028280f506d13fc2d19d87f8e9bac",
+            "b61dcae2f7d69ddb80ba9c7e1fc4b8986a944430787eb622d9a4d37308e8ca82",
+        ]
+    );
+}

@@ -66,12 +66,9 @@ impl Encoding {
         }
     }
 
-    /// The encoding of a configured provider's model, as far as it is known.
+    /// The encoding of a configured provider's model, as far as its kind knows it.
     pub fn of(config: &super::ProviderConfig) -> Self {
-        match &config.kind {
-            super::ProviderKind::Openai(endpoint) => Self::of_openai_model(&endpoint.model),
-            _ => Self::Unknown,
-        }
+        config.kind.kind().encoding()
     }
 
     /// How prompts are counted, as `GET /v1/providers` and `onejob providers` say it.

@@ -558,7 +558,9 @@ pub async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer(
     let keyed = |base_url: String| {
         let mut endpoint = crate::support::stand_in::endpoint(base_url);
         endpoint.api_key_env = Some("CARGO_PKG_DESCRIPTION".into());
-        crate::support::stand_in::timed(onejob::providers::ProviderKind::Openai(endpoint))
+        crate::support::stand_in::timed(onejob::providers::ProviderKind::Openai(
+            onejob::providers::kinds::openai::OpenAiSettings(endpoint),
+        ))
     };
     let echoing = StandIn::spawn(vec![Reply::EchoKey(2_100)], Reply::EchoKey(0)).await;
     let unused = StandIn::answering(summary("B")).await;

@@ -5,7 +5,7 @@
 //! role's access is.
 
 use onejob::domain::{ContractRef, Health};
-use onejob::providers::bedrock::BedrockSettings;
+use onejob::providers::kinds::bedrock::BedrockSettings;
 use onejob::providers::{ProviderKind, ProviderOutcome, ProviderRequest, Reply as Answer};
 use serde_json::json;
 
@@ -101,7 +101,7 @@ async fn a_call_signed_with_the_wrong_secret_is_refused_as_the_deployments_troub
     let ProviderKind::Bedrock(settings) = bedrock(stand_in.base_url()).kind else {
         unreachable!()
     };
-    let client = onejob::providers::bedrock::BedrockProvider::new(&settings, &wrong);
+    let client = onejob::providers::kinds::bedrock::BedrockProvider::new(&settings, &wrong);
     let request = ProviderRequest {
         idempotency_key: "job_1:1".into(),
         contract: ContractRef::parse("summarize@1").unwrap(),

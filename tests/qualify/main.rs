@@ -22,6 +22,7 @@ use onejob::domain::{
 use onejob::engine::Engine;
 use onejob::providers::Providers;
 use onejob::providers::keys::ProviderKeys;
+use onejob::providers::kinds::openai::OpenAiSettings;
 use onejob::providers::qualify::{qualify, summary};
 use onejob::providers::{
     ProviderConfig, ProviderEndpoint, ProviderKind, TokenLimitField, fingerprint,
@@ -452,10 +453,10 @@ async fn editing_the_prompt_or_the_model_voids_a_stored_qualification() {
     assert_eq!(gate_says(&after_edit, &job).await, "fallback_not_qualified");
 
     // The same provider on another model, or with a shorter timeout than it was qualified with.
-    let other_model = timed(ProviderKind::Openai(ProviderEndpoint {
+    let other_model = timed(ProviderKind::Openai(OpenAiSettings(ProviderEndpoint {
         model: "gpt-4o".into(),
         ..endpoint(stand_in.base_url())
-    }));
+    })));
     let shorter_timeout = openai(stand_in.base_url()).with_timings(10, LATE_MS);
     for changed in [other_model, shorter_timeout] {
         let after_swap = engine(store.clone(), &[], changed);
@@ -637,7 +638,7 @@ fn shaped(
         ..endpoint(stand_in.base_url())
     };
     shape(&mut endpoint);
-    timed(ProviderKind::Openai(endpoint))
+    timed(ProviderKind::Openai(OpenAiSettings(endpoint)))
 }
 
 /// Today's reasoning models refuse `max_tokens` and any temperature but theirs: a provider on one qualifies by

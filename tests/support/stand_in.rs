@@ -12,6 +12,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use onejob::providers::kinds::anthropic::AnthropicSettings;
+use onejob::providers::kinds::openai::OpenAiSettings;
 use onejob::providers::{ProviderConfig, ProviderEndpoint, ProviderKind};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -39,7 +41,7 @@ pub fn timed(kind: ProviderKind) -> ProviderConfig {
 
 /// An openai provider at `base_url`, timed as [`timed`] says.
 pub fn openai(base_url: String) -> ProviderConfig {
-    timed(ProviderKind::Openai(endpoint(base_url)))
+    timed(ProviderKind::Openai(OpenAiSettings(endpoint(base_url))))
 }
 
 /// The AWS identity calls to a Bedrock stand-in are signed with, and checked against: the process's
@@ -75,7 +77,7 @@ pub const BEDROCK_MODEL: &str = "us.anthropic.claude-haiku-4-5-20251001-v1:0";
 /// timed like [`openai`].
 pub fn bedrock(base_url: String) -> ProviderConfig {
     timed(ProviderKind::Bedrock(
-        onejob::providers::bedrock::BedrockSettings {
+        onejob::providers::kinds::bedrock::BedrockSettings {
             model: BEDROCK_MODEL.into(),
             endpoint_url: Some(base_url.trim_end_matches("/v1").to_owned()),
             ..Default::default()
@@ -85,10 +87,12 @@ pub fn bedrock(base_url: String) -> ProviderConfig {
 
 /// An anthropic provider at `base_url`, timed like [`openai`].
 pub fn anthropic(base_url: String) -> ProviderConfig {
-    timed(ProviderKind::Anthropic(ProviderEndpoint {
-        model: "claude-stand-in".into(),
-        ..endpoint(base_url)
-    }))
+    timed(ProviderKind::Anthropic(AnthropicSettings(
+        ProviderEndpoint {
+            model: "claude-stand-in".into(),
+            ..endpoint(base_url)
+        },
+    )))
 }
 
 /// How the stand-in answers one call.

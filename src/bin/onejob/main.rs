@@ -151,11 +151,7 @@ fn check(path: &std::path::Path) -> Result<ExitCode, CliError> {
     // What the stack's functions must be allowed to invoke: the template's BedrockModelArns.
     let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "*".into());
     let arns: Vec<String> = (config.providers.values())
-        .filter_map(|p| match &p.kind {
-            onejob::providers::ProviderKind::Bedrock(bedrock) => Some(bedrock.invoke_arns(&region)),
-            _ => None,
-        })
-        .flatten()
+        .flat_map(|p| p.kind.kind().invoke_arns(&region))
         .collect();
     if !arns.is_empty() {
         println!("BedrockModelArns={}", arns.join(","));

@@ -7,7 +7,6 @@ use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::engine::Engine;
 use onejob::metrics::Metrics;
-use onejob::providers::ProviderKind;
 use onejob::providers::keys::ProviderKeys;
 use onejob::queue::local::LocalQueue;
 use onejob::startup::{self, SECRET_ARN_VAR, StartError};
@@ -102,8 +101,7 @@ impl Storage {
 /// AWS SDK's usual settings (credentials, region, `AWS_ENDPOINT_URL…`) are loaded for them.
 pub async fn provider_keys(config: &Config) -> Result<ProviderKeys, StartError> {
     let arn = std::env::var(SECRET_ARN_VAR).ok().filter(|a| !a.is_empty());
-    let on_bedrock =
-        (config.providers.values()).any(|p| matches!(p.kind, ProviderKind::Bedrock(_)));
+    let on_bedrock = (config.providers.values()).any(|p| p.kind.kind().signs_with_aws());
     if arn.is_none() && !on_bedrock {
         return Ok(ProviderKeys::default());
     }

@@ -1,4 +1,4 @@
-//! An Amazon Bedrock client: the Converse API (`POST /model/{model}/converse` on `bedrock-runtime`) through the AWS
+//! The `bedrock` kind: Amazon Bedrock's Converse API (`POST /model/{model}/converse` on `bedrock-runtime`) through the AWS
 //! SDK, signed (SigV4) with the process's AWS credentials — on Lambda, the function's execution role; no key.
 //! Structured output comes through a forced tool, as with [`super::anthropic`]: one tool, `answer`, whose input
 //! schema is the contract's output schema, and the answer is that tool call's input.
@@ -20,6 +20,7 @@
 //! | stop reason `guardrail_intervened`, `content_filtered` | `model_refused` | definite, the input's |
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
@@ -36,12 +37,14 @@ use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 use aws_smithy_types::{Document, Number};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{
-    ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet, transport_error,
-};
+use super::{ClientParts, Kind, NoAws};
 use crate::domain::{CallReport, ErrorInfo};
+use crate::providers::{
+    Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet,
+    transport_error,
+};
 
 /// The one tool the model is made to call.
 const TOOL: &str = "answer";
@@ -70,11 +73,50 @@ pub struct BedrockSettings {
 const INFERENCE_PROFILE_GEOGRAPHIES: [&str; 8] =
     ["us", "us-gov", "eu", "apac", "jp", "au", "ca", "global"];
 
-impl BedrockSettings {
+impl Kind for BedrockSettings {
+    fn name(&self) -> &'static str {
+        "bedrock"
+    }
+
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
+
+    /// The endpoint it names, else the region's.
+    fn address(&self) -> Option<String> {
+        Some(self.endpoint_url.clone().unwrap_or_else(|| {
+            let region = self.region.as_deref().unwrap_or("the process's region");
+            format!("bedrock-runtime ({region})")
+        }))
+    }
+
+    fn identity(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("region", json!(self.region)),
+            ("base_url", json!(self.endpoint_url)),
+            (
+                "request",
+                json!({
+                    "send_temperature": self.send_temperature,
+                    "additional_model_request_fields": self.additional_model_request_fields,
+                }),
+            ),
+        ]
+    }
+
+    fn signs_with_aws(&self) -> bool {
+        true
+    }
+
+    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
+        let aws = parts.keys.aws().ok_or(NoAws)?;
+        Ok(Arc::new(BedrockProvider::new(self, aws)))
+    }
+
     /// What `bedrock:InvokeModel` must be granted on for this model, with `region` where the settings name none
     /// and `*` for the account: the model itself, or an inference profile and its model in every region the
     /// profile routes to. An ARN in the settings is granted as it is.
-    pub fn invoke_arns(&self, region: &str) -> Vec<String> {
+    fn invoke_arns(&self, region: &str) -> Vec<String> {
         let region = self.region.as_deref().unwrap_or(region);
         if self.model.starts_with("arn:") {
             return vec![self.model.clone()];
@@ -97,7 +139,7 @@ impl BedrockSettings {
     }
 
     /// The checks serde cannot make.
-    pub(super) fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), String> {
         if self.model.trim().is_empty() {
             return Err("model: name a Bedrock model id, inference profile id or ARN".into());
         }
@@ -151,7 +193,7 @@ impl BedrockProvider {
 }
 
 #[async_trait]
-impl super::Provider for BedrockProvider {
+impl Provider for BedrockProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
         let message = Message::builder()
             .role(ConversationRole::User)
@@ -287,7 +329,9 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                 ConverseError::ServiceUnavailableException(_)
                 | ConverseError::ModelNotReadyException(_) => "provider_unavailable",
                 // A gateway in front of Bedrock (a VPC endpoint, a proxy) that stopped waiting, as for HTTP kinds.
-                _ if super::http::is_gateway_timeout(status) => return lost("gateway_timeout"),
+                _ if crate::providers::http::is_gateway_timeout(status) => {
+                    return lost("gateway_timeout");
+                }
                 _ if status == 429 => "rate_limited",
                 _ if status >= 500 => "provider_error",
                 _ => "provider_refused",
@@ -296,11 +340,11 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                 .headers()
                 .get("retry-after")
                 .and_then(|v| v.parse().ok());
-            super::refused(
+            crate::providers::refused(
                 code,
                 status,
                 &message,
-                super::retry_after_s(retry_after.as_ref()),
+                crate::providers::retry_after_s(retry_after.as_ref()),
             )
         }
         // Anything after the request went out may have been done, whatever the SDK calls it: a timeout, a

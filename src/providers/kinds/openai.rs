@@ -1,13 +1,105 @@
-//! An OpenAI-compatible client: `POST {base_url}/chat/completions` with a JSON-schema response format, a bearer
-//! key named by `api_key_env` (see [`super::keys`]), and `Idempotency-Key: <job id>:<attempt>`.
+//! The `openai` kind: any OpenAI-compatible server, `POST {base_url}/chat/completions` with a JSON-schema response
+//! format, a bearer key named by `api_key_env` (see [`crate::providers::keys`]), and
+//! `Idempotency-Key: <job id>:<attempt>`. What each reply means is [`crate::providers::http::exchange`]'s, then
+//! [`read_answer`]'s for a 2xx body.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{
-    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet,
-};
+use super::{ClientParts, Kind, NoAws};
 use crate::domain::CallReport;
+use crate::providers::http::RequestDefaults;
+use crate::providers::tokens::Encoding;
+use crate::providers::{
+    HttpEndpoint, Provider, ProviderEndpoint, ProviderOutcome, ProviderRequest, Reply,
+    SYSTEM_PROMPT, TokenLimitField, failed, snippet,
+};
+
+/// An OpenAI-compatible endpoint: the keys every HTTP kind takes.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct OpenAiSettings(pub ProviderEndpoint);
+
+impl Deref for OpenAiSettings {
+    type Target = ProviderEndpoint;
+
+    fn deref(&self) -> &ProviderEndpoint {
+        &self.0
+    }
+}
+
+impl DerefMut for OpenAiSettings {
+    fn deref_mut(&mut self) -> &mut ProviderEndpoint {
+        &mut self.0
+    }
+}
+
+/// OpenAI's reasoning families: they take `max_completion_tokens` and no temperature but their default.
+fn is_reasoning_model(model: &str) -> bool {
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|family| name.starts_with(family))
+}
+
+impl OpenAiSettings {
+    /// The request's shape where the settings do not say: a reasoning model's budget goes in
+    /// `max_completion_tokens`, and it is sent no temperature.
+    fn defaults(&self) -> RequestDefaults {
+        let reasoning = is_reasoning_model(&self.model);
+        RequestDefaults {
+            path: "chat/completions",
+            token_limit_field: match reasoning {
+                true => TokenLimitField::MaxCompletionTokens,
+                false => TokenLimitField::MaxTokens,
+            },
+            sends_temperature: !reasoning,
+        }
+    }
+}
+
+impl Kind for OpenAiSettings {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
+
+    fn endpoint(&self) -> Option<&ProviderEndpoint> {
+        Some(&self.0)
+    }
+
+    fn address(&self) -> Option<String> {
+        Some(self.base_url.clone())
+    }
+
+    fn encoding(&self) -> Encoding {
+        Encoding::of_openai_model(&self.model)
+    }
+
+    fn identity(&self) -> Vec<(&'static str, Value)> {
+        self.0.identity()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.0.check()
+    }
+
+    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
+        let endpoint = HttpEndpoint::new(&self.0, self.defaults(), parts.keys, parts.http);
+        Ok(Arc::new(OpenAiProvider::new(endpoint)))
+    }
+}
 
 #[derive(Debug)]
 pub struct OpenAiProvider {

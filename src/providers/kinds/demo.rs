@@ -4,12 +4,72 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{DemoBehavior, DemoSettings};
-use super::{Provider, ProviderOutcome, ProviderRequest, Reply};
+use super::{ClientParts, Kind, NoAws};
 use crate::clock::Clock;
 use crate::domain::{CallReport, ErrorInfo};
+use crate::providers::{Provider, ProviderOutcome, ProviderRequest, Reply};
+
+/// The demo provider: what it does and how fast.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoSettings {
+    /// What the provider does.
+    pub behavior: DemoBehavior,
+    /// How long it takes to answer (or to fail).
+    pub delay_ms: u64,
+}
+
+/// What a demo provider does with a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemoBehavior {
+    /// Answers with an output that keeps the contract's output schema.
+    #[default]
+    Answer,
+    /// Answers with an error.
+    Fail,
+    /// Never answers.
+    Hang,
+    /// Answers, adding a top-level key the contract does not have.
+    ExtraKey,
+}
+
+impl DemoBehavior {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answer => "answer",
+            Self::Fail => "fail",
+            Self::Hang => "hang",
+            Self::ExtraKey => "extra_key",
+        }
+    }
+}
+
+impl Kind for DemoSettings {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+
+    /// Unbounded, unless the config names one.
+    fn default_context_window(&self) -> Option<u64> {
+        None
+    }
+
+    /// Its behaviour and delay are its "model".
+    fn identity(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("behavior", json!(self.behavior.as_str())),
+            ("delay_ms", json!(self.delay_ms)),
+        ]
+    }
+
+    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
+        Ok(Arc::new(DemoProvider::new(self, parts.clock.clone())))
+    }
+}
 
 #[derive(Debug)]
 pub struct DemoProvider {

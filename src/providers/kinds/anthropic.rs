@@ -1,14 +1,86 @@
-//! An Anthropic Messages API client: `POST {base_url}/messages`. Structured output comes through a forced tool:
-//! one tool, `answer`, whose `input_schema` is the contract's output schema, and `tool_choice` naming it; the
-//! answer is that tool call's `input`. The key named by `api_key_env` (see [`super::keys`]) goes in `x-api-key`.
+//! The `anthropic` kind: the Messages API, `POST {base_url}/messages`. Structured output comes through a forced
+//! tool: one tool, `answer`, whose `input_schema` is the contract's output schema, and `tool_choice` naming it; the
+//! answer is that tool call's `input`. The key named by `api_key_env` (see [`crate::providers::keys`]) goes in
+//! `x-api-key`. What each reply means is [`crate::providers::http::exchange`]'s, then [`read_answer`]'s for a 2xx
+//! body.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{
-    HttpEndpoint, Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet,
-};
+use super::{ClientParts, Kind, NoAws};
 use crate::domain::CallReport;
+use crate::providers::http::RequestDefaults;
+use crate::providers::{
+    HttpEndpoint, Provider, ProviderEndpoint, ProviderOutcome, ProviderRequest, Reply,
+    SYSTEM_PROMPT, TokenLimitField, failed, snippet,
+};
+
+/// An Anthropic endpoint: the keys every HTTP kind takes (but `max_completion_tokens` and `reasoning_effort`,
+/// which are OpenAI's).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct AnthropicSettings(pub ProviderEndpoint);
+
+impl Deref for AnthropicSettings {
+    type Target = ProviderEndpoint;
+
+    fn deref(&self) -> &ProviderEndpoint {
+        &self.0
+    }
+}
+
+impl DerefMut for AnthropicSettings {
+    fn deref_mut(&mut self) -> &mut ProviderEndpoint {
+        &mut self.0
+    }
+}
+
+impl Kind for AnthropicSettings {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
+
+    fn endpoint(&self) -> Option<&ProviderEndpoint> {
+        Some(&self.0)
+    }
+
+    fn address(&self) -> Option<String> {
+        Some(self.base_url.clone())
+    }
+
+    fn identity(&self) -> Vec<(&'static str, Value)> {
+        self.0.identity()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.0.check()?;
+        if self.token_limit_field == Some(TokenLimitField::MaxCompletionTokens) {
+            return Err("token_limit_field: anthropic takes max_tokens only".into());
+        }
+        if self.reasoning_effort.is_some() {
+            return Err("reasoning_effort is an openai key".into());
+        }
+        Ok(())
+    }
+
+    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
+        let defaults = RequestDefaults {
+            path: "messages",
+            token_limit_field: TokenLimitField::MaxTokens,
+            sends_temperature: true,
+        };
+        let endpoint = HttpEndpoint::new(&self.0, defaults, parts.keys, parts.http);
+        Ok(Arc::new(AnthropicProvider::new(endpoint)))
+    }
+}
 
 /// The API version this client speaks.
 const API_VERSION: &str = "2023-06-01";

@@ -1,0 +1,129 @@
+//! Provider kinds, one file each, behind one trait, [`Kind`]: what a kind's settings are (`[providers.NAME]`'s keys
+//! beside `kind`), what they are checked for, what a qualification is tied to, how prompts are counted, and its
+//! client — how it builds a request from the contract and the settings, and what every reply means about the work
+//! (invariant 5) and about the provider's health (invariant 15).
+//!
+//! - [`demo`]: built in, in process, deterministic.
+//! - [`openai`]: any OpenAI-compatible `POST {base_url}/chat/completions`.
+//! - [`anthropic`]: Anthropic's Messages API.
+//! - [`bedrock`]: Amazon Bedrock's Converse API, signed with the process's AWS credentials.
+//!
+//! [`ProviderKind`] is the one place that names them all: `onejob.toml`'s `kind` key, and [`ProviderKind::kind`],
+//! which every other part of onejob asks. Adding a kind is a file here and a variant there (docs/layout.md).
+
+pub mod anthropic;
+pub mod bedrock;
+pub mod demo;
+pub mod openai;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::keys::ProviderKeys;
+use super::tokens::Encoding;
+use super::{Provider, ProviderEndpoint};
+use crate::clock::Clock;
+
+/// What a provider is, with its kind's own keys.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Built in, in process, deterministic: for local runs and demos.
+    Demo(demo::DemoSettings),
+    /// Any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
+    Openai(openai::OpenAiSettings),
+    /// Anthropic's Messages API, `POST {base_url}/messages`, structured output through a forced tool.
+    Anthropic(anthropic::AnthropicSettings),
+    /// Amazon Bedrock's Converse API, signed (SigV4) with the process's AWS credentials (a function's execution
+    /// role), structured output through a forced tool.
+    Bedrock(bedrock::BedrockSettings),
+}
+
+impl ProviderKind {
+    /// The kind, to ask what it is and does.
+    pub fn kind(&self) -> &dyn Kind {
+        match self {
+            Self::Demo(settings) => settings,
+            Self::Openai(settings) => settings,
+            Self::Anthropic(settings) => settings,
+            Self::Bedrock(settings) => settings,
+        }
+    }
+}
+
+/// What a process gives a kind to make its client with.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientParts<'a> {
+    /// The keys (a secret's, else the environment's), and the AWS settings calls are signed with, if any.
+    pub keys: &'a ProviderKeys,
+    /// One HTTP connection pool for every HTTP provider.
+    pub http: &'a reqwest::Client,
+    pub clock: &'a Arc<dyn Clock>,
+}
+
+/// A kind needs the process's AWS settings to sign its calls, and the process has none.
+#[derive(Debug, Clone, Copy)]
+pub struct NoAws;
+
+/// One kind of provider, as its settings say it.
+pub trait Kind: Debug + Send + Sync {
+    /// Its `kind` key.
+    fn name(&self) -> &'static str;
+
+    /// The model it is configured with (a demo provider has none).
+    fn model(&self) -> Option<&str> {
+        None
+    }
+
+    /// The endpoint of an HTTP provider.
+    fn endpoint(&self) -> Option<&ProviderEndpoint> {
+        None
+    }
+
+    /// Where its calls go, for operators: an HTTP provider's base URL, a Bedrock provider's region.
+    fn address(&self) -> Option<String> {
+        None
+    }
+
+    /// Its context window where the config names none; `None` is unbounded.
+    fn default_context_window(&self) -> Option<u64> {
+        Some(DEFAULT_CONTEXT_WINDOW)
+    }
+
+    /// How its prompts are counted in tokens, as far as its model's encoding is known.
+    fn encoding(&self) -> Encoding {
+        Encoding::Unknown
+    }
+
+    /// What a qualification is tied to beyond its kind, model and limits: where its calls go and how its requests
+    /// are shaped where the config says (another shape is another provider, to be qualified again). Fields of its
+    /// fingerprint's identity, by name.
+    fn identity(&self) -> Vec<(&'static str, Value)> {
+        Vec::new()
+    }
+
+    /// The checks serde cannot make of its settings.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether its calls are signed with the process's AWS credentials.
+    fn signs_with_aws(&self) -> bool {
+        false
+    }
+
+    /// What a function's role must be granted `bedrock:InvokeModel` on to call it, in `region` unless the settings
+    /// name one (none for a kind that is not on Bedrock).
+    fn invoke_arns(&self, _region: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Its client, for a process that calls it.
+    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws>;
+}
+
+/// The context window of a remote provider that names none.
+const DEFAULT_CONTEXT_WINDOW: u64 = 8_192;
