@@ -16,13 +16,14 @@
 //!   trait — demo, OpenAI-compatible, Anthropic, Bedrock —; keys, token counting, [`providers::checks`] every call
 //!   must pass, [`providers::qualify`]); [`sinks`] (where
 //!   completion events go: the owner's endpoint, the EventBridge bus).
-//! - [`engine`]: every write of a job's life, by concept — a caller's (`writes`), a worker's (`attempts`), the
-//!   sweeper's (`sweep`) — each followed by the one `follow_up`; the create's rules (`intake`); breakers
+//! - [`engine`]: every write of a job's life, by concept — a caller's (`writes`), a worker's (`attempts`, in the
+//!   order `step` keeps: `begin` before the call, `settle` after it), the sweeper's (`sweep`) — each followed by
+//!   the one `follow_up`; the create's rules (`intake`); breakers
 //!   (`breakers`), the qualification ledger (`qualification`), completion events (`deliveries`), a provider's
 //!   calls in flight (`slots`), spend and usage (`usage`). The store, the
 //!   queue and the sinks are the engine's own: nothing else reaches them.
-//! - [`worker`]: one step, `process_attempt` (wait out an open breaker, claim, call, write the answer first, then
-//!   what it told of the provider), the sweeper step, and the local loops around both.
+//! - [`worker`]: one step, `process_attempt` (the engine's `begin`, the provider's call with its time-out and late
+//!   window, the engine's `settle`), the sweeper step, and the local loops around both.
 //! - [`http`]: the one axum router: extractors for the request's rules, handlers per resource, problem+json errors,
 //!   the OpenAPI document, the page.
 //! - [`lambda`], [`server`], [`startup`]: the api, worker and sweeper functions; the local server; one wiring of an
@@ -43,7 +44,7 @@
 //! | 4 one live attempt; every transition and its refusals | `domain/job.rs`, `domain/transition.rs` (each as the value every store applies) |
 //! | 5 not knowing is not failing | `providers/http.rs` (what an answer means), `worker/mod.rs` (timeout, late window) |
 //! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/attempts.rs` (logged, counted) |
-//! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `worker/mod.rs` |
+//! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `engine/step.rs` (`begin`) |
 //! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the ledger read) |
 //! | 10 owners kept apart | `http/auth.rs` (owners and operators), every store read by owner, `engine` (`Actor`: an operator's act recorded on the job) |
 //! | owners' limits held in the create's write | `domain/limits.rs` (`OwnerLimits::admit`), `store/sqlite/owners.rs`, `store/dynamodb/owners.rs` |
@@ -52,7 +53,7 @@
 //! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |
 //! | 14 one settle, one event id | `domain/status.rs` (`settles_at`), `domain/event.rs` (`event_id`), `engine/follow_up.rs` (armed once per settle) |
 //! | 15 shared state moved only by evidence no owner makes | `domain/breaker.rs` (`Health`: what a reply tells of a provider), `providers/mod.rs` (`Reply::health`), `domain/qualification.rs` (suspicion), `http/catalogue.rs` (what owners see) |
-//! | 16 an answer outranks timers and advisory writes | `worker/mod.rs` (`call`, `settle`, `advise`) |
+//! | 16 an answer outranks timers and advisory writes | `worker/mod.rs` (`listen`), `engine/step.rs` (`settle`: the answer, then `advise`) |
 //! | 17 every caller-driven write is one intent | `domain/ids.rs` (`WriteToken::for_request`), `domain/job.rs` (`add_attempt`, `cancel_attempt`), `http/body.rs` (the key) |
 //! | statuses and `code`s of every error | `http/error.rs` |
 //!

@@ -17,7 +17,7 @@ impl Engine {
     /// tried again while the store fails until `until` (the message's own time: an invocation's deadline, within
     /// its visibility): a claim that landed and lost its answer is found again as this step's, not left to its
     /// lease.
-    pub async fn claim(
+    pub(super) async fn claim(
         &self,
         message: &AttemptRef,
         token: &WriteToken,
@@ -38,7 +38,7 @@ impl Engine {
 
     /// `started` → `unknown`, written until `until`. `None` when the domain refused: someone resolved the attempt
     /// meanwhile.
-    pub async fn mark_unknown(
+    pub(super) async fn mark_unknown(
         &self,
         attempt: &AttemptRef,
         token: &WriteToken,
@@ -64,7 +64,7 @@ impl Engine {
     /// A valid result for attempt `number` of `job`: compare-and-swap on the result slot, written until `until`.
     /// The loser is discarded and logged. If the store never takes it, the result is logged at ERROR, whole, so
     /// that an operator can recover it.
-    pub async fn complete(
+    pub(super) async fn complete(
         &self,
         job_id: &JobId,
         number: u32,
@@ -130,7 +130,7 @@ impl Engine {
 
     /// A definite failure of attempt `number` of `job` (the claimed copy), with failover in the same write,
     /// written until `until`.
-    pub async fn fail(
+    pub(super) async fn fail(
         &self,
         job: &Job,
         number: u32,

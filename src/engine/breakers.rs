@@ -17,7 +17,7 @@ impl Engine {
     /// claim it: its provider's breaker lets no call through now (and, while one probe runs, the waiters look again
     /// within the probe's own timeout), failover would not take the job elsewhere, and the wait stays within the
     /// retry window of the attempt's first try. Waiting is not a try: no attempt is made, none is charged.
-    pub async fn wait_out_breaker(&self, message: &Message) -> Result<bool, StoreError> {
+    pub(super) async fn wait_out_breaker(&self, message: &Message) -> Result<bool, StoreError> {
         let Some(provider) = &message.provider else {
             return Ok(false);
         };
@@ -104,7 +104,7 @@ impl Engine {
 
     /// Whether a worker may call `provider` now: closed, or this worker's call is the probe after the cooldown
     /// (recorded first, so that one worker probes), or not before `until`.
-    pub async fn admit(&self, provider: &ProviderName) -> Admission {
+    pub(super) async fn admit(&self, provider: &ProviderName) -> Admission {
         let policy = self.breaker_policy(provider);
         if policy.threshold == 0 || self.clean_breakers.get(provider).is_some() {
             return Admission::Call;
@@ -145,7 +145,7 @@ impl Engine {
     /// What a call to `provider` by `attempt` (`job_id#n`) told of its health: a failure (a 5xx, a 429, a refused
     /// key or connection, a lost answer, a time-out) counts towards opening its breaker (a failed probe opens it
     /// again); an answer closes it; a refusal the request caused moves it neither way (invariant 15).
-    pub async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, health: Health) {
+    pub(super) async fn breaker_saw(&self, provider: &ProviderName, attempt: &str, health: Health) {
         let policy = self.breaker_policy(provider);
         // An answer leaves a clean breaker as it is; a failure is always counted on the stored one.
         let moves = match health {

@@ -149,7 +149,7 @@ impl Engine {
 
     /// Sends `message`, delivered no sooner than `not_before` (if given); a failure is logged, and the sweeper
     /// sends it again later.
-    pub(crate) async fn dispatch_at(&self, message: &Message, not_before: Option<Timestamp>) {
+    pub(super) async fn dispatch_at(&self, message: &Message, not_before: Option<Timestamp>) {
         let delay = not_before.map_or_else(Duration::zero, |t| t - self.clock.now());
         let (job_id, attempt) = (&message.attempt.job_id, message.attempt.number);
         let span =
@@ -195,7 +195,7 @@ impl Engine {
     /// and the arming (a Lambda out of time), and left its message to come back; arming twice is arming once. And
     /// if the attempt's call is over, the call slot this message took again is freed: nobody else would free it
     /// before its time ends (a call that may still run keeps it).
-    pub async fn dropped(&self, message: &Message) -> Result<(), StoreError> {
+    pub(super) async fn dropped(&self, message: &Message) -> Result<(), StoreError> {
         let attempt = &message.attempt;
         let Some(job) = self
             .store

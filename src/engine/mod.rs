@@ -2,6 +2,8 @@
 //! feed), and every write of that life, by concept:
 //!
 //! - [`writes`](self#writes): a caller's writes — create, manual attempt, cancels;
+//! - `step`: a worker's attempt as two calls around its provider's call, [`Engine::begin`] and [`Engine::settle`],
+//!   which own the order of its writes (the answer first, then what it told of the provider, then the slot);
 //! - `attempts`: a worker's writes — the claim and the answer (result, failure, time-out);
 //! - `sweep`: the sweeper's writes and queries — expired leases, attempts dispatched again, retention;
 //! - `follow_up`: what follows every write, in one order (count, dispatch, change notice, event armed);
@@ -35,6 +37,7 @@ mod intake;
 mod qualification;
 mod recent;
 mod slots;
+mod step;
 mod sweep;
 mod usage;
 mod writes;
@@ -59,6 +62,7 @@ pub use changes::JobWatch;
 pub use deliveries::EventSettings;
 pub use intake::{Intake, Refused};
 use recent::Recent;
+pub use step::{Begun, Claimed, Heard, Processed};
 pub use usage::{Usage, UsageRow};
 pub use writes::AddedAttempt;
 

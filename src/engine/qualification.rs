@@ -109,7 +109,7 @@ impl Engine {
     /// the ledger, with the attempts): cause to qualify it again, never a loss of standing (invariant 15). The note
     /// is a compare-and-swap on the evidence as read, so it never overwrites a qualification written meanwhile. A
     /// ledger that fails is logged: watching never fails an attempt.
-    pub async fn observe(
+    pub(super) async fn observe(
         &self,
         job: &Job,
         number: u32,
@@ -182,7 +182,7 @@ impl Engine {
     /// answer as a model its qualification never saw is not that provider's (invariant 15: the provider's own
     /// evidence) — a definite failure, `model_changed`; [`Engine::observe`] then voids the standing. The primary
     /// needs no qualification, and a ledger that cannot be read never decides a job.
-    pub async fn unqualified_answer(
+    pub(super) async fn unqualified_answer(
         &self,
         job: &Job,
         number: u32,

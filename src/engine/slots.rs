@@ -29,7 +29,7 @@ impl Engine {
     /// Takes a slot of the provider the message names for its attempt, if the provider is capped; while all are
     /// taken, puts the message off (the attempt stays queued, without a try). Whether the step goes on — also when
     /// the attempt is no longer queued, for the claim to refuse.
-    pub async fn take_slot(&self, message: &Message) -> Result<bool, StoreError> {
+    pub(super) async fn take_slot(&self, message: &Message) -> Result<bool, StoreError> {
         let Some(provider) = &message.provider else {
             return Ok(true);
         };
@@ -61,7 +61,7 @@ impl Engine {
     /// Frees the slot the message's attempt held, if its provider is capped: by the step that claimed the attempt
     /// and made the call, once it is done. Advisory: a store that fails here is logged, and the slot frees itself
     /// when its time ends.
-    pub async fn free_slot(&self, message: &Message) {
+    pub(super) async fn free_slot(&self, message: &Message) {
         let Some(provider) = &message.provider else {
             return;
         };

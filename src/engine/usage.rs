@@ -47,7 +47,7 @@ impl Engine {
     /// What a call for `owner` reported, added to its day's and month's spend when its limits have a budget: what
     /// the budget is held to. Advisory, after the answer is written; a store that fails here is logged, and the
     /// spend is short by this call.
-    pub(crate) async fn record_spend(&self, owner: &Owner, report: &CallReport) {
+    pub(super) async fn record_spend(&self, owner: &Owner, report: &CallReport) {
         if self.settings.limits.of(owner).budget.is_none() {
             return;
         }

@@ -300,8 +300,8 @@ async fn a_job_ended_without_an_endpoint_has_no_events_and_another_owner_sees_no
         job_id: JobId::parse(&before).unwrap(),
         number: 1,
     };
-    let message = onejob::queue::Message::new(attempt, None);
-    app.engine().dropped(&message).await.unwrap();
+    let dropped = onejob::worker::process_attempt(app.engine(), &attempt).await;
+    assert_eq!(dropped.unwrap(), onejob::worker::Processed::Dropped);
     app.engine().deliver_due().await.unwrap();
     let after = settled_job(&app, "after").await;
     receiver.received(1).await;

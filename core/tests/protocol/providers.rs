@@ -125,7 +125,7 @@ pub enum Writer {
     /// The breaker as read, at its revision.
     Breaker(Note, Breaker, u32),
     /// The evidence as read, at its revision.
-    Evidence(Note, Qualification, u32),
+    Evidence(Note, Box<Qualification>, u32),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -252,7 +252,7 @@ impl Providers {
 
     /// Writer `w` goes on to the evidence, from a new read.
     fn to_evidence(w: &mut World, wk: usize, note: Note) {
-        w.writers[wk] = Writer::Evidence(note, w.evidence.clone(), w.evidence_rev);
+        w.writers[wk] = Writer::Evidence(note, Box::new(w.evidence.clone()), w.evidence_rev);
     }
 }
 
@@ -359,7 +359,7 @@ impl Model for Providers {
                         }
                     }
                     Writer::Evidence(note, read, rev) => {
-                        let Some(after) = self.on_evidence(note, read) else {
+                        let Some(after) = self.on_evidence(note, *read) else {
                             w.writers[wk] = Writer::Idle;
                             return Some(w);
                         };
