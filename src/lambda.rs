@@ -8,7 +8,7 @@
 //! - **sweeper**: one [`sweep`](crate::worker::sweeper::sweep) per scheduled event, batch after batch until its
 //!   invocation's [`deadline`]; it alone delivers completion events, so it alone carries the EventBridge client.
 //!
-//! Each builds its [`Engine`] once per container from the environment: `ONEJOB_TABLE` (DynamoDB),
+//! Each builds its [`Engine`] once per container ([`start`], with its [`Role`]) from the environment: `ONEJOB_TABLE` (DynamoDB),
 //! `ONEJOB_QUEUE_URL` (SQS), `ONEJOB_CONFIG` (the `onejob.toml` of the stack's config layer, which `onejob serve`
 //! and `onejob qualify` read too: providers, chains, limits, contract files beside it), optionally
 //! `ONEJOB_SECRET_ARN` (the Secrets Manager secret with the provider keys) and `ONEJOB_EVENT_BUS` (the EventBridge
@@ -17,7 +17,6 @@
 //! configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, e.g. the ADOT layer's), the invocation's spans are exported before
 //! it answers.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
@@ -27,16 +26,17 @@ use axum::Router;
 use futures_util::future::join_all;
 
 use crate::clock::SystemClock;
+use crate::config::env::{self, Env};
 use crate::config::{Config, ConfigError};
 use crate::domain::Timestamp;
-use crate::engine::Engine;
+use crate::engine::{Engine, Parts};
 use crate::http::auth::Auth;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
-use crate::providers::Providers;
+use crate::providers::keys::ProviderKeys;
 use crate::queue::Delivery;
 use crate::queue::sqs::SqsQueue;
-use crate::startup::{self, SECRET_ARN_VAR, StartError};
+use crate::startup::{self, Process, Role, StartError};
 use crate::store::dynamodb::DynamoStore;
 use crate::telemetry::{self, trace};
 use crate::worker::process_delivery;
@@ -52,63 +52,37 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// From the environment (`env` reads a variable): `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL`, `ONEJOB_CONFIG` (the
+    /// From the environment (`var` reads a variable): `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL`, `ONEJOB_CONFIG` (the
     /// config layer's `onejob.toml`, read as [`Config::load_deployed`] says: the providers it names and no demo
-    /// ones, its contract files beside it), and the optional `ONEJOB_SECRET_ARN` and `ONEJOB_EVENT_BUS`. Its
-    /// contracts are loaded here too, so that a config or contract that does not check stops the start.
-    pub fn from(env: impl Fn(&str) -> Option<String>) -> Result<Self, StartError> {
-        let var = |name: &str| {
-            env(name).ok_or_else(|| StartError::Config(ConfigError::Missing(name.to_owned())))
-        };
-        let mut config = Config::load_deployed(Path::new(&var(CONFIG_VAR)?))?;
-        if let Some(bus) = env("ONEJOB_EVENT_BUS") {
-            config.event_bus = Some(bus).filter(|b| !b.is_empty());
-        }
-        let contracts = config.contracts()?;
-        tracing::info!(
-            config = %config.origin.as_ref().map(|o| o.fingerprint.to_string()).unwrap_or_default(),
-            contracts = %contracts.fingerprint(),
-            served = %contracts.iter().map(|c| c.reference.to_string()).collect::<Vec<_>>().join(","),
-            "onejob starts"
-        );
+    /// ones, its contract files beside it), and the optional `ONEJOB_SECRET_ARN` and `ONEJOB_EVENT_BUS` (the
+    /// config's environment, as [`Env`] reads it).
+    pub fn from(var: impl Fn(&str) -> Option<String>) -> Result<Self, StartError> {
+        let env = Env::from(var);
+        let missing = |name: &str| StartError::Config(ConfigError::Missing(name.to_owned()));
+        let path = env.config.as_deref().ok_or_else(|| missing(env::CONFIG))?;
+        let mut config = Config::load_deployed(path)?;
+        env.apply(&mut config);
         Ok(Self {
-            table: var("ONEJOB_TABLE")?,
-            queue_url: var("ONEJOB_QUEUE_URL")?,
+            table: env.table.ok_or_else(|| missing(env::TABLE))?,
+            queue_url: env.queue_url.ok_or_else(|| missing(env::QUEUE_URL))?,
             config,
-            secret_arn: env(SECRET_ARN_VAR),
+            secret_arn: env.secret_arn,
         })
     }
 }
 
-/// The variable naming the config file a function reads: the template sets it to the config layer's
-/// `/opt/onejob.toml`.
-pub const CONFIG_VAR: &str = "ONEJOB_CONFIG";
-
-/// What the api function does when its container starts: JSON logs, the settings and the AWS SDK's config from
-/// the environment, [`api_engine`].
-pub async fn start_api() -> Result<(Settings, Arc<Engine>), StartError> {
-    let (settings, aws) = start_settings()?;
-    let engine = Arc::new(api_engine(&settings, &aws)?);
-    Ok((settings, engine))
-}
-
-/// What the worker function does when its container starts: [`start_api`]'s, with [`engine`].
-pub async fn start_worker() -> Result<Arc<Engine>, StartError> {
-    let (settings, aws) = start_settings()?;
-    engine(&settings, &aws).await
-}
-
-/// What the sweeper function does when its container starts: [`start`]'s, with [`sweeper_engine`].
-pub async fn start_sweeper() -> Result<Arc<Engine>, StartError> {
-    let (settings, aws) = start_settings()?;
-    sweeper_engine(&settings, &aws).await
-}
-
-/// A start that fails logs why, whole (the file, the line, the fix), before the runtime reports it.
-fn start_settings() -> Result<(Settings, SdkConfig), StartError> {
+/// What a function does when its container starts: JSON logs, the settings and the AWS SDK's config from the
+/// environment, and the engine of its `role` ([`engine`]). A start that fails logs why, whole (the file, the line,
+/// the fix), before the runtime reports it.
+pub async fn start(role: Role) -> Result<(Settings, Arc<Engine>), StartError> {
     crate::telemetry::init_json();
-    let env = |name: &str| std::env::var(name).ok();
-    let started = Settings::from(env).and_then(|settings| Ok((settings, aws_config(env)?)));
+    let var = |name: &str| std::env::var(name).ok();
+    let started = async {
+        let settings = Settings::from(var)?;
+        let engine = engine(&settings, &aws_config(var)?, role).await?;
+        Ok((settings, Arc::new(engine)))
+    }
+    .await;
     if let Err(e) = &started {
         tracing::error!(error = %crate::telemetry::error_chain(e), "onejob cannot start");
     }
@@ -167,60 +141,45 @@ impl aws_types::service_config::LoadServiceConfig for ServiceEnv {
     }
 }
 
-/// The engine of the worker's container: DynamoDB (arming every ended job's deliveries if the config names a bus),
-/// SQS, the config's contracts on its chains, its providers' clients with the keys of the secret.
-pub async fn engine(settings: &Settings, aws: &SdkConfig) -> Result<Arc<Engine>, StartError> {
-    Ok(Arc::new(engine_with(settings, aws, None).await?))
-}
-
-/// The sweeper's engine: [`engine`]'s, and if the config names a bus, the EventBridge client that puts each
-/// settled job's event on it. The other functions never deliver, and do not carry that client's code.
-pub async fn sweeper_engine(
-    settings: &Settings,
-    aws: &SdkConfig,
-) -> Result<Arc<Engine>, StartError> {
-    let client =
-        (settings.config.event_bus.as_ref()).map(|_| aws_sdk_eventbridge::Client::new(aws));
-    Ok(Arc::new(engine_with(settings, aws, client).await?))
-}
-
-/// The api function's engine: [`engine`]'s store and queue, and its providers described, not called — the api
-/// function calls none, so it reads no key and carries no provider client's code.
-pub fn api_engine(settings: &Settings, aws: &SdkConfig) -> Result<Engine, StartError> {
-    let providers = Providers::described(&settings.config.providers);
-    on_aws(settings, aws, providers, None)
-}
-
-/// [`engine`], putting events on the config's bus (if it names one) with `bus`.
-pub async fn engine_with(
-    settings: &Settings,
-    aws: &SdkConfig,
-    bus: Option<aws_sdk_eventbridge::Client>,
-) -> Result<Engine, StartError> {
-    let keys = startup::provider_keys(aws, settings.secret_arn.as_deref()).await?;
-    let providers = startup::providers(&settings.config, &keys, Arc::new(SystemClock))?;
-    on_aws(settings, aws, providers, bus)
-}
-
-/// An engine of `providers` on the stack's table and queue.
-fn on_aws(
-    settings: &Settings,
-    aws: &SdkConfig,
-    providers: Providers,
-    bus: Option<aws_sdk_eventbridge::Client>,
-) -> Result<Engine, StartError> {
+/// The parts of a function's engine, as its `role` needs them: DynamoDB (arming every ended job's deliveries if the
+/// config names a bus), SQS, the config's contracts on its chains; its providers' clients with the keys of the
+/// secret where the role calls them (the api function's are described, not called: it reads no key and carries no
+/// provider client's code); the bus's client where it delivers (the sweeper: the other functions do not carry its
+/// code).
+pub async fn parts(settings: &Settings, aws: &SdkConfig, role: Role) -> Result<Parts, StartError> {
+    let keys = match role.calls_providers() {
+        true => startup::provider_keys(aws, settings.secret_arn.as_deref()).await?,
+        false => ProviderKeys::default().with_aws(aws.clone()),
+    };
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table)
         .arming_every_job(settings.config.event_bus.is_some());
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);
-    startup::engine(
-        &settings.config,
-        providers,
-        Arc::new(store),
-        Arc::new(SystemClock),
-        Arc::new(queue),
-        bus,
-        Metrics::emf(),
-    )
+    let process = Process {
+        store: Arc::new(store),
+        queue: Arc::new(queue),
+        clock: Arc::new(SystemClock),
+        metrics: Metrics::emf(),
+    };
+    startup::parts(&settings.config, role, &keys, process)
+}
+
+/// A function's engine ([`parts`]); its first log line names what it serves.
+pub async fn engine(
+    settings: &Settings,
+    aws: &SdkConfig,
+    role: Role,
+) -> Result<Engine, StartError> {
+    let parts = parts(settings, aws, role).await?;
+    let engine = Engine::new(parts, settings.config.engine_settings());
+    let running = engine.running();
+    tracing::info!(
+        config = %running.config.unwrap_or_default(),
+        contracts = %running.contracts,
+        served = %engine.contracts.iter().map(|c| c.reference.to_string()).collect::<Vec<_>>().join(","),
+        ?role,
+        "onejob starts"
+    );
+    Ok(engine)
 }
 
 /// The API function's router: owners (and operators, by the config's claim) come from the JWT authorizer's claims;

@@ -15,10 +15,8 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::http::auth::{Auth, Tokens};
 use crate::http::{AppState, router};
-use crate::metrics::Metrics;
 use crate::providers::keys::ProviderKeys;
-use crate::queue::local::LocalQueue;
-use crate::startup::{self, StartError};
+use crate::startup::{self, Process, Role, StartError};
 use crate::store::JobStore;
 use crate::worker;
 
@@ -50,8 +48,9 @@ pub struct Running {
     sweeper: JoinHandle<()>,
 }
 
-/// Starts everything on `listener`. Attempts run on the in-process queue; the sweeper runs on `clock`, and delivers
-/// events to owners' endpoints and, with `bus` (the EventBridge client), to the bus the config names.
+/// Starts everything on `listener`, the engine of a process that does it all ([`Role::Local`]): attempts run on
+/// the in-process queue; the sweeper runs on `clock`, and delivers events to owners' endpoints and to the bus the
+/// config names (with `keys`' AWS settings).
 pub fn start(
     listener: TcpListener,
     config: &Config,
@@ -59,23 +58,13 @@ pub fn start(
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
-    bus: Option<aws_sdk_eventbridge::Client>,
 ) -> Result<Running, StartError> {
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })?;
-    let (queue, messages) = LocalQueue::new(clock.clone());
-    let providers = startup::providers(config, keys, clock.clone())?;
-    let engine = Arc::new(startup::engine(
-        config,
-        providers,
-        store,
-        clock,
-        Arc::new(queue),
-        bus,
-        Metrics::prometheus(),
-    )?);
+    let (process, messages) = Process::local(store, clock);
+    let engine = Arc::new(startup::engine(config, Role::Local, keys, process)?);
     let state = AppState {
         engine: engine.clone(),
         auth: Arc::new(Auth::Tokens(tokens)),

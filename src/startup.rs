@@ -1,28 +1,29 @@
 //! Start-up: one wiring of an [`Engine`] from a config, for every entry point — `onejob serve`, `onejob qualify` and
 //! `onejob providers`, the three Lambda functions and the bench — so that one config file means the same thing
-//! everywhere: the same contracts on the same chains, the same providers with the same keys.
+//! everywhere: the same contracts on the same chains, the same providers with the same keys. What differs between
+//! the processes is said once, by their [`Role`]: whether they call the providers, and whether they deliver
+//! completion events.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::contracts::ContractError;
-use crate::engine::Engine;
+use crate::engine::{Engine, Parts};
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::providers::keys::{KeysError, ProviderKeys};
-use crate::queue::Dispatcher;
+use crate::queue::local::LocalQueue;
+use crate::queue::{Delivery, Dispatcher};
 use crate::sinks::Sinks;
 use crate::sinks::bus::BusSink;
 use crate::sinks::endpoint::EndpointSink;
 use crate::store::{JobStore, StoreError};
-
-/// The environment variable naming the Secrets Manager secret that holds the provider keys.
-pub const SECRET_ARN_VAR: &str = "ONEJOB_SECRET_ARN";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -34,6 +35,10 @@ pub enum StartError {
     Keys(#[from] KeysError),
     #[error(transparent)]
     Providers(#[from] crate::providers::NoAwsSettings),
+    #[error(
+        "the config names the event bus {0}, and this process has no AWS settings to put events on it"
+    )]
+    NoAwsForBus(String),
     #[error("cannot open the job store")]
     Store(#[from] StoreError),
     #[error(
@@ -51,45 +56,109 @@ pub enum StartError {
     },
 }
 
-/// The engine `config` describes, on `store`, with `clock`, `dispatcher` and `metrics` (the exporter): its contracts
-/// (built in, and its own files) on the chains it names, its `providers` (their clients, as [`providers`] makes
-/// them, in a process that calls them), its sinks (the owners' endpoints; the bus it names, put on with `bus` in a
-/// process that delivers), its limits.
-pub fn engine(
-    config: &Config,
-    providers: Providers,
-    store: Arc<dyn JobStore>,
-    clock: Arc<dyn Clock>,
-    dispatcher: Arc<dyn Dispatcher>,
-    bus: Option<aws_sdk_eventbridge::Client>,
-    metrics: Metrics,
-) -> Result<Engine, StartError> {
-    let contracts = config.contracts()?;
-    let settings = config.engine_settings();
-    let events = &settings.events;
-    let sinks = Sinks {
-        endpoint: EndpointSink::new(events.timeout, events.allow_private, clock.clone()),
-        bus: (events.bus.clone()).map(|name| BusSink::new(name, bus, events.timeout)),
-    };
-    Ok(Engine::new(
-        store,
-        clock,
-        Arc::new(contracts),
-        Arc::new(providers),
-        dispatcher,
-        sinks,
-        settings,
-        metrics,
-    ))
+/// A process's part in a deployment, said once: whether it calls the providers, and whether it delivers completion
+/// events (every process arms them; the deliverer's claim sends each once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The api function: it describes the providers and calls none (no key read, no client's code), and delivers
+    /// nothing.
+    Api,
+    /// The worker function: it calls the providers, and delivers nothing.
+    Worker,
+    /// The sweeper function: it calls the providers (qualifying again) and delivers, to endpoints and the bus.
+    Sweeper,
+    /// `onejob serve`: the api, the worker and the sweeper in one process.
+    Local,
+    /// A command that qualifies or reports (`onejob qualify`, `onejob providers`, the bench): it calls the
+    /// providers, and delivers nothing.
+    Command,
 }
 
-/// The clients of `config`'s providers, with `keys`, on `clock`: for a process that calls them.
-pub fn providers(
+impl Role {
+    pub fn calls_providers(self) -> bool {
+        self != Self::Api
+    }
+
+    pub fn delivers(self) -> bool {
+        matches!(self, Self::Sweeper | Self::Local)
+    }
+}
+
+/// Where a process keeps its jobs, sends its attempts and tells the time, and how it exports its metrics.
+#[derive(Debug)]
+pub struct Process {
+    pub store: Arc<dyn JobStore>,
+    pub queue: Arc<dyn Dispatcher>,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Metrics,
+}
+
+impl Process {
+    /// A process on `store` whose attempts go to the in-process queue (their messages come out of the receiver),
+    /// on `clock`, its metrics for Prometheus: the local server, a command, a test's engine.
+    pub fn local(
+        store: Arc<dyn JobStore>,
+        clock: Arc<dyn Clock>,
+    ) -> (Self, UnboundedReceiver<Delivery>) {
+        let (queue, messages) = LocalQueue::new(clock.clone());
+        let process = Self {
+            store,
+            queue: Arc::new(queue),
+            clock,
+            metrics: Metrics::prometheus(),
+        };
+        (process, messages)
+    }
+}
+
+/// The parts of the engine `config` describes for a process of `role` on `process`: its contracts (built in, and
+/// its own files) on the chains it names, loaded once; its providers — their clients with `keys` where the role
+/// calls them, else described —; its sinks — the owners' endpoints, and the bus it names, with a client made from
+/// `keys`' AWS settings where the role delivers.
+pub fn parts(
     config: &Config,
+    role: Role,
     keys: &ProviderKeys,
-    clock: Arc<dyn Clock>,
-) -> Result<Providers, StartError> {
-    Ok(Providers::from_config(&config.providers, keys, clock)?)
+    process: Process,
+) -> Result<Parts, StartError> {
+    let contracts = config.contracts()?;
+    let providers = match role.calls_providers() {
+        true => Providers::from_config(&config.providers, keys, process.clock.clone())?,
+        false => Providers::described(&config.providers),
+    };
+    let events = config.engine_settings().events;
+    let bus = match (&events.bus, role.delivers()) {
+        (None, _) => None,
+        (Some(name), false) => Some(BusSink::new(name.clone(), None, events.timeout)),
+        (Some(name), true) => {
+            let aws = keys
+                .aws()
+                .ok_or_else(|| StartError::NoAwsForBus(name.clone()))?;
+            let client = aws_sdk_eventbridge::Client::new(aws);
+            Some(BusSink::new(name.clone(), Some(client), events.timeout))
+        }
+    };
+    let endpoint = EndpointSink::new(events.timeout, events.allow_private, process.clock.clone());
+    Ok(Parts {
+        store: process.store,
+        queue: process.queue,
+        clock: process.clock,
+        contracts: Arc::new(contracts),
+        providers: Arc::new(providers),
+        sinks: Sinks { endpoint, bus },
+        metrics: process.metrics,
+    })
+}
+
+/// The engine [`parts`] makes, with `config`'s settings (its timings, limits, prices).
+pub fn engine(
+    config: &Config,
+    role: Role,
+    keys: &ProviderKeys,
+    process: Process,
+) -> Result<Engine, StartError> {
+    let parts = parts(config, role, keys, process)?;
+    Ok(Engine::new(parts, config.engine_settings()))
 }
 
 /// The provider keys of the secret `arn` names (read now, and again after a key is refused), or none: each

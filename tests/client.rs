@@ -189,7 +189,6 @@ impl App {
             store,
             Arc::new(SystemClock),
             Tokens::dev(),
-            None,
         )
         .unwrap();
         Self { running, _dir: dir }

@@ -13,10 +13,8 @@ use chrono::{Duration, Utc};
 use onejob::clock::ManualClock;
 use onejob::config::Config;
 use onejob::domain::AttemptState;
-use onejob::metrics::Metrics;
 use onejob::providers::keys::ProviderKeys;
-use onejob::queue::local::LocalQueue;
-use onejob::startup;
+use onejob::startup::{self, Process, Role};
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::worker::sweeper::sweep;
@@ -150,17 +148,9 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
     let far = Utc::now() + Duration::hours(1);
     let clock = Arc::new(ManualClock::new(far));
     let config = Config::parse(CONFIG, "test").unwrap();
-    let (queue, _messages) = LocalQueue::new(clock.clone());
-    let mut engine = startup::engine(
-        &config,
-        startup::providers(&config, &ProviderKeys::default(), clock.clone()).unwrap(),
-        store.clone(),
-        clock.clone(),
-        Arc::new(queue),
-        None,
-        Metrics::prometheus(),
-    )
-    .unwrap();
+    let (process, _messages) = Process::local(store.clone(), clock.clone());
+    let keys = ProviderKeys::default();
+    let mut engine = startup::engine(&config, Role::Command, &keys, process).unwrap();
     engine.settings.sweep_batch = 100_000;
     let conn = rusqlite::Connection::open(&db).unwrap();
     let started_past_lease = || -> i64 {

@@ -2,12 +2,13 @@
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use onejob::lambda;
+use onejob::startup::Role;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let engine = lambda::start_sweeper().await?;
+    let (_, engine) = lambda::start(Role::Sweeper).await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let engine = engine.clone();
         async move {

@@ -3,10 +3,11 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{LambdaEvent, service_fn};
 use onejob::lambda;
+use onejob::startup::Role;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let engine = lambda::start_worker().await?;
+    let (_, engine) = lambda::start(Role::Worker).await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let engine = engine.clone();
         async move {

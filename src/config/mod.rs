@@ -246,13 +246,6 @@ impl Default for Config {
 }
 
 impl Config {
-    /// `event_bus` as `ONEJOB_EVENT_BUS` sets it, if it is set (empty: no bus, as the template's default says).
-    pub fn apply_event_bus_env(&mut self) {
-        if let Ok(bus) = std::env::var("ONEJOB_EVENT_BUS") {
-            self.event_bus = Some(bus).filter(|b| !b.is_empty());
-        }
-    }
-
     /// The price table: the configured one; without one, the demo providers' illustrative prices if they are the
     /// providers, else none.
     pub fn prices(&self) -> PriceTable {
@@ -408,6 +401,7 @@ impl Config {
 }
 
 mod deployed;
+pub mod env;
 
 #[cfg(test)]
 mod tests;

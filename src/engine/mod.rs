@@ -156,6 +156,20 @@ impl Default for EngineSettings {
 const WRITE_BACKOFF_BASE: std::time::Duration = std::time::Duration::from_millis(50);
 const WRITE_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// What an engine is made of, built once per process (`startup::parts`): where its jobs are kept and its attempts
+/// sent, its clock, what it serves, where its events go, and its metrics.
+#[derive(Debug)]
+pub struct Parts {
+    pub store: Arc<dyn JobStore>,
+    pub queue: Arc<dyn Dispatcher>,
+    pub clock: Arc<dyn Clock>,
+    pub contracts: Arc<Contracts>,
+    pub providers: Arc<Providers>,
+    /// The owners' endpoints, and the bus if the config names one (with a client where the process delivers).
+    pub sinks: Sinks,
+    pub metrics: Metrics,
+}
+
 #[derive(Debug)]
 pub struct Engine {
     store: Arc<dyn JobStore>,
@@ -215,24 +229,23 @@ impl Engine {
         &self.settings.prices.currency
     }
 
-    /// The engine on `store`, its messages sent through `dispatcher`, its events through `sinks`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        store: Arc<dyn JobStore>,
-        clock: Arc<dyn Clock>,
-        contracts: Arc<Contracts>,
-        providers: Arc<Providers>,
-        dispatcher: Arc<dyn Dispatcher>,
-        sinks: Sinks,
-        settings: EngineSettings,
-        metrics: Metrics,
-    ) -> Self {
+    /// The engine of `parts`, with `settings`.
+    pub fn new(parts: Parts, settings: EngineSettings) -> Self {
+        let Parts {
+            store,
+            queue,
+            clock,
+            contracts,
+            providers,
+            sinks,
+            metrics,
+        } = parts;
         Self {
             store,
             clock,
             contracts,
             providers,
-            dispatcher,
+            dispatcher: queue,
             sinks,
             metrics,
             changes: changes::Changes::default(),

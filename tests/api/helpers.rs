@@ -139,7 +139,7 @@ impl TestApp {
         let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let keys = ProviderKeys::default();
         let running =
-            server::start(listener, &config, &keys, store, clock.clone(), tokens, None).unwrap();
+            server::start(listener, &config, &keys, store, clock.clone(), tokens).unwrap();
         Self {
             addr: running.addr,
             client: Client::new(),

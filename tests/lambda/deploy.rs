@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
+use onejob::startup::Role;
 use serde_json::{Value, json};
 
 use crate::support::aws::sdk_config;
@@ -78,14 +79,16 @@ async fn start(
 ) -> Arc<Engine> {
     let settings = Settings::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
-    lambda::engine(&settings, &aws).await.unwrap()
+    Arc::new(lambda::engine(&settings, &aws, Role::Worker).await.unwrap())
 }
 
 /// The api function of the stack, started as on Lambda from `env`: its providers described, not called.
-fn start_api(env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static) -> Arc<Engine> {
+async fn start_api(
+    env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static,
+) -> Arc<Engine> {
     let settings = Settings::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
-    Arc::new(lambda::api_engine(&settings, &aws).unwrap())
+    Arc::new(lambda::engine(&settings, &aws, Role::Api).await.unwrap())
 }
 
 /// `onejob ARGS` as a team runs it against the deployed stack (moto), with the stack's secret and Bedrock at
@@ -174,7 +177,7 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
     let samples = 2;
     assert_eq!(claude.calls().len(), samples, "{qualified}");
 
-    let api = start_api(api_env.clone());
+    let api = start_api(api_env.clone()).await;
     let (status, health) = call_api(&api, health_event()).await;
     let health: Value = serde_json::from_str(&health).unwrap();
     assert_eq!(status, 200);

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use onejob::config::Config;
 use onejob::domain::{OwnerLimits, ProviderName};
 use onejob::lambda::{self, Settings};
+use onejob::startup::Role;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
 
@@ -118,13 +119,14 @@ async fn every_request_each_function_makes_is_granted_to_its_role() {
         Recording::default(),
         Recording::default(),
     );
-    let api = Arc::new(lambda::api_engine(&settings, &api_sent.config(&functions_aws)).unwrap());
-    let worker = lambda::engine(&settings, &worker_sent.config(&functions_aws))
-        .await
-        .unwrap();
-    let sweeper = lambda::sweeper_engine(&settings, &sweeper_sent.config(&functions_aws))
-        .await
-        .unwrap();
+    let engine = |sent: &Recording, role| {
+        let aws = sent.config(&functions_aws);
+        let settings = &settings;
+        async move { lambda::engine(settings, &aws, role).await.unwrap() }
+    };
+    let api = Arc::new(engine(&api_sent, Role::Api).await);
+    let worker = engine(&worker_sent, Role::Worker).await;
+    let sweeper = engine(&sweeper_sent, Role::Sweeper).await;
 
     // The api function through every route its document names, as an owner and as an operator.
     let owner = json!({"sub": "alice"});

@@ -17,6 +17,8 @@ use onejob::domain::{JobId, ProviderName, SinkKind};
 use onejob::engine::Engine;
 use onejob::lambda::{self, Settings};
 use onejob::providers::ProviderKind;
+use onejob::sinks::bus::BusSink;
+use onejob::startup::Role;
 use onejob::store::EventStore;
 use onejob::store::dynamodb::DynamoStore;
 use onejob::telemetry::otlp::Traces;
@@ -96,7 +98,11 @@ async fn functions_with(
         _ => std::env::var(name).ok(),
     })
     .unwrap();
-    let engine = lambda::engine(&settings, &functions_aws).await.unwrap();
+    let engine = Arc::new(
+        lambda::engine(&settings, &functions_aws, Role::Worker)
+            .await
+            .unwrap(),
+    );
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), &settings.table);
     Some(Functions {
         engine,
@@ -783,7 +789,7 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     }
 
     // The bus is not there yet: its tries fail and stay due; the endpoint's first try gets a 500.
-    let sweeper = lambda::sweeper_engine(&f.settings, &f.functions_aws)
+    let sweeper = lambda::engine(&f.settings, &f.functions_aws, Role::Sweeper)
         .await
         .unwrap();
     sweep(&sweeper, None).await.unwrap();
@@ -890,9 +896,13 @@ async fn a_put_on_the_bus_that_fails_at_the_wire_is_delivered_at_least_once_unde
         let config = aws_sdk_eventbridge::config::Builder::from(&f.functions_aws);
         let client =
             aws_sdk_eventbridge::Client::from_conf(config.interceptor(fault.clone()).build());
-        let sweeper = lambda::engine_with(&f.settings, &f.functions_aws, Some(client))
+        // The sweeper's parts, its bus's client the one with the fault.
+        let mut parts = lambda::parts(&f.settings, &f.functions_aws, Role::Sweeper)
             .await
             .unwrap();
+        let timeout = f.settings.config.engine_settings().events.timeout;
+        parts.sinks.bus = Some(BusSink::new(bus.clone(), Some(client), timeout));
+        let sweeper = Engine::new(parts, f.settings.config.engine_settings());
         let first = sweep(&sweeper, None).await.unwrap();
         assert!(fault.fired());
         assert_eq!(first.delivered, usize::from(lose_answer));

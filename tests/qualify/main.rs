@@ -27,7 +27,7 @@ use onejob::providers::qualify::{qualify, summary};
 use onejob::providers::{
     ProviderConfig, ProviderEndpoint, ProviderKind, TokenLimitField, fingerprint,
 };
-use onejob::queue::local::LocalQueue;
+use onejob::startup::{self, Process, Role};
 use onejob::store::JobStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::worker::sweeper::sweep;
@@ -367,17 +367,9 @@ fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig)
         ProviderConfig::demo(Default::default(), 0),
     );
     let clock = clock();
-    let (queue, _) = LocalQueue::new(clock.clone());
-    onejob::startup::engine(
-        &config,
-        onejob::startup::providers(&config, &ProviderKeys::default(), clock.clone()).unwrap(),
-        store,
-        clock,
-        Arc::new(queue),
-        None,
-        onejob::metrics::Metrics::prometheus(),
-    )
-    .unwrap()
+    let (process, _) = Process::local(store, clock);
+    let keys = ProviderKeys::default();
+    startup::engine(&config, Role::Command, &keys, process).unwrap()
 }
 
 /// A job on primary → fallback whose attempt 1 has ended, as the gate sees it.

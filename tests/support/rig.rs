@@ -12,12 +12,10 @@ use onejob::domain::{
 };
 use onejob::engine::Actor;
 use onejob::engine::Engine;
-use onejob::metrics::Metrics;
 use onejob::providers::ProviderConfig;
 use onejob::providers::keys::ProviderKeys;
-use onejob::queue::local::LocalQueue;
 use onejob::queue::{Delivery, Message};
-use onejob::startup;
+use onejob::startup::{self, Process, Role};
 use onejob::store::JobStore;
 use onejob::worker::{Processed, process_attempt, process_message};
 use serde_json::json;
@@ -61,23 +59,10 @@ impl Rig {
         let clock = Arc::new(ManualClock::new(
             Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
         ));
-        let (queue, messages) = LocalQueue::new(clock.clone());
-        let engine = startup::engine(
-            &config,
-            // With AWS settings, signing as the Bedrock stand-ins check: a provider may be of any kind.
-            startup::providers(
-                &config,
-                &ProviderKeys::default().with_aws(super::stand_in::aws()),
-                clock.clone(),
-            )
-            .unwrap(),
-            store.clone(),
-            clock.clone(),
-            Arc::new(queue),
-            None,
-            Metrics::prometheus(),
-        )
-        .unwrap();
+        let (process, messages) = Process::local(store.clone(), clock.clone());
+        // With AWS settings, signing as the Bedrock stand-ins check: a provider may be of any kind.
+        let keys = ProviderKeys::default().with_aws(super::stand_in::aws());
+        let engine = startup::engine(&config, Role::Command, &keys, process).unwrap();
         Self {
             engine: Arc::new(engine),
             store,

@@ -19,6 +19,7 @@ use onejob::domain::{Job, Owner, Stamp};
 use onejob::http::auth::{Auth, Tokens};
 use onejob::http::{AppState, router};
 use onejob::lambda::{self, Settings};
+use onejob::startup::Role;
 use onejob::store::dynamodb::write_units;
 use serde_json::{Value, json};
 
@@ -139,8 +140,8 @@ pub(super) async fn aws_cost(jobs: usize, model_seconds: f64) {
         config: instant_config(),
         secret_arn: None,
     };
-    let api = Arc::new(lambda::api_engine(&settings, &aws).unwrap());
-    let worker = lambda::engine(&settings, &aws).await.unwrap();
+    let api = Arc::new(lambda::engine(&settings, &aws, Role::Api).await.unwrap());
+    let worker = lambda::engine(&settings, &aws, Role::Worker).await.unwrap();
     let token = "bench-token";
     let owner = Owner::parse("alice").unwrap();
     let app = router(AppState {

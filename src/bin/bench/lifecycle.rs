@@ -6,7 +6,7 @@ use std::time::Instant;
 use onejob::clock::SystemClock;
 use onejob::domain::{JobStatus, Owner};
 use onejob::providers::keys::ProviderKeys;
-use onejob::queue::local::LocalQueue;
+use onejob::startup::{self, Process, Role};
 use onejob::store::sqlite::SqliteStore;
 use tokio::sync::Semaphore;
 
@@ -19,20 +19,9 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
     preload(store.as_ref(), preload_n).await;
     checkpoint(&db);
     let config = instant_config();
-    let (queue, messages) = LocalQueue::new(Arc::new(SystemClock));
-    let engine = Arc::new(
-        onejob::startup::engine(
-            &config,
-            onejob::startup::providers(&config, &ProviderKeys::default(), Arc::new(SystemClock))
-                .unwrap(),
-            store,
-            Arc::new(SystemClock),
-            Arc::new(queue),
-            None,
-            onejob::metrics::Metrics::prometheus(),
-        )
-        .unwrap(),
-    );
+    let (process, messages) = Process::local(store, Arc::new(SystemClock));
+    let engine = startup::engine(&config, Role::Command, &ProviderKeys::default(), process);
+    let engine = Arc::new(engine.unwrap());
     let worker = tokio::spawn(onejob::worker::run_local(
         engine.clone(),
         messages,

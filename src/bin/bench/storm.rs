@@ -208,7 +208,6 @@ pub(super) async fn serve(target: Target, db: &Path) {
                 store,
                 Arc::new(SystemClock),
                 Tokens::dev(),
-                None,
             )
             .unwrap();
             println!("ready {addr}");

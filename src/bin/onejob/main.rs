@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use onejob::config::env;
 
 use error::CliError;
 use remote::{AttemptsCommand, EndpointCommand, JobsCommand, Remote};
@@ -36,7 +37,7 @@ enum Command {
         #[command(flatten)]
         storage: Storage,
         /// Address to listen on. Without configured tokens, only a loopback address is allowed.
-        #[arg(long, env = "ONEJOB_ADDR", default_value = "127.0.0.1:8080")]
+        #[arg(long, env = env::ADDR, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
     },
     /// Check a provider against a contract: every sample input, --runs times, through the real client. The
@@ -65,7 +66,7 @@ enum Command {
     /// `AWS_REGION`'s region where a provider names none). Run it before `sam deploy`.
     Check {
         /// The config file: the config layer's onejob.toml.
-        #[arg(long, env = "ONEJOB_CONFIG", default_value = "config/onejob.toml")]
+        #[arg(long, env = env::CONFIG, default_value = "config/onejob.toml")]
         config: std::path::PathBuf,
     },
     /// List the configured providers with their qualification standing per contract.
@@ -128,7 +129,7 @@ enum Command {
 enum TableCommand {
     /// Create the table with its indexes, TTL and point-in-time recovery; does nothing if it exists.
     Create {
-        #[arg(long, env = "ONEJOB_TABLE")]
+        #[arg(long, env = env::TABLE)]
         table: String,
     },
 }

@@ -11,6 +11,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde_json::Value;
 
 use onejob::client::{Client, Intent, NewJob, RetryPolicy, render};
+use onejob::config::env;
 use onejob::domain::JobStatus;
 
 use crate::error::CliError;
@@ -24,13 +25,13 @@ pub struct Remote {
     /// The onejob server.
     #[arg(
         long,
-        env = "ONEJOB_URL",
+        env = env::URL,
         default_value = "http://127.0.0.1:8080",
         global = true
     )]
     url: String,
     /// The bearer token (a local server without tokens prints its dev tokens when it starts).
-    #[arg(long, env = "ONEJOB_TOKEN", global = true, hide_env_values = true)]
+    #[arg(long, env = env::TOKEN, global = true, hide_env_values = true)]
     token: Option<String>,
     /// Print the API's JSON instead of text.
     #[arg(long, global = true)]

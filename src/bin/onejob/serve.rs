@@ -7,30 +7,16 @@ use crate::storage::{Storage, provider_keys};
 use onejob::clock::SystemClock;
 use onejob::http::auth::Tokens;
 use onejob::server;
-use onejob::startup::{self, StartError};
+use onejob::startup::StartError;
 
 pub async fn serve(addr: SocketAddr, storage: &Storage) -> Result<(), StartError> {
     let config = storage.config()?;
     let keys = provider_keys(&config).await?;
     let (store, place) = storage.open(&config).await?;
-    // The bus's client, if there is a bus: the AWS SDK's usual settings (credentials, region, AWS_ENDPOINT_URL).
-    let bus = match config.event_bus {
-        Some(_) => Some(aws_sdk_eventbridge::Client::new(
-            &startup::aws_config().await,
-        )),
-        None => None,
-    };
     let tokens = server::tokens(&config, addr)?;
     let listener = server::bind(addr).await?;
-    let running = server::start(
-        listener,
-        &config,
-        &keys,
-        store,
-        Arc::new(SystemClock),
-        tokens,
-        bus,
-    )?;
+    let clock = Arc::new(SystemClock);
+    let running = server::start(listener, &config, &keys, store, clock, tokens)?;
     let addr = running.addr;
     tracing::info!(%addr, store = %place, "onejob is listening");
     if config.tokens.is_empty() {

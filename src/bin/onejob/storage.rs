@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use onejob::clock::SystemClock;
 use onejob::config::Config;
+use onejob::config::env::{self, Env};
 use onejob::engine::Engine;
-use onejob::metrics::Metrics;
 use onejob::providers::keys::ProviderKeys;
-use onejob::queue::local::LocalQueue;
-use onejob::startup::{self, SECRET_ARN_VAR, StartError};
+use onejob::startup::{self, Process, Role, StartError};
 use onejob::store::dynamodb::DynamoStore;
 use onejob::store::sqlite::SqliteStore;
 use onejob::store::{JobStore, StoreError};
@@ -18,17 +17,17 @@ use onejob::store::{JobStore, StoreError};
 #[derive(Debug, clap::Args)]
 pub struct Storage {
     /// Where jobs (and qualifications) are kept.
-    #[arg(long, value_enum, env = "ONEJOB_STORE", default_value = "sqlite")]
+    #[arg(long, value_enum, env = env::STORE, default_value = "sqlite")]
     pub store: StoreKind,
     /// The DynamoDB table, with `--store dynamodb`. The AWS SDK's usual settings apply, including
     /// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL for a local server such as moto.
-    #[arg(long, env = "ONEJOB_TABLE", required_if_eq("store", "dynamodb"))]
+    #[arg(long, env = env::TABLE, required_if_eq("store", "dynamodb"))]
     pub table: Option<String>,
     /// The SQLite database file; created with its folder if missing.
-    #[arg(long, env = "ONEJOB_DB", default_value = "./data/onejob.db")]
+    #[arg(long, env = env::DB, default_value = "./data/onejob.db")]
     pub db: PathBuf,
     /// A config file (see onejob.example.toml); built-in defaults without one.
-    #[arg(long, env = "ONEJOB_CONFIG")]
+    #[arg(long, env = env::CONFIG)]
     pub config: Option<PathBuf>,
 }
 
@@ -60,18 +59,12 @@ impl Storage {
         })
     }
 
-    /// The config (with `ONEJOB_TOKENS`, `ONEJOB_METRICS_TOKEN`, `ONEJOB_ALLOW_PRIVATE_ENDPOINTS` and
-    /// `ONEJOB_EVENT_BUS` applied).
+    /// The config, with what the environment sets in its place (`ONEJOB_TOKENS`, `ONEJOB_METRICS_TOKEN`,
+    /// `ONEJOB_ALLOW_PRIVATE_ENDPOINTS`, `ONEJOB_EVENT_BUS`).
     pub fn config(&self) -> Result<Config, StartError> {
-        let env_tokens = std::env::var("ONEJOB_TOKENS").ok();
-        let mut config = Config::load(self.config.as_deref(), env_tokens.as_deref())?;
-        if let Ok(token) = std::env::var("ONEJOB_METRICS_TOKEN") {
-            config.metrics_token = Some(token);
-        }
-        if std::env::var("ONEJOB_ALLOW_PRIVATE_ENDPOINTS").is_ok_and(|v| v == "1" || v == "true") {
-            config.allow_private_endpoints = true;
-        }
-        config.apply_event_bus_env();
+        let env = Env::read();
+        let mut config = Config::load(self.config.as_deref(), env.tokens.as_deref())?;
+        env.apply(&mut config);
         Ok(config)
     }
 
@@ -81,28 +74,21 @@ impl Storage {
         let config = self.config()?;
         let keys = provider_keys(&config).await?;
         let (store, place) = self.open(&config).await?;
-        let (queue, _) = LocalQueue::new(Arc::new(SystemClock));
-        let providers = startup::providers(&config, &keys, Arc::new(SystemClock))?;
-        let engine = startup::engine(
-            &config,
-            providers,
-            store,
-            Arc::new(SystemClock),
-            Arc::new(queue),
-            None,
-            Metrics::prometheus(),
-        )?;
+        let (process, _) = Process::local(store, Arc::new(SystemClock));
+        let engine = startup::engine(&config, Role::Command, &keys, process)?;
         Ok((engine, place))
     }
 }
 
 /// The provider keys: from the Secrets Manager secret `ONEJOB_SECRET_ARN` names, if it is set; else none, and each
-/// provider's key comes from its environment variable. Where the secret is read or a provider is on Bedrock, the
-/// AWS SDK's usual settings (credentials, region, `AWS_ENDPOINT_URL…`) are loaded for them.
+/// provider's key comes from its environment variable. Where the secret is read, a provider is on Bedrock or the
+/// config names an event bus, the AWS SDK's usual settings (credentials, region, `AWS_ENDPOINT_URL…`) are loaded
+/// for them.
 pub async fn provider_keys(config: &Config) -> Result<ProviderKeys, StartError> {
-    let arn = std::env::var(SECRET_ARN_VAR).ok().filter(|a| !a.is_empty());
-    let on_bedrock = (config.providers.values()).any(|p| p.kind.kind().signs_with_aws());
-    if arn.is_none() && !on_bedrock {
+    let arn = Env::read().secret_arn;
+    let on_aws = config.event_bus.is_some()
+        || (config.providers.values()).any(|p| p.kind.kind().signs_with_aws());
+    if arn.is_none() && !on_aws {
         return Ok(ProviderKeys::default());
     }
     let aws = startup::aws_config().await;
