@@ -13,7 +13,7 @@
 
 use std::process::ExitCode;
 
-use onejob::client::{Client, Intent, NewJob, RetryPolicy};
+use onejob::client::{Client, Intent, JobSpec, Tries};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -22,7 +22,7 @@ async fn main() -> ExitCode {
     let text = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "Nothing happened.".into());
-    let job = NewJob {
+    let job = JobSpec {
         contract: "summarize@1".into(),
         input: serde_json::json!({ "text": text }),
         providers: None,
@@ -32,7 +32,7 @@ async fn main() -> ExitCode {
         Ok(key) => Intent::resume(key, job),
         Err(_) => Intent::new(job),
     };
-    let client = Client::new(&url, &token, RetryPolicy::default());
+    let client = Client::new(&url, &token, Tries::default());
     let outcome = async {
         let created = client.submit(&intent).await?;
         let how = if created.replayed {

@@ -41,9 +41,10 @@ use crate::store::dynamodb::DynamoStore;
 use crate::telemetry::{self, trace};
 use crate::worker::process_delivery;
 
-/// Where a function's engine keeps jobs and sends attempts, and where its provider keys are.
+/// The stack a function runs in: where its engine keeps jobs and sends attempts, its config, and where its provider
+/// keys are.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct Deployment {
     pub table: String,
     pub queue_url: String,
     pub config: Config,
@@ -51,7 +52,7 @@ pub struct Settings {
     pub secret_arn: Option<String>,
 }
 
-impl Settings {
+impl Deployment {
     /// From the environment (`var` reads a variable): `ONEJOB_TABLE`, `ONEJOB_QUEUE_URL`, `ONEJOB_CONFIG` (the
     /// config layer's `onejob.toml`, read as [`Config::load_deployed`] says: the providers it names and no demo
     /// ones, its contract files beside it), and the optional `ONEJOB_SECRET_ARN` and `ONEJOB_EVENT_BUS` (the
@@ -74,11 +75,11 @@ impl Settings {
 /// What a function does when its container starts: JSON logs, the settings and the AWS SDK's config from the
 /// environment, and the engine of its `role` ([`engine`]). A start that fails logs why, whole (the file, the line,
 /// the fix), before the runtime reports it.
-pub async fn start(role: Role) -> Result<(Settings, Arc<Engine>), StartError> {
+pub async fn start(role: Role) -> Result<(Deployment, Arc<Engine>), StartError> {
     crate::telemetry::init_json();
     let var = |name: &str| std::env::var(name).ok();
     let started = async {
-        let settings = Settings::from(var)?;
+        let settings = Deployment::from(var)?;
         let engine = engine(&settings, &aws_config(var)?, role).await?;
         Ok((settings, Arc::new(engine)))
     }
@@ -146,7 +147,11 @@ impl aws_types::service_config::LoadServiceConfig for ServiceEnv {
 /// secret where the role calls them (the api function's are described, not called: it reads no key and carries no
 /// provider client's code); the bus's client where it delivers (the sweeper: the other functions do not carry its
 /// code).
-pub async fn parts(settings: &Settings, aws: &SdkConfig, role: Role) -> Result<Parts, StartError> {
+pub async fn parts(
+    settings: &Deployment,
+    aws: &SdkConfig,
+    role: Role,
+) -> Result<Parts, StartError> {
     let keys = match role.calls_providers() {
         true => startup::provider_keys(aws, settings.secret_arn.as_deref()).await?,
         false => ProviderKeys::default().with_aws(aws.clone()),
@@ -165,16 +170,16 @@ pub async fn parts(settings: &Settings, aws: &SdkConfig, role: Role) -> Result<P
 
 /// A function's engine ([`parts`]); its first log line names what it serves.
 pub async fn engine(
-    settings: &Settings,
+    settings: &Deployment,
     aws: &SdkConfig,
     role: Role,
 ) -> Result<Engine, StartError> {
     let parts = parts(settings, aws, role).await?;
     let engine = Engine::new(parts, settings.config.engine_settings());
-    let running = engine.running();
+    let served = engine.served();
     tracing::info!(
-        config = %running.config.unwrap_or_default(),
-        contracts = %running.contracts,
+        config = %served.config.unwrap_or_default(),
+        contracts = %served.contracts,
         served = %engine.contracts.iter().map(|c| c.reference.to_string()).collect::<Vec<_>>().join(","),
         ?role,
         "onejob starts"

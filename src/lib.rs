@@ -19,7 +19,7 @@
 //! - [`engine`]: every write of a job's life, by concept — a caller's (`writes`), a worker's (`attempts`, in the
 //!   order `step` keeps: `begin` before the call, `settle` after it), the sweeper's (`sweep`) — each followed by
 //!   the one `follow_up`; the create's rules (`intake`); breakers
-//!   (`breakers`), the qualification ledger (`qualification`), completion events (`deliveries`), a provider's
+//!   (`breakers`), the qualification evidence (`qualification`), completion events (`deliveries`), a provider's
 //!   calls in flight (`slots`), spend and usage (`usage`). The store, the
 //!   queue and the sinks are the engine's own: nothing else reaches them.
 //! - [`worker`]: one step, `process_attempt` (the engine's `begin`, the provider's call with its time-out and late
@@ -45,7 +45,7 @@
 //! | 5 not knowing is not failing | `providers/http.rs` (what an answer means), `worker/mod.rs` (timeout, late window) |
 //! | 6–7 the result slot by compare-and-swap, losers discarded | `domain/job.rs` (`complete`), `engine/attempts.rs` (logged, counted) |
 //! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `engine/step.rs` (`begin`) |
-//! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the ledger read) |
+//! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the evidence read) |
 //! | 10 owners kept apart | `http/auth.rs` (owners and operators), every store read by owner, `engine` (`Actor`: an operator's act recorded on the job) |
 //! | owners' limits held in the create's write | `domain/limits.rs` (`OwnerLimits::admit`), `store/sqlite/owners.rs`, `store/dynamodb/owners.rs` |
 //! | 11 own writes repeated safely, answers kept, caps | `domain/write.rs`, `engine/mod.rs` (`persist`), `domain/report.rs`, `domain/job.rs` (`MAX_INPUT_BYTES`) |

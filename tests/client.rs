@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use onejob::client::{Client, ClientError, Intent, NewJob, RetryPolicy};
+use onejob::client::{Client, ClientError, Intent, JobSpec, Tries};
 use onejob::clock::SystemClock;
 use onejob::config::Config;
 use onejob::domain::ProviderName;
@@ -513,7 +513,7 @@ async fn exit_codes_say_what_happened() {
 }
 
 fn summarize_intent() -> Intent {
-    Intent::new(NewJob {
+    Intent::new(JobSpec {
         contract: "summarize@1".into(),
         input: serde_json::json!({"text": "The projector broke. The meeting moved."}),
         providers: None,
@@ -532,9 +532,9 @@ async fn an_intent_keeps_its_key_through_a_lost_answer_a_gateway_504_and_a_429()
         vec![Act::DropAnswer, Act::GatewayTimeout, Act::RateLimited],
     )
     .await;
-    let policy = RetryPolicy {
+    let policy = Tries {
         base: Duration::from_millis(1),
-        ..RetryPolicy::default()
+        ..Tries::default()
     };
     let client = Client::new(&proxy.url, "dev-token-alice", policy);
     let intent = summarize_intent();
@@ -560,10 +560,10 @@ async fn an_intent_keeps_its_key_through_a_lost_answer_a_gateway_504_and_a_429()
 async fn an_intent_that_gives_up_returns_its_key_and_resuming_it_finds_the_job() {
     let app = App::start().await;
     let proxy = Proxy::spawn(app.running.addr, vec![Act::DropAnswer, Act::DropAnswer]).await;
-    let policy = RetryPolicy {
+    let policy = Tries {
         retries: 1,
         base: Duration::from_millis(1),
-        ..RetryPolicy::default()
+        ..Tries::default()
     };
     let client = Client::new(&proxy.url, "dev-token-alice", policy);
     let intent = summarize_intent();
@@ -638,8 +638,8 @@ async fn the_live_view_holds_in_a_terminal_narrower_than_its_lines() {
     // `unknown` after its 1 s timeout; a late answer still counts for a minute.
     let slow = stand_in::openai(provider.base_url()).with_timings(stand_in::TIMEOUT_MS, 60_000);
     let app = App::with(vec![("slow", slow)]).await;
-    let client = Client::new(&app.url(), "dev-token-alice", RetryPolicy::default());
-    let intent = Intent::new(NewJob {
+    let client = Client::new(&app.url(), "dev-token-alice", Tries::default());
+    let intent = Intent::new(JobSpec {
         providers: Some(vec!["slow".into()]),
         ..summarize_intent().job().clone()
     });

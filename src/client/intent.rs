@@ -6,7 +6,7 @@ use super::ClientError;
 
 /// A create's body.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NewJob {
+pub struct JobSpec {
     pub contract: String,
     pub input: Value,
     pub providers: Option<Vec<String>>,
@@ -18,18 +18,18 @@ pub struct NewJob {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Intent {
     key: String,
-    pub(super) job: NewJob,
+    pub(super) job: JobSpec,
 }
 
 impl Intent {
     /// A new intent, with a fresh key (a UUIDv7: time-ordered, so keys sort by when they were made).
-    pub fn new(job: NewJob) -> Self {
+    pub fn new(job: JobSpec) -> Self {
         Self::resume(new_key(), job)
     }
 
     /// The intent an earlier run made under `key` (from an [`IntentError`], or a key the program kept): submitting
     /// it answers with the job that run made, if it made one.
-    pub fn resume(key: impl Into<String>, job: NewJob) -> Self {
+    pub fn resume(key: impl Into<String>, job: JobSpec) -> Self {
         Self {
             key: key.into(),
             job,
@@ -40,7 +40,7 @@ impl Intent {
         &self.key
     }
 
-    pub fn job(&self) -> &NewJob {
+    pub fn job(&self) -> &JobSpec {
         &self.job
     }
 

@@ -14,10 +14,10 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), onejob::client::IntentError> {
-//! use onejob::client::{Client, Intent, NewJob, RetryPolicy};
+//! use onejob::client::{Client, Intent, JobSpec, Tries};
 //!
-//! let client = Client::new("http://127.0.0.1:8080", "dev-token-alice", RetryPolicy::default());
-//! let intent = Intent::new(NewJob {
+//! let client = Client::new("http://127.0.0.1:8080", "dev-token-alice", Tries::default());
+//! let intent = Intent::new(JobSpec {
 //!     contract: "summarize@1".into(),
 //!     input: serde_json::json!({"text": "The projector broke. The meeting moved."}),
 //!     providers: None,
@@ -33,7 +33,7 @@
 mod intent;
 pub mod render;
 
-pub use intent::{Intent, IntentError, NewJob, new_key};
+pub use intent::{Intent, IntentError, JobSpec, new_key};
 
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ use crate::domain::JobStatus;
 
 /// How hard the client tries.
 #[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
+pub struct Tries {
     /// Tries after the first.
     pub retries: u32,
     /// The first backoff's ceiling; it doubles with each retry, up to `cap`.
@@ -54,7 +54,7 @@ pub struct RetryPolicy {
     pub timeout: Duration,
 }
 
-impl Default for RetryPolicy {
+impl Default for Tries {
     fn default() -> Self {
         Self {
             retries: 5,
@@ -65,7 +65,7 @@ impl Default for RetryPolicy {
     }
 }
 
-impl RetryPolicy {
+impl Tries {
     /// How long to wait before retry `n` (0-based): a random point in `0..=min(cap, base·2ⁿ)` ("full jitter"), but
     /// no less than the server's `Retry-After`, itself capped.
     fn backoff(&self, n: u32, retry_after: Option<Duration>) -> Duration {
@@ -126,7 +126,7 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     token: String,
-    policy: RetryPolicy,
+    policy: Tries,
 }
 
 /// One answer: status, headers, body as JSON (`Null` when empty), and the number of tries it took.
@@ -138,7 +138,7 @@ struct Answer {
 }
 
 impl Client {
-    pub fn new(base: &str, token: &str, policy: RetryPolicy) -> Self {
+    pub fn new(base: &str, token: &str, policy: Tries) -> Self {
         Self {
             http: reqwest::Client::new(),
             base: base.trim_end_matches('/').to_owned(),
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn backoff_grows_with_full_jitter_up_to_the_cap_and_honours_retry_after() {
-        let policy = RetryPolicy::default();
+        let policy = Tries::default();
         for n in 0..10 {
             let ceiling = (policy.base * 2u32.pow(n)).min(policy.cap);
             for _ in 0..50 {

@@ -8,7 +8,7 @@
 //! - `sweep`: the sweeper's writes and queries — expired leases, attempts dispatched again, retention;
 //! - `follow_up`: what follows every write, in one order (count, dispatch, change notice, event armed);
 //! - `breakers`: each provider's breaker, and waiting one out; `slots`: each provider's calls in flight, capped;
-//! - `qualification`: the qualification ledger — failover's gate, standings, production's suspicions;
+//! - `qualification`: the qualification evidence — failover's gate, standings, production's suspicions;
 //! - `deliveries`: endpoints and the deliverer of completion events (to the `sinks`);
 //! - `intake`: the rules a create must pass before it is written;
 //! - `usage`: what an owner's intents cost, by day and contract (from the jobs' own bills);
@@ -202,7 +202,7 @@ pub struct Engine {
 /// What an engine runs, by fingerprint: an operator compares them with `onejob check`'s to see which config and
 /// contracts a function serves.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct Running {
+pub struct Served {
     /// SHA-256 of the config file's text; null when no file was read (the built-in defaults).
     pub config: Option<String>,
     /// SHA-256 of every served contract's fingerprint, by name@version.
@@ -260,8 +260,8 @@ impl Engine {
 
     /// What this engine runs: the fingerprints of its config file and of its contracts (each one's, together), as
     /// `/healthz` and each function's first log line show them.
-    pub fn running(&self) -> Running {
-        Running {
+    pub fn served(&self) -> Served {
+        Served {
             config: self.settings.config.map(|f| f.to_string()),
             contracts: self.contracts.fingerprint().to_string(),
         }

@@ -1,4 +1,4 @@
-//! The qualification ledger as the engine reads and writes it: what failover may do (the evidence of each untried
+//! The qualification evidence as the engine reads and writes it: what failover may do (the evidence of each untried
 //! provider of a job's chain), every provider's standing, what production shows of a standing (a suspicion, never a
 //! loss: invariant 15), and qualifying again.
 
@@ -20,7 +20,7 @@ const NOTE_TRIES: usize = 3;
 
 impl Engine {
     /// What failover may do for `job`: the providers of its chain not tried yet that are qualified for the
-    /// contract's current fingerprint (invariant 9), one read of the ledger each, and the attempt limit. Providers
+    /// contract's current fingerprint (invariant 9), one read of the evidence each, and the attempt limit. Providers
     /// are only ever tried, never untried, so this stays right for any later state of the job.
     /// The owner's budget is read too, where it has one: spent, no attempt is queued (invariant 18).
     pub async fn failover(&self, job: &Job) -> Result<Failover, StoreError> {
@@ -71,7 +71,7 @@ impl Engine {
             .await
     }
 
-    /// Each provider's standing for each contract, as the ledger holds it for their current fingerprints.
+    /// Each provider's standing for each contract, as the stored evidence has it for their current fingerprints.
     pub async fn standings(
         &self,
     ) -> Result<Vec<(ProviderName, Vec<ContractStanding>)>, StoreError> {
@@ -106,9 +106,9 @@ impl Engine {
     /// What production attempt `number` of `job` showed about its provider's qualification for the job's contract:
     /// the model it answered as, and whether its answer broke the contract. A provider that answers as a model its
     /// qualification never saw, or breaks the contract [`Qualification::STRIKES`] times, becomes suspected (kept in
-    /// the ledger, with the attempts): cause to qualify it again, never a loss of standing (invariant 15). The note
+    /// the evidence, with the attempts): cause to qualify it again, never a loss of standing (invariant 15). The note
     /// is a compare-and-swap on the evidence as read, so it never overwrites a qualification written meanwhile. A
-    /// ledger that fails is logged: watching never fails an attempt.
+    /// store that fails is logged: watching never fails an attempt.
     pub(super) async fn observe(
         &self,
         job: &Job,
@@ -142,7 +142,7 @@ impl Engine {
             let read = match self.store.qualification(&pair.0, &pair.1).await {
                 Ok(read) => read,
                 Err(e) => {
-                    tracing::warn!(error = %e, "the ledger could not be read to watch the provider's standing");
+                    tracing::warn!(error = %e, "the evidence could not be read to watch the provider's standing");
                     return;
                 }
             };
@@ -181,7 +181,7 @@ impl Engine {
     /// another provider than the job's primary is there as a qualified provider (failover goes only to one), and an
     /// answer as a model its qualification never saw is not that provider's (invariant 15: the provider's own
     /// evidence) — a definite failure, `model_changed`; [`Engine::observe`] then voids the standing. The primary
-    /// needs no qualification, and a ledger that cannot be read never decides a job.
+    /// needs no qualification, and evidence that cannot be read never decides a job.
     pub(super) async fn unqualified_answer(
         &self,
         job: &Job,
@@ -206,7 +206,7 @@ impl Engine {
                     read
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "the ledger could not be read to hold an answer to its qualification");
+                    tracing::warn!(error = %e, "the evidence could not be read to hold an answer to its qualification");
                     return None;
                 }
             },
@@ -266,7 +266,7 @@ impl Engine {
     }
 
     /// Qualifies `provider` for `contract` through its real client (`runs` runs of each sample, `progress` told of
-    /// each) and keeps the evidence in the ledger. `None` when either is not configured.
+    /// each) and stores the evidence. `None` when either is not configured.
     pub async fn requalify(
         &self,
         contract: &ContractRef,

@@ -266,7 +266,7 @@ pub async fn get_job(
             .job_for(&actor, &id)
             .await?
             .ok_or(ApiError::JobNotFound)?;
-        Ok::<_, ApiError>(Tagged::new(&job, engine))
+        Ok::<_, ApiError>(TaggedView::new(&job, engine))
     };
     let first = read().await?;
     // What the client has seen: the versions it names (a list, weak tags or `*`, compared as RFC 9110 §13.1.2
@@ -278,7 +278,7 @@ pub async fn get_job(
         None => IfNoneMatch::from(first.tag()),
     };
     // A 304 answers only a request that named a version (RFC 9110 §15.4.5).
-    let answer = |tagged: Tagged| match &named {
+    let answer = |tagged: TaggedView| match &named {
         Some(_) => tagged.or_not_modified(&seen),
         None => tagged.into_response(),
     };
@@ -296,7 +296,7 @@ pub async fn get_job(
         };
         // A change that made the job final brought it along: no write can change it any more, so it is not read.
         let now = match last {
-            Some(job) if !job.is_expired(engine.clock.now()) => Tagged::new(&job, engine),
+            Some(job) if !job.is_expired(engine.clock.now()) => TaggedView::new(&job, engine),
             _ => read().await?,
         };
         if seen.precondition_passes(&now.tag()) {
@@ -306,21 +306,21 @@ pub async fn get_job(
 }
 
 /// How long until the job `tagged` shows settles, if it is waiting to (else a long time).
-fn first_settles(tagged: &Tagged, now: Timestamp) -> Duration {
+fn first_settles(tagged: &TaggedView, now: Timestamp) -> Duration {
     tagged
         .settles_at
         .map_or(Duration::days(1), |at| (at - now).max(Duration::zero()))
 }
 
 /// A job's view with its entity tag: a hash of exactly what the client would see.
-struct Tagged {
+struct TaggedView {
     view: JobView,
     etag: String,
     /// When an unsettled failed job settles.
     settles_at: Option<Timestamp>,
 }
 
-impl Tagged {
+impl TaggedView {
     fn new(job: &Job, engine: &Engine) -> Self {
         let now = engine.clock.now();
         let view = JobView::new(job, now, engine.currency());
@@ -350,7 +350,7 @@ impl Tagged {
     }
 }
 
-impl IntoResponse for Tagged {
+impl IntoResponse for TaggedView {
     fn into_response(self) -> Response {
         (StatusCode::OK, [(header::ETAG, self.etag)], Json(self.view)).into_response()
     }

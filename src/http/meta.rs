@@ -8,23 +8,22 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::Operator;
 use super::error::ApiError;
-use crate::engine::Running;
+use crate::engine::Served;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     status: &'static str,
     /// The config and contracts this process serves, by fingerprint.
     #[serde(flatten)]
-    running: Running,
+    served: Served,
 }
 
 /// Liveness, and what this process serves: the fingerprints of its config file and its contracts.
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, body = Health)))]
 pub async fn healthz(State(app): State<AppState>) -> Json<Health> {
-    let running = app.engine.running();
     Json(Health {
         status: "ok",
-        running,
+        served: app.engine.served(),
     })
 }
 

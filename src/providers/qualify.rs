@@ -1,7 +1,7 @@
 //! `onejob qualify <contract> <provider>`: every sample input of the contract, `runs` times each, at the
 //! contract's temperature, through the provider's real client and the same [`checks`] the worker applies, each
 //! call bounded by the provider's timeout. The provider passes only if every run passes every check. The
-//! evidence goes into the ledger under both fingerprints; the failover gate ([`crate::engine::Engine::failover`])
+//! evidence is stored under both fingerprints; the failover gate ([`crate::engine::Engine::failover`])
 //! reads it there.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! The edges of the ledger, on every store: transitions within one millisecond, retention, the size caps, an
+//! The edges of the store, on every store: transitions within one millisecond, retention, the size caps, an
 //! attempt still running when another one won, re-dispatches, and a cancelled attempt's answer after its lease.
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! onejob's own faults (invariant 11), on every store: each write the engine makes, failing before it reaches the
 //! store and landing with its answer lost, through the engine and the worker step as they run. Each case asserts
 //! what the product promises: one job and one `Created` per key, one provider call per attempt, every answer that
-//! reached the worker in the ledger, and the follow-up (a dispatch) at once rather than at the next sweep.
+//! reached the worker in the store, and the follow-up (a dispatch) at once rather than at the next sweep.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -246,10 +246,12 @@ pub async fn a_breaker_write_that_fails_either_side_never_decides_a_job(store: A
     }
 }
 
-/// A ledger write that fails on either side never decides a job: an answer that broke the contract fails its
+/// An evidence write that fails on either side never decides a job: an answer that broke the contract fails its
 /// attempt and fails over as it would, with one call; the strike is kept if the write landed and not if it failed
 /// before.
-pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Arc<dyn JobStore>) {
+pub async fn an_evidence_write_that_fails_either_side_never_decides_a_job(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::spawn(Vec::new(), Reply::Prose("Sure! The meeting moved.")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
@@ -260,7 +262,7 @@ pub async fn a_ledger_write_that_fails_either_side_never_decides_a_job(store: Ar
     );
     for (i, fault) in FAULTS.into_iter().enumerate() {
         faulty.plan(&[(Call::ReplaceQualification, fault)]);
-        let (job, message) = rig.create(&format!("ledger-{i}")).await;
+        let (job, message) = rig.create(&format!("evidence-{i}")).await;
         assert_eq!(rig.process(&message).await, Processed::Failed, "{fault:?}");
         assert!(faulty.spent(), "{fault:?}");
         failed_over_after_one_call(&mut rig, &job, &primary, i + 1, fault).await;
@@ -414,7 +416,7 @@ pub async fn a_claim_that_fails_either_side_of_its_write_calls_the_provider_once
     }
 }
 
-/// A completion that fails on either side of its write keeps the answer: it is in the ledger, once.
+/// A completion that fails on either side of its write keeps the answer: it is in the store, once.
 pub async fn a_completion_that_fails_either_side_of_its_write_keeps_the_answer(
     store: Arc<dyn JobStore>,
 ) {

@@ -359,7 +359,7 @@ pub async fn an_answer_that_comes_while_the_time_out_write_stalls_is_kept(
 
 /// Invariant 16: a provider's breaker and its evidence are advisory, read and written after the answer: with
 /// either stalled, the answer (a result, a failure and its failover) is already in the store.
-pub async fn the_answer_is_written_before_the_breaker_and_the_ledger(store: Arc<dyn JobStore>) {
+pub async fn the_answer_is_written_before_the_breaker_and_the_evidence(store: Arc<dyn JobStore>) {
     let primary = StandIn::spawn(
         vec![Reply::Answer(summary("A"))],
         Reply::Status(500, "down"),
@@ -378,7 +378,7 @@ pub async fn the_answer_is_written_before_the_breaker_and_the_ledger(store: Arc<
     rig.until(&job, |j| j.status() == JobStatus::Succeeded)
         .await;
     faulty.made(Call::Qualification, 1).await;
-    assert!(!step.is_finished(), "still stalled on the ledger");
+    assert!(!step.is_finished(), "still stalled on the evidence");
     faulty.release();
     assert_eq!(step.await.unwrap(), Processed::Succeeded);
 

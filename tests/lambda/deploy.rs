@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use onejob::engine::Engine;
-use onejob::lambda::{self, Settings};
+use onejob::lambda::{self, Deployment};
 use onejob::startup::Role;
 use serde_json::{Value, json};
 
@@ -77,7 +77,7 @@ fn bedrock_endpoint(stand_in: &StandIn) -> String {
 async fn start(
     env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static,
 ) -> Arc<Engine> {
-    let settings = Settings::from(&env).unwrap();
+    let settings = Deployment::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
     Arc::new(lambda::engine(&settings, &aws, Role::Worker).await.unwrap())
 }
@@ -86,7 +86,7 @@ async fn start(
 async fn start_api(
     env: impl Fn(&str) -> Option<String> + Clone + Send + Sync + 'static,
 ) -> Arc<Engine> {
-    let settings = Settings::from(&env).unwrap();
+    let settings = Deployment::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
     Arc::new(lambda::engine(&settings, &aws, Role::Api).await.unwrap())
 }
@@ -283,9 +283,9 @@ fn a_function_whose_config_names_no_provider_does_not_start() {
             _ => None,
         }
     };
-    let err = Settings::from(env(true)).unwrap_err().to_string();
+    let err = Deployment::from(env(true)).unwrap_err().to_string();
     assert!(err.contains("names no providers"), "{err}");
     assert!(err.contains(&config.display().to_string()), "{err}");
-    let err = Settings::from(env(false)).unwrap_err().to_string();
+    let err = Deployment::from(env(false)).unwrap_err().to_string();
     assert!(err.contains("ONEJOB_CONFIG is not set"), "{err}");
 }

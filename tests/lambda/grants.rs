@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use onejob::config::Config;
 use onejob::domain::{OwnerLimits, ProviderName};
-use onejob::lambda::{self, Settings};
+use onejob::lambda::{self, Deployment};
 use onejob::startup::Role;
 use onejob::worker::sweeper::sweep;
 use serde_json::{Value, json};
@@ -93,7 +93,7 @@ async fn every_request_each_function_makes_is_granted_to_its_role() {
     config.operators.claim = Some("cognito:groups".into());
     config.operators.value = Some("onejob-operators".into());
     config.allow_private_endpoints = true;
-    // Every kind of limit, so that the ledger's requests are made too.
+    // Every kind of limit, so that the owners' ledger's requests are made too.
     config.limits.default = OwnerLimits {
         live_jobs: Some(10),
         creates_per_minute: Some(100),
@@ -103,7 +103,7 @@ async fn every_request_each_function_makes_is_granted_to_its_role() {
             cost: None,
         }),
     };
-    let settings = Settings {
+    let settings = Deployment {
         table,
         queue_url: queue_url.clone(),
         config: config.clone(),

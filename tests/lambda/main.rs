@@ -15,7 +15,7 @@ use lambda_http::{Adapter, Context, LambdaEvent, Service};
 use onejob::config::Config;
 use onejob::domain::{JobId, ProviderName, SinkKind};
 use onejob::engine::Engine;
-use onejob::lambda::{self, Settings};
+use onejob::lambda::{self, Deployment};
 use onejob::providers::ProviderKind;
 use onejob::sinks::bus::BusSink;
 use onejob::startup::Role;
@@ -58,7 +58,7 @@ struct Functions {
     queue_url: String,
     provider: StandIn,
     /// What the engine was made of, for the sweeper's own.
-    settings: Settings,
+    settings: Deployment,
     functions_aws: aws_config::SdkConfig,
 }
 
@@ -86,7 +86,7 @@ async fn functions_with(
         openai(provider.base_url()),
     );
     configure(&mut config);
-    let settings = Settings {
+    let settings = Deployment {
         table,
         queue_url: queue_url.clone(),
         config,
@@ -476,11 +476,11 @@ async fn an_operator_on_aws_is_a_jwt_claim_and_the_job_records_its_sub() {
 }
 
 /// The functions read the provider keys from the Secrets Manager secret at start: the provider gets its key from
-/// there, and an answer that echoes the key back never brings it into the ledger (nor the logs that quote it). A
+/// there, and an answer that echoes the key back never brings it into the store (nor the logs that quote it). A
 /// rotated secret is not read again for every call, but once the provider refused the key: the next call carries
 /// the new one, with no redeploy.
 #[tokio::test]
-async fn provider_keys_come_from_the_secret_and_never_reach_the_ledger() {
+async fn provider_keys_come_from_the_secret_and_never_reach_the_store() {
     let Some(aws) = sdk_config().await else {
         return;
     };

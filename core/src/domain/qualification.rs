@@ -1,4 +1,4 @@
-//! Qualification: evidence, kept in the ledger, that a provider kept a contract (invariant 9, `docs/design.md`).
+//! Qualification: evidence, kept in the store beside the jobs, that a provider kept a contract (invariant 9, `docs/design.md`).
 //!
 //! It is stored under two fingerprints: the contract's (prompt, schemas, temperature, output budget) and the
 //! provider's (kind, base URL, model, context window, timeout). Change any of them and the stored evidence no longer

@@ -18,7 +18,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use onejob::domain::{Job, Owner, Stamp};
 use onejob::http::auth::{Auth, Tokens};
 use onejob::http::{AppState, router};
-use onejob::lambda::{self, Settings};
+use onejob::lambda::{self, Deployment};
 use onejob::startup::Role;
 use onejob::store::dynamodb::write_units;
 use serde_json::{Value, json};
@@ -134,7 +134,7 @@ pub(super) async fn aws_cost(jobs: usize, model_seconds: f64) {
         .unwrap()
         .queue_url
         .unwrap();
-    let settings = Settings {
+    let settings = Deployment {
         table,
         queue_url: queue_url.clone(),
         config: instant_config(),

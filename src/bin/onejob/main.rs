@@ -41,7 +41,7 @@ enum Command {
         addr: SocketAddr,
     },
     /// Check a provider against a contract: every sample input, --runs times, through the real client. The
-    /// evidence is stored in the ledger; automatic failover goes only to a qualified provider.
+    /// evidence is stored with the jobs; automatic failover goes only to a qualified provider.
     /// Exit status: 0 qualified, 1 not qualified, 2 could not run.
     Qualify {
         /// The contract, as name@version (e.g. summarize@1).

@@ -1,4 +1,4 @@
-//! `onejob qualify` and `onejob providers`: the ledger's evidence, made and shown.
+//! `onejob qualify` and `onejob providers`: a provider's qualification evidence, made and shown.
 
 use std::process::ExitCode;
 

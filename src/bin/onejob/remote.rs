@@ -10,7 +10,7 @@ use chrono::Utc;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde_json::Value;
 
-use onejob::client::{Client, Intent, NewJob, RetryPolicy, render};
+use onejob::client::{Client, Intent, JobSpec, Tries, render};
 use onejob::config::env;
 use onejob::domain::JobStatus;
 
@@ -135,10 +135,10 @@ impl Remote {
                     .into(),
             )
         })?;
-        let policy = RetryPolicy {
+        let policy = Tries {
             retries: self.retries,
             timeout: Duration::from_secs(self.timeout.max(1)),
-            ..RetryPolicy::default()
+            ..Tries::default()
         };
         Ok(Client::new(&self.url, token, policy))
     }
@@ -163,7 +163,7 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
             key,
             wait,
         } => {
-            let new = NewJob {
+            let new = JobSpec {
                 contract,
                 input: read_input(&input)?,
                 providers,

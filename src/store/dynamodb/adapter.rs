@@ -11,7 +11,7 @@ use super::item::{Decoded, created_key, decode_item, encode, encode_input};
 use super::owners::Holding;
 use super::transitions;
 use super::update::Sweep;
-use super::{DynamoError, DynamoStore, Item, OWNER_INDEX, n, s, sdk};
+use super::{DynamoError, DynamoStore, Item, OWNER_INDEX, n, s, sdk_failure};
 use crate::domain::{
     Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, JobStatus, Owner,
     OwnerLedger, OwnerLimits, Spend, Stamp, Timestamp, Transition,
@@ -93,7 +93,7 @@ impl DynamoStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(sdk)?;
+                .map_err(sdk_failure)?;
             let entries: Vec<(String, String)> = out
                 .items()
                 .iter()
@@ -202,7 +202,7 @@ impl JobStore for DynamoStore {
                 .set_item(Some(input))
                 .send()
                 .await
-                .map_err(sdk)?;
+                .map_err(sdk_failure)?;
         }
         let put = self
             .client

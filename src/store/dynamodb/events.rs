@@ -25,7 +25,7 @@ use chrono::Duration;
 use super::codec::{json_text, json_text_option as json_opt};
 use super::item::read;
 use super::update::{Sweep, sharded, sweep_key};
-use super::{DynamoStore, Item, SWEEP_INDEX, n, s, sdk};
+use super::{DynamoStore, Item, SWEEP_INDEX, n, s, sdk_failure};
 use crate::domain::event::{event_id, fair_share};
 use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, Timestamp};
 use crate::store::{EventStore, StoreError};
@@ -149,7 +149,7 @@ impl EventStore for DynamoStore {
                 ),
             None => update.update_expression("REMOVE #ep"),
         };
-        update.send().await.map_err(sdk)?;
+        update.send().await.map_err(sdk_failure)?;
         Ok(())
     }
 
@@ -337,7 +337,7 @@ impl DynamoStore {
                 .update_expression("REMOVE #set")
                 .send()
                 .await
-                .map_err(sdk)?;
+                .map_err(sdk_failure)?;
         }
         Ok(())
     }
@@ -361,7 +361,7 @@ impl DynamoStore {
             .limit(i32::try_from(share + 1).unwrap_or(i32::MAX))
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         let keys: Vec<String> = (out.items().iter())
             .filter_map(|entry| entry.get("pk")?.as_s().ok().cloned())
             .collect();

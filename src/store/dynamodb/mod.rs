@@ -67,7 +67,7 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 use super::StoreError;
 use crate::domain::{AttemptRef, Job, JobId, Owner, Refusal, Timestamp};
 use item::{Decoded, decode_input, decode_item, encode, input_key};
-use update::{Sweep, Update, sweep_kind};
+use update::{AttemptUpdate, Sweep, sweep_kind};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -101,7 +101,8 @@ impl From<DynamoError> for StoreError {
     }
 }
 
-fn sdk<E, R>(e: SdkError<E, R>) -> StoreError
+/// A call of the AWS SDK that failed: the store failed (the write may or may not have landed), kept typed.
+fn sdk_failure<E, R>(e: SdkError<E, R>) -> StoreError
 where
     E: std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -138,7 +139,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         Ok(out.item)
     }
 
@@ -176,7 +177,7 @@ impl DynamoStore {
         id: &JobId,
         owner: Option<&Owner>,
         now: Timestamp,
-        update: Update,
+        update: AttemptUpdate,
         apply: impl Fn(&mut Job) -> Result<T, Refusal>,
     ) -> Result<(Option<T>, Job), StoreError> {
         let created_at = id.created_at_ms().ok_or(StoreError::NotFound)?;
@@ -268,7 +269,7 @@ impl DynamoStore {
                         e.as_service_error(),
                         Some(PutItemError::ConditionalCheckFailedException(_))
                     ) => {}
-                Err(e) => return Err(sdk(e)),
+                Err(e) => return Err(sdk_failure(e)),
             }
         }
         Err(StoreError::Contended(format!("job {id}")))
@@ -348,7 +349,7 @@ impl DynamoStore {
                 .limit(limit as i32)
                 .send()
                 .await
-                .map_err(sdk)?;
+                .map_err(sdk_failure)?;
             keys.extend(
                 out.items()
                     .iter()

@@ -29,7 +29,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::decode_item;
 use super::update::Sweep;
-use super::{DynamoError, DynamoStore, Item, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk};
+use super::{DynamoError, DynamoStore, Item, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk_failure};
 use crate::domain::{
     CallSlots, Job, JobId, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, PeriodSpend, Place,
     ProviderName, Spend, Timestamp, Within,
@@ -430,7 +430,7 @@ impl DynamoStore {
                         .expression_attribute_values(":at", n(c.created_at_ms)),
                     None => request.key_condition_expression("sweep_pk = :pk"),
                 };
-                let out = request.send().await.map_err(sdk)?;
+                let out = request.send().await.map_err(sdk_failure)?;
                 keys.extend(
                     out.items()
                         .iter()

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::codec::json_text;
 use super::item::read;
-use super::{DynamoStore, Item, n, s, sdk};
+use super::{DynamoStore, Item, n, s, sdk_failure};
 use crate::domain::{Breaker, Fingerprint, ProviderName, Qualification};
 use crate::store::{CallSlot, ProviderStore, StoreError};
 
@@ -93,7 +93,7 @@ impl ProviderStore for DynamoStore {
             .set_item(Some(encode_qualification(evidence)))
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         Ok(())
     }
 
@@ -111,7 +111,7 @@ impl ProviderStore for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         let Some(item) = out.item else {
             return Ok(None);
         };

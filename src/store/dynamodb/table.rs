@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveSpecification,
 };
 
-use super::{DynamoStore, OWNER_INDEX, SWEEP_INDEX, sdk};
+use super::{DynamoStore, OWNER_INDEX, SWEEP_INDEX, sdk_failure};
 use crate::store::StoreError;
 
 impl DynamoStore {
@@ -23,7 +23,7 @@ impl DynamoStore {
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|s| s.is_resource_not_found_exception()) => {}
-            Err(e) => return Err(sdk(e)),
+            Err(e) => return Err(sdk_failure(e)),
         }
         let attribute = |name: &str, kind: ScalarAttributeType| {
             AttributeDefinition::builder()
@@ -67,7 +67,7 @@ impl DynamoStore {
             .global_secondary_indexes(index(SWEEP_INDEX, "sweep_pk", "sweep_at"))
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         self.client
             .update_time_to_live()
             .table_name(&self.table)
@@ -80,7 +80,7 @@ impl DynamoStore {
             )
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         self.client
             .update_continuous_backups()
             .table_name(&self.table)
@@ -92,7 +92,7 @@ impl DynamoStore {
             )
             .send()
             .await
-            .map_err(sdk)?;
+            .map_err(sdk_failure)?;
         Ok(true)
     }
 }

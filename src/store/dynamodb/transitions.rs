@@ -3,7 +3,7 @@
 //! are read, applied by the domain and written back whole.
 
 use super::item::{ANSWERED, Slot, json_attribute};
-use super::update::{Sweep, Update};
+use super::update::{AttemptUpdate, Sweep};
 use super::{n, s};
 use crate::domain::{AttemptState, CallReport, JobId, Stamp, Timestamp};
 use serde_json::Value;
@@ -13,15 +13,20 @@ use serde_json::Value;
 const QUEUED_AND_DUE: &str = "#attempts.#n.#state = :queued AND attribute_not_exists(slot) \
      AND (attribute_not_exists(#attempts.#n.not_before) OR #attempts.#n.not_before <= :now)";
 
-fn queued_and_due(number: u32, stamp: &Stamp) -> Update {
-    let mut u = Update::new(number, stamp);
+fn queued_and_due(number: u32, stamp: &Stamp) -> AttemptUpdate {
+    let mut u = AttemptUpdate::new(number, stamp);
     u.condition(QUEUED_AND_DUE);
     u.value(":queued", s(AttemptState::Queued.as_str()));
     u
 }
 
 /// `queued` → `started` with a lease, and the job's sweep entry at the lease's end.
-pub(super) fn claim(id: &JobId, number: u32, lease_expires_at: Timestamp, stamp: &Stamp) -> Update {
+pub(super) fn claim(
+    id: &JobId,
+    number: u32,
+    lease_expires_at: Timestamp,
+    stamp: &Stamp,
+) -> AttemptUpdate {
     let mut u = queued_and_due(number, stamp);
     u.set("#attempts.#n.#state = :started");
     u.value(":started", s(AttemptState::Started.as_str()));
@@ -35,8 +40,8 @@ pub(super) fn claim(id: &JobId, number: u32, lease_expires_at: Timestamp, stamp:
 
 /// `started` → `unknown` in a job without an outcome: the job now needs a person, and its sweep entry says so
 /// (the operators' view). An orphan of a job that has its result is written in full (it needs nobody).
-pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> Update {
-    let mut u = Update::new(number, stamp);
+pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> AttemptUpdate {
+    let mut u = AttemptUpdate::new(number, stamp);
     u.condition("#attempts.#n.#state = :started AND attribute_not_exists(slot)");
     u.value(":started", s(AttemptState::Started.as_str()));
     u.set("#attempts.#n.#state = :unknown");
@@ -46,8 +51,13 @@ pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> Update {
 }
 
 /// A claimed attempt's answer, the compare-and-swap on the slot in the same write.
-pub(super) fn complete(number: u32, result: &Value, report: &CallReport, stamp: &Stamp) -> Update {
-    let mut u = Update::new(number, stamp);
+pub(super) fn complete(
+    number: u32,
+    result: &Value,
+    report: &CallReport,
+    stamp: &Stamp,
+) -> AttemptUpdate {
+    let mut u = AttemptUpdate::new(number, stamp);
     // A claimed attempt that is still live: no other attempt is, so the job's sweep entry is this attempt's
     // own. Any other case (an attempt cancelled meanwhile, never claimed, or this write landed before) is
     // decided by the domain on the item the failed condition returns.
@@ -73,7 +83,7 @@ pub(super) fn complete(number: u32, result: &Value, report: &CallReport, stamp: 
 }
 
 /// A `queued` attempt handed to the queue again: its dispatch time, and the sweep entry's.
-pub(super) fn redispatch(number: u32, stamp: &Stamp) -> Update {
+pub(super) fn redispatch(number: u32, stamp: &Stamp) -> AttemptUpdate {
     let mut u = queued_and_due(number, stamp);
     u.set("#attempts.#n.dispatched_at = :now");
     u.set("sweep_at = :now");
@@ -83,8 +93,8 @@ pub(super) fn redispatch(number: u32, stamp: &Stamp) -> Update {
 }
 
 /// The owner's job cancelled: the slot closed by attempt 0, if no result holds it.
-pub(super) fn cancel_job(stamp: &Stamp) -> Update {
-    let mut u = Update::new(0, stamp);
+pub(super) fn cancel_job(stamp: &Stamp) -> AttemptUpdate {
+    let mut u = AttemptUpdate::new(0, stamp);
     u.condition("#owner = :owner AND attribute_not_exists(slot)");
     u.name("#owner", "owner");
     u.set("slot = :closed");

@@ -41,7 +41,7 @@ impl Sweep {
     }
 }
 
-pub(super) struct Update {
+pub(super) struct AttemptUpdate {
     sets: Vec<String>,
     removes: Vec<String>,
     condition: String,
@@ -51,7 +51,7 @@ pub(super) struct Update {
     writer: bool,
 }
 
-impl Update {
+impl AttemptUpdate {
     /// An update of attempt `number` by the write `stamp`, bumping `rev` and (unless told otherwise) `updated_at`
     /// and the attempt's `writer`.
     pub(super) fn new(number: u32, stamp: &Stamp) -> Self {
