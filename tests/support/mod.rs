@@ -1,6 +1,6 @@
 //! What the integration tests share: provider stand-ins and an engine rig.
 
-#![allow(dead_code)] // Each test binary uses its own part of this module.
+#![allow(dead_code, unused_imports)] // Each test binary uses its own part of this module.
 
 pub mod aws;
 pub mod collector;

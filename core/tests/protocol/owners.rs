@@ -9,6 +9,9 @@
 //! read of the budget and its write are one step (as in SQLite's transaction; on DynamoDB a spend recorded between
 //! the two is seen by the next call's).
 
+mod world;
+pub use world::*;
+
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
@@ -76,106 +79,6 @@ pub struct Owners {
     pub slow_puts: u8,
     pub max_clock: Tick,
     pub bug: Option<Bug>,
-}
-
-/// A create in an api process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// It reads the intent's item.
-    Read,
-    /// It holds its intent to the owner's limits (the ledger's guarded write); `faulted`: a try failed.
-    Hold { faulted: bool },
-    /// Its job's conditional put.
-    Put,
-    /// Its put is slow: in flight, it lands later.
-    Landing,
-    /// What it answers.
-    Answer(Answer),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Answer {
-    Created,
-    Replayed,
-    Refused,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Request {
-    pub intent: u8,
-    /// Which process, and which request of the model: its token.
-    pub id: u8,
-    pub phase: Phase,
-}
-
-/// A manual attempt, by the owner (0) or an operator (1), on intent 0's job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Manual {
-    Idle,
-    /// Its place is held: the attempt's write is next.
-    Held,
-    Done,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct World {
-    pub now: Tick,
-    pub ledger: OwnerLedger,
-    pub rev: u32,
-    /// The intents' items: intent 0, intent 1.
-    pub jobs: [Option<Job>; 2],
-    pub requests: Vec<Request>,
-    pub manual: [Manual; 2],
-    /// Jobs that ended whose place is yet to be freed: by intent, with the newest attempt of the write that ended
-    /// it (what the engine's release names).
-    pub frees: Vec<(u8, u32)>,
-    pub faults: u8,
-    pub slow_puts: u8,
-    pub ghost: Ghost,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Ghost {
-    /// Every answer, by intent.
-    pub answers: [Vec<Answer>; 2],
-    /// A create refused while another create of its intent was past its hold (its job to come).
-    pub refused_replay: bool,
-    /// Times the ledger counted each intent among the minute's creates.
-    pub counted: [u8; 2],
-    /// A call ordered (a create admitted, a manual attempt or a failover queued) while the budget was spent.
-    pub past_budget: bool,
-    /// The tick of the last ledger write.
-    pub written_at: Tick,
-}
-
-impl Hash for World {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.now.hash(state);
-        format!("{:?}{:?}", self.ledger, self.jobs).hash(state);
-        self.rev.hash(state);
-        self.requests.hash(state);
-        self.manual.hash(state);
-        self.frees.hash(state);
-        self.faults.hash(state);
-        self.slow_puts.hash(state);
-        self.ghost.hash(state);
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
-    Read(u8),
-    Hold(u8, bool),
-    Put(u8, bool),
-    Land(u8),
-    Answer(u8),
-    /// The worker answers intent `i`'s live attempt: a result, or a failure (with failover).
-    Work(u8, bool),
-    /// The `f`th pending release of a place.
-    Free(u8),
-    ManualHold(u8),
-    ManualAdd(u8),
-    Tick,
 }
 
 fn token(kind: u32, id: u8) -> WriteToken {

@@ -32,15 +32,13 @@ fn an_intent_counts_once_however_often_its_create_is_written() {
         Within::Beyond(LimitReached::LiveJobs { limit: 1, .. })
     ));
     // A store that counts the live jobs in its write keeps no places: the count decides.
-    let counted =
-        admitted(ledger.admit_create("i1", &limits, at(0), Live::Counted(0))).unwrap();
+    let counted = admitted(ledger.admit_create("i1", &limits, at(0), Live::Counted(0))).unwrap();
     assert!(counted.places.is_empty());
     assert!(matches!(
         counted.admit_create("i2", &limits, at(61_000), Live::Counted(1)),
         Within::Beyond(LimitReached::LiveJobs { .. })
     ));
-    let next_minute =
-        admitted(counted.admit_create("i2", &limits, at(61_000), Live::Counted(0)));
+    let next_minute = admitted(counted.admit_create("i2", &limits, at(61_000), Live::Counted(0)));
     assert_eq!(next_minute.unwrap().window_creates, 1);
 }
 
@@ -119,8 +117,7 @@ fn a_released_place_is_free_unless_taken_again_after_the_job_ended() {
         ..OwnerLimits::default()
     };
     let ledger =
-        admitted(OwnerLedger::default().admit_create("a", &limits, at(0), Live::Places))
-            .unwrap();
+        admitted(OwnerLedger::default().admit_create("a", &limits, at(0), Live::Places)).unwrap();
     assert!(ledger.released("a", 1).unwrap().places.is_empty());
     // A manual attempt (3) took the place again after the job ended at attempt 2: that end's late release
     // leaves it; the end of attempt 3 frees it.
