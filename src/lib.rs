@@ -7,7 +7,7 @@
 //! - [`domain`], [`json`], [`requests`] (the `onejob-core` crate, `core/`): pure types and rules — idempotency
 //!   keys, job ids, the intent's fingerprint, jobs and every transition (`domain/job.rs`), their status and settle
 //!   (`domain/status.rs`), failover's decision, the writer's stamp, events, an intent's bill and the price table
-//!   (`domain/bill.rs`), owners' limits (`domain/limits.rs`); the strict JSON reader; the request bodies. No I/O, no async. Start here to learn what the service promises.
+//!   (`domain/bill.rs`), owners' limits and ledgers (`domain/limits/`); the strict JSON reader; the request bodies. No I/O, no async. Start here to learn what the service promises.
 //! - [`contracts`]: job contracts (`contracts/*.toml`, compiled in; a config may add files and names their chains):
 //!   input checks, prompt rendering, output checks.
 //! - Ports, each a trait and its adapters: [`store`] (`JobStore`, with its `EventStore` and `ProviderStore` sides;
@@ -47,7 +47,7 @@
 //! | 8 one provider call per attempt | `engine/attempts.rs` (`claim`), `engine/step.rs` (`begin`) |
 //! | 9 failover only to a qualified provider | `domain/failover.rs` (the decision), `engine/qualification.rs` (the evidence read) |
 //! | 10 owners kept apart | `http/auth.rs` (owners and operators), every store read by owner, `engine` (`Actor`: an operator's act recorded on the job) |
-//! | owners' limits held in the create's write | `domain/limits.rs` (`OwnerLimits::admit`), `store/sqlite/owners.rs`, `store/dynamodb/owners.rs` |
+//! | owners' limits held in the create's write | `domain/limits/` (`OwnerLedger::admit_create`, `admit_attempt`), `store/sqlite/owners.rs`, `store/dynamodb/owners.rs` |
 //! | 11 own writes repeated safely, answers kept, caps | `domain/write.rs`, `engine/mod.rs` (`persist`), `domain/report.rs`, `domain/job.rs` (`MAX_INPUT_BYTES`) |
 //! | 12 settled | `domain/status.rs` (`settles_at`) |
 //! | 13 retention | `domain/job.rs` (`expiry`), each store's reads and `purge_expired` |

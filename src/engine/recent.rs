@@ -1,4 +1,4 @@
-//! What this process read from the store a moment ago: kept for [`RECENT`], so that a worker spares a read whose
+//! What this process read from the store a moment ago: kept for `provider_state_cache_ms`, so that a worker spares a read whose
 //! answer would change nothing — a provider's breaker that was clean, the stored evidence for a pair that an
 //! ordinary answer leaves as it is. Anything that may change what is stored still reads the store first. The
 //! window is the deployment's `provider_state_cache_ms` (100 ms by default: under load, a read per provider per

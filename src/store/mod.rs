@@ -176,7 +176,7 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
 
     /// [`JobStore::create_job`] of `job` (made by [`Job::new`] under `terms.stamp`) within the owner's limits: a job
     /// the key names answers as it would (a replay is never refused); else, in the write that would create the job,
-    /// the owner's live jobs and ledger are held to the limits ([`OwnerLimits::admit`]) — beyond one,
+    /// the owner's live jobs and ledger are held to the limits ([`OwnerLedger::admit_create`](crate::domain::OwnerLedger::admit_create)) — beyond one,
     /// [`Refusal::Limit`] and nothing written — and the ledger counts the create. A limit of N admits at most N
     /// under concurrent creates.
     async fn create_within(

@@ -20,10 +20,10 @@ use serde_json::Value;
 
 use crate::support::faulty::FaultyStore;
 
-pub const ALICE: &str = "token-alice";
-pub const BOB: &str = "token-bob";
+pub(crate) const ALICE: &str = "token-alice";
+pub(crate) const BOB: &str = "token-bob";
 /// The operators' token, for `/metrics`.
-pub const OPERATOR: &str = "token-metrics";
+pub(crate) const OPERATOR: &str = "token-metrics";
 
 /// Where the app keeps its jobs: SQLite by default, DynamoDB (a fresh table on the test server) when
 /// `ONEJOB_TEST_STORE=dynamodb`. `scripts/test` runs these tests once on each.
@@ -88,7 +88,7 @@ impl Backend {
     }
 }
 
-pub struct TestApp {
+pub(crate) struct TestApp {
     pub addr: SocketAddr,
     pub client: Client,
     /// The server's clock: it stands still until a test moves it.
@@ -101,7 +101,7 @@ pub struct TestApp {
 }
 
 /// The test config: the built-in contracts and demo providers, two owners, an operator.
-pub fn config() -> Config {
+pub(crate) fn config() -> Config {
     Config {
         tokens: BTreeMap::from([
             (ALICE.to_owned(), Owner::parse("alice").unwrap()),
@@ -121,11 +121,11 @@ impl Drop for TestApp {
 }
 
 impl TestApp {
-    pub async fn spawn() -> Self {
+    pub(crate) async fn spawn() -> Self {
         Self::spawn_with(config()).await
     }
 
-    pub async fn spawn_with(config: Config) -> Self {
+    pub(crate) async fn spawn_with(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new(
             Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(),
         ));
@@ -151,12 +151,12 @@ impl TestApp {
         }
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub(crate) fn engine(&self) -> &Engine {
         &self.running.as_ref().unwrap().engine
     }
 
     /// Stops the server gracefully and starts a new one on the same database file and clock.
-    pub async fn restart(mut self) -> Self {
+    pub(crate) async fn restart(mut self) -> Self {
         self.running.take().unwrap().stop().await.unwrap();
         Self::spawn_on(
             self.backend.clone(),
@@ -167,7 +167,7 @@ impl TestApp {
     }
 
     /// Kills the server mid-flight (no graceful anything); `downtime` passes; a new one starts on the same file.
-    pub async fn crash_and_restart(mut self, downtime: chrono::Duration) -> Self {
+    pub(crate) async fn crash_and_restart(mut self, downtime: chrono::Duration) -> Self {
         self.running.take().unwrap().crash();
         self.clock.advance(downtime);
         Self::spawn_on(
@@ -181,7 +181,12 @@ impl TestApp {
     /// Long-polls the job until `ready` holds: each poll names the version last seen (`If-None-Match`) and the
     /// server's clock stands still, so a poll returns only when the job changed. The real-time bound only turns a
     /// hang into a failure.
-    pub async fn wait_until(&self, token: &str, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_until(
+        &self,
+        token: &str,
+        id: &str,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
         let last = std::sync::Mutex::new(Value::Null);
         let poll = async {
             let mut etag = String::new();
@@ -214,7 +219,7 @@ impl TestApp {
         }
     }
 
-    pub async fn post(&self, token: &str, path: &str) -> Response {
+    pub(crate) async fn post(&self, token: &str, path: &str) -> Response {
         self.client
             .post(self.url(path))
             .bearer_auth(token)
@@ -223,7 +228,7 @@ impl TestApp {
             .unwrap()
     }
 
-    pub async fn post_json(&self, token: &str, path: &str, body: &Value) -> Response {
+    pub(crate) async fn post_json(&self, token: &str, path: &str, body: &Value) -> Response {
         self.client
             .post(self.url(path))
             .bearer_auth(token)
@@ -233,12 +238,12 @@ impl TestApp {
             .unwrap()
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
 
     /// `POST /v1/jobs` with a JSON body.
-    pub async fn create(&self, token: &str, key: &str, body: &Value) -> Response {
+    pub(crate) async fn create(&self, token: &str, key: &str, body: &Value) -> Response {
         self.client
             .post(self.url("/v1/jobs"))
             .bearer_auth(token)
@@ -250,7 +255,7 @@ impl TestApp {
     }
 
     /// `POST /v1/jobs` exactly as given: raw headers and body bytes.
-    pub async fn create_raw(
+    pub(crate) async fn create_raw(
         &self,
         headers: &[(&str, &[u8])],
         body: impl Into<reqwest::Body>,
@@ -262,13 +267,13 @@ impl TestApp {
         request.body(body).send().await.unwrap()
     }
 
-    pub async fn get_job(&self, token: &str, id: &str) -> Response {
+    pub(crate) async fn get_job(&self, token: &str, id: &str) -> Response {
         self.get(token, &format!("/v1/jobs/{id}")).await
     }
 
     /// Starts a long poll (`?wait=25`) that names the version `etag` the client has; its answer comes once the
     /// job changed from it.
-    pub fn long_poll(
+    pub(crate) fn long_poll(
         self: &Arc<Self>,
         token: &'static str,
         id: &str,
@@ -286,15 +291,15 @@ impl TestApp {
         })
     }
 
-    pub async fn list_jobs(&self, token: &str, query: &str) -> Response {
+    pub(crate) async fn list_jobs(&self, token: &str, query: &str) -> Response {
         self.get(token, &format!("/v1/jobs{query}")).await
     }
 
-    pub async fn cancel_job(&self, token: &str, id: &str) -> Response {
+    pub(crate) async fn cancel_job(&self, token: &str, id: &str) -> Response {
         self.post(token, &format!("/v1/jobs/{id}/cancel")).await
     }
 
-    pub async fn get(&self, token: &str, path: &str) -> Response {
+    pub(crate) async fn get(&self, token: &str, path: &str) -> Response {
         self.client
             .get(self.url(path))
             .bearer_auth(token)
@@ -304,7 +309,7 @@ impl TestApp {
     }
 
     /// The counters, as the operators read them.
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let response = self.get(OPERATOR, "/metrics").await;
         assert_eq!(response.status(), 200);
         response.text().await.unwrap()
@@ -312,7 +317,7 @@ impl TestApp {
 
     /// The metrics once `ready` holds of them: what a worker records after its write commits may trail a read
     /// that already shows the write by a moment. The real-time bound only turns a hang into a failure.
-    pub async fn metrics_when(&self, ready: impl Fn(&str) -> bool) -> String {
+    pub(crate) async fn metrics_when(&self, ready: impl Fn(&str) -> bool) -> String {
         let last = std::sync::Mutex::new(String::new());
         let poll = async {
             loop {
@@ -332,7 +337,7 @@ impl TestApp {
     /// The operator's `GET /v1/providers`, read until `ready` holds of provider `name`'s entry, which it answers
     /// (twenty seconds at most). What an answer told of its provider is written after the answer (invariant 16):
     /// a test that saw a job end waits here to see that too.
-    pub async fn provider_when(&self, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn provider_when(&self, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
         let last = std::sync::Mutex::new(Value::Null);
         let poll = async {
             loop {
@@ -354,17 +359,17 @@ impl TestApp {
     }
 
     /// Jobs and attempts in the store: (jobs, attempts).
-    pub async fn row_counts(&self) -> (i64, i64) {
+    pub(crate) async fn row_counts(&self) -> (i64, i64) {
         self.backend.row_counts().await
     }
 }
 
-pub fn summarize(text: &str) -> Value {
+pub(crate) fn summarize(text: &str) -> Value {
     serde_json::json!({"contract": "summarize@1", "input": {"text": text}})
 }
 
 /// The body of a response as JSON, after checking its status.
-pub async fn json_with_status(response: Response, status: u16) -> Value {
+pub(crate) async fn json_with_status(response: Response, status: u16) -> Value {
     let actual = response.status().as_u16();
     let body: Value = response.json().await.unwrap();
     assert_eq!(actual, status, "body: {body}");
@@ -372,7 +377,7 @@ pub async fn json_with_status(response: Response, status: u16) -> Value {
 }
 
 /// Checks a problem+json answer: status, content type and code.
-pub async fn assert_problem(response: Response, status: u16, code: &str) -> Value {
+pub(crate) async fn assert_problem(response: Response, status: u16, code: &str) -> Value {
     let content_type = response.headers()[header::CONTENT_TYPE]
         .to_str()
         .unwrap()
@@ -386,7 +391,7 @@ pub async fn assert_problem(response: Response, status: u16, code: &str) -> Valu
 }
 
 /// The parts of a job that no worker changes: what the intent was and when it was made.
-pub fn intent(job: &Value) -> Value {
+pub(crate) fn intent(job: &Value) -> Value {
     let keep = [
         "id",
         "idempotency_key",

@@ -37,7 +37,7 @@ async fn listed_as(store: &dyn JobStore, now: onejob::domain::Timestamp) -> Vec<
 }
 
 /// Transitions that fall in one millisecond still move the job's listed status (SQLite keeps it in a column).
-pub async fn a_status_change_within_one_millisecond_is_listed_under_the_new_status(
+pub(crate) async fn a_status_change_within_one_millisecond_is_listed_under_the_new_status(
     store: Arc<dyn JobStore>,
 ) {
     let job = fresh_job(store.as_ref()).await;
@@ -70,7 +70,7 @@ pub async fn a_status_change_within_one_millisecond_is_listed_under_the_new_stat
 
 /// Past its retention a job is gone for every read and write, on every store (DynamoDB's TTL may not have deleted
 /// it yet); its key makes a new job with a new id, whose provider keys cannot repeat the old one's.
-pub async fn a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job(
+pub(crate) async fn a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job(
     store: Arc<dyn JobStore>,
 ) {
     let hour = Duration::hours(1);
@@ -160,7 +160,7 @@ pub async fn a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job(
 /// The largest input, the most attempts a job may have (each failing with an error message far past its cap and a
 /// long model id), then the largest result: every write fits the store. On DynamoDB (400 KB items) this is the
 /// worst case `docs/dynamodb.md` states.
-pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
     let limit = onejob::config::MAX_ATTEMPTS_LIMIT;
     let text_len = MAX_INPUT_BYTES - r#"{"text":""}"#.len();
     let input = json!({"text": "x".repeat(text_len)});
@@ -264,7 +264,9 @@ pub async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobStore>) {
 
 /// A cancelled attempt answered and won while a later attempt was running: the later one is still swept (and made
 /// `unknown`) when its lease ends, and its own answer is discarded. No attempt stays `started` for ever.
-pub async fn a_started_attempt_of_a_job_another_attempt_won_still_ends(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_started_attempt_of_a_job_another_attempt_won_still_ends(
+    store: Arc<dyn JobStore>,
+) {
     let job = claimed_job(store.as_ref()).await;
     store
         .cancel_attempt(&job.owner, &job.id, 1, &to("fallback"), &by(2))
@@ -303,7 +305,7 @@ pub async fn a_started_attempt_of_a_job_another_attempt_won_still_ends(store: Ar
 
 /// A result that wins while the next attempt is still queued ends that attempt (`cancelled`): it can never run,
 /// and nothing sweeps it again.
-pub async fn a_winning_result_ends_the_queued_attempt(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_winning_result_ends_the_queued_attempt(store: Arc<dyn JobStore>) {
     let job = claimed_job(store.as_ref()).await;
     store
         .cancel_attempt(&job.owner, &job.id, 1, &to("fallback"), &by(2))
@@ -319,7 +321,7 @@ pub async fn a_winning_result_ends_the_queued_attempt(store: Arc<dyn JobStore>) 
 }
 
 /// The sweeper's re-dispatch is recorded: the attempt is not stale again until its turn comes round.
-pub async fn a_redispatch_is_recorded_and_waits_its_turn(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_redispatch_is_recorded_and_waits_its_turn(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     let this = AttemptRef {
         job_id: job.id.clone(),
@@ -351,7 +353,9 @@ pub async fn a_redispatch_is_recorded_and_waits_its_turn(store: Arc<dyn JobStore
 
 /// A cancelled attempt's answer wins only before its lease ends; after it, it is discarded, and the failed job
 /// was settled from that moment.
-pub async fn a_cancelled_attempt_answering_after_its_lease_is_discarded(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_cancelled_attempt_answering_after_its_lease_is_discarded(
+    store: Arc<dyn JobStore>,
+) {
     let job = claimed_job(store.as_ref()).await;
     let (_, failed) = store
         .cancel_attempt(&job.owner, &job.id, 1, &stop(), &by(2))

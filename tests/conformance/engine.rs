@@ -4,9 +4,9 @@
 mod standing;
 mod sweeper;
 mod waits;
-pub use standing::*;
-pub use sweeper::*;
-pub use waits::*;
+pub(crate) use standing::*;
+pub(crate) use sweeper::*;
+pub(crate) use waits::*;
 
 use std::sync::Arc;
 
@@ -58,7 +58,7 @@ async fn answering(text: &str) -> StandIn {
 }
 
 /// Breakpoint 3: a timeout is `unknown`, not `failed`, and blocks new attempts until resolved.
-pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStore>) {
     let (_gate, primary) = held().await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -98,7 +98,7 @@ pub async fn a_timeout_is_unknown_and_blocks_new_attempts(store: Arc<dyn JobStor
 
 /// Breakpoint 4: A leaves first and returns last, B leaves second and returns first → B wins, A's result
 /// is discarded and counted, although A was the primary.
-pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -130,7 +130,7 @@ pub async fn the_attempt_that_answers_first_wins_the_race(store: Arc<dyn JobStor
 }
 
 /// Invariant 8: one attempt delivered many times at once makes one provider call.
-pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStore>) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -165,7 +165,7 @@ pub async fn a_duplicate_delivery_makes_one_provider_call(store: Arc<dyn JobStor
     assert_eq!(rig.job(&job).await.result, Some(summary("A")));
 }
 
-pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -187,7 +187,7 @@ pub async fn a_late_result_after_a_job_cancel_is_discarded(store: Arc<dyn JobSto
     assert!(rig.no_message(), "a cancelled job fails over nowhere");
 }
 
-pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn JobStore>) {
     let (gate, primary) = held().await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -206,7 +206,7 @@ pub async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<dyn Job
     assert_eq!(fallback.call_count(), 0);
 }
 
-pub async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -247,7 +247,7 @@ async fn an_answer_that_fails_the_attempt(store: Arc<dyn JobStore>, output: Valu
 }
 
 /// Failover goes only to a qualified provider; the unqualified fallback gets no call.
-pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing(
+pub(crate) async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing(
     store: Arc<dyn JobStore>,
 ) {
     let extra_key = json!({"summary": "fine", "confidence": 0.9});
@@ -255,13 +255,15 @@ pub async fn an_output_that_breaks_the_contract_fails_and_an_unqualified_fallbac
 }
 
 /// A result too large to keep fails its attempt with a clear code.
-pub async fn a_result_too_large_to_keep_fails_the_attempt(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_result_too_large_to_keep_fails_the_attempt(store: Arc<dyn JobStore>) {
     let huge = summary(&"x".repeat(onejob::providers::checks::MAX_RESULT_BYTES));
     an_answer_that_fails_the_attempt(store, huge, "result_too_large").await;
 }
 
 /// Invariant 5: a connection lost after the request was sent is `unknown`; one refused before is `failed`.
-pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(
+    store: Arc<dyn JobStore>,
+) {
     let fallback = answering("B").await;
     // Closed without a word, or reset (RST) after the request arrived: the work may have been done.
     for (key, lost) in [("closed", hanging_up().await), ("reset", resetting().await)] {
@@ -301,7 +303,9 @@ pub async fn a_lost_connection_is_unknown_and_a_refused_one_is_failed(store: Arc
 
 /// The call carries the attempt's idempotency key, the key from `api_key_env` and the contract's settings; what
 /// the provider reports back (model, usage) is kept on the attempt.
-pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_provider_call_carries_the_attempt_key_and_the_contract(
+    store: Arc<dyn JobStore>,
+) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -344,7 +348,9 @@ pub async fn the_provider_call_carries_the_attempt_key_and_the_contract(store: A
 }
 
 /// The sweeper makes expired leases `unknown` (never `failed`) and dispatches unclaimed attempts again.
-pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_sweeper_resolves_expired_leases_and_lost_messages(
+    store: Arc<dyn JobStore>,
+) {
     let primary = answering("A").await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
@@ -391,7 +397,9 @@ pub async fn the_sweeper_resolves_expired_leases_and_lost_messages(store: Arc<dy
 
 /// A cancelled attempt's late answer wins while the next attempt runs: that attempt's worker, timing out, makes it
 /// `unknown` — a state the timeline draws — rather than leaving it `started` for ever.
-pub async fn the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown(
+    store: Arc<dyn JobStore>,
+) {
     let (first_gate, primary) = held().await;
     let second_gate = Gate::new();
     let fallback = StandIn::spawn(

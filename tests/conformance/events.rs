@@ -8,7 +8,7 @@ use onejob::store::JobStore;
 
 use super::*;
 
-pub async fn endpoints_are_kept_per_owner_and_removed(store: Arc<dyn JobStore>) {
+pub(crate) async fn endpoints_are_kept_per_owner_and_removed(store: Arc<dyn JobStore>) {
     let endpoint = Endpoint::new("https://hooks.example.com/onejob".into(), at(0));
     assert_eq!(store.endpoint(&owner("alice")).await.unwrap(), None);
     store
@@ -34,7 +34,7 @@ pub async fn endpoints_are_kept_per_owner_and_removed(store: Arc<dyn JobStore>) 
     assert_eq!(store.endpoint(&owner("alice")).await.unwrap(), None);
 }
 
-pub async fn deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap(
+pub(crate) async fn deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap(
     store: Arc<dyn JobStore>,
 ) {
     let job = fresh_job(store.as_ref()).await;
@@ -124,7 +124,7 @@ pub async fn deliveries_are_armed_once_per_settle_and_taken_by_compare_and_swap(
 
 /// A store that arms every job (a deployment with a bus) arms the deliveries of a job whose owner has no endpoint,
 /// once per settle.
-pub async fn a_store_arming_every_job_arms_without_an_endpoint(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_store_arming_every_job_arms_without_an_endpoint(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     assert_eq!(store.endpoint(&job.owner).await.unwrap(), None);
     let (_, job) = store.cancel_job(&job.owner, &job.id, &by(1)).await.unwrap();

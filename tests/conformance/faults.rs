@@ -4,7 +4,7 @@
 //! reached the worker in the store, and the follow-up (a dispatch) at once rather than at the next sweep.
 
 mod advisory;
-pub use advisory::*;
+pub(crate) use advisory::*;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -96,7 +96,7 @@ fn fallback_provider() -> ProviderName {
 
 /// A create that fails on either side of its write is still `Created` (one per key), and its attempt is dispatched
 /// at once and runs once.
-pub async fn a_create_that_fails_either_side_of_its_write_is_created_once(
+pub(crate) async fn a_create_that_fails_either_side_of_its_write_is_created_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -143,7 +143,7 @@ pub async fn a_create_that_fails_either_side_of_its_write_is_created_once(
 /// too: held in its backoff after a lost answer and a failure, the first create ends `Created`, the duplicates
 /// answer from its job once it is committed (the same intent a replay, another input a conflict), and the store
 /// saw the first create's three tries and nothing else.
-pub async fn duplicates_of_a_create_in_flight_answer_from_its_write_without_writing(
+pub(crate) async fn duplicates_of_a_create_in_flight_answer_from_its_write_without_writing(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -198,7 +198,7 @@ pub async fn duplicates_of_a_create_in_flight_answer_from_its_write_without_writ
 
 /// A claim that fails on either side of its write is still this step's: the provider is called once, and a
 /// redelivered message (a new step) is dropped.
-pub async fn a_claim_that_fails_either_side_of_its_write_calls_the_provider_once(
+pub(crate) async fn a_claim_that_fails_either_side_of_its_write_calls_the_provider_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -228,7 +228,7 @@ pub async fn a_claim_that_fails_either_side_of_its_write_calls_the_provider_once
 }
 
 /// A completion that fails on either side of its write keeps the answer: it is in the store, once.
-pub async fn a_completion_that_fails_either_side_of_its_write_keeps_the_answer(
+pub(crate) async fn a_completion_that_fails_either_side_of_its_write_keeps_the_answer(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -256,7 +256,7 @@ pub async fn a_completion_that_fails_either_side_of_its_write_keeps_the_answer(
 
 /// A failure that fails on either side of its write (or whose qualification read fails) is recorded once, and its
 /// failover attempt is dispatched at once, not by the sweeper.
-pub async fn a_failure_that_fails_either_side_of_its_write_fails_over_at_once(
+pub(crate) async fn a_failure_that_fails_either_side_of_its_write_fails_over_at_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
@@ -293,7 +293,9 @@ pub async fn a_failure_that_fails_either_side_of_its_write_fails_over_at_once(
 }
 
 /// A time-out whose write fails on either side of it still makes the attempt `unknown` — a lost connection here.
-pub async fn a_time_out_that_fails_either_side_of_its_write_is_unknown(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_time_out_that_fails_either_side_of_its_write_is_unknown(
+    store: Arc<dyn JobStore>,
+) {
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, resetting().await, fallback.base_url(), true).await;
     for (i, fault) in FAULTS.into_iter().enumerate() {
@@ -313,7 +315,7 @@ pub async fn a_time_out_that_fails_either_side_of_its_write_is_unknown(store: Ar
 
 /// An attempt cancel that fails on either side of its write answers the job (not 409 for its own success), and its
 /// failover attempt is dispatched at once.
-pub async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at_once(
+pub(crate) async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at_once(
     store: Arc<dyn JobStore>,
 ) {
     let fallback = StandIn::answering(summary("B")).await;
@@ -339,7 +341,7 @@ pub async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_over_at
 
 /// A manual retry that fails on either side of its write answers its attempt (not 409 for its own success, nor a
 /// replay under its key), adds one attempt, and dispatches it at once.
-pub async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt(
+pub(crate) async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
@@ -377,7 +379,9 @@ pub async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt
 }
 
 /// A job cancel that fails on either side of its write answers the cancelled job.
-pub async fn a_job_cancel_that_fails_either_side_of_its_write_cancels(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_job_cancel_that_fails_either_side_of_its_write_cancels(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
@@ -397,7 +401,7 @@ pub async fn a_job_cancel_that_fails_either_side_of_its_write_cancels(store: Arc
 
 /// A re-dispatch whose record fails on either side of its write still sends the lost attempt, once; the next
 /// sweep does not send it again before its turn.
-pub async fn a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_once(
+pub(crate) async fn a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -422,7 +426,7 @@ pub async fn a_redispatch_that_fails_either_side_of_its_write_sends_the_attempt_
 
 /// Through a store outage the worker keeps the answer it holds, trying again with backoff; it is written once
 /// the store is back. One provider call.
-pub async fn an_answer_is_written_through_a_store_outage(store: Arc<dyn JobStore>) {
+pub(crate) async fn an_answer_is_written_through_a_store_outage(store: Arc<dyn JobStore>) {
     let primary = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
@@ -446,7 +450,7 @@ pub async fn an_answer_is_written_through_a_store_outage(store: Arc<dyn JobStore
 /// Past its budget a worker gives the answer up (logged at ERROR, whole) and reports the store's failure: the
 /// message comes back, the redelivery is refused, and the attempt stays `started` until the sweeper makes it
 /// `unknown`. Never a second paid call.
-pub async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
+pub(crate) async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -476,7 +480,9 @@ pub async fn an_answer_the_store_never_takes_is_given_up_after_the_budget(
 /// The answer is written, and the store will not arm its job's completion event through a write's budget: the step
 /// fails (the answer stays written), its message comes back, and the redelivery, whose claim is refused, arms the
 /// event. One provider call.
-pub async fn an_event_the_store_would_not_arm_is_armed_by_the_redelivery(store: Arc<dyn JobStore>) {
+pub(crate) async fn an_event_the_store_would_not_arm_is_armed_by_the_redelivery(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;

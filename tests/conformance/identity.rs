@@ -17,7 +17,7 @@ async fn creates_at_once(
     tasks.join_all().await
 }
 
-pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStore>) {
+pub(crate) async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStore>) {
     let outcomes = creates_at_once(&store, 50, "double-click", &json!({"text": "hi"})).await;
     let created = outcomes
         .iter()
@@ -35,7 +35,7 @@ pub async fn concurrent_creates_with_one_key_make_one_job(store: Arc<dyn JobStor
     assert_eq!(jobs[0].attempts.len(), 1, "one attempt, queued once");
 }
 
-pub async fn a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged(
+pub(crate) async fn a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged(
     store: Arc<dyn JobStore>,
 ) {
     let original = created(
@@ -61,7 +61,7 @@ pub async fn a_changed_fingerprint_conflicts_and_leaves_the_job_unchanged(
     assert_eq!(all_jobs(store.as_ref(), "alice").await.len(), 1);
 }
 
-pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
+pub(crate) async fn owners_are_isolated(store: Arc<dyn JobStore>) {
     let alice = created(
         store.as_ref(),
         new_job("alice", "k", json!({"text": "a"})),
@@ -113,7 +113,7 @@ pub async fn owners_are_isolated(store: Arc<dyn JobStore>) {
     assert_eq!(all_jobs(store.as_ref(), "bob").await, vec![bob]);
 }
 
-pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobStore>) {
+pub(crate) async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobStore>) {
     for i in 0..7 {
         created(
             store.as_ref(),
@@ -176,7 +176,9 @@ pub async fn listing_is_newest_first_and_pages_with_a_cursor(store: Arc<dyn JobS
 }
 
 /// Evidence is found under exactly its two fingerprints, and a later run for the same pair replaces it.
-pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<dyn JobStore>) {
+pub(crate) async fn qualification_evidence_is_kept_per_pair_of_fingerprints(
+    store: Arc<dyn JobStore>,
+) {
     let fp = |s: &str| Fingerprint::of_value(&json!(s));
     let evidence = Qualification {
         contract: ContractRef::parse("summarize@1").unwrap(),
@@ -228,7 +230,7 @@ pub async fn qualification_evidence_is_kept_per_pair_of_fingerprints(store: Arc<
 /// A large input (on DynamoDB kept in an item of its own, written once) comes back whole from every answer that
 /// shows the job — concurrent creates of one key, a conflict (the job's own input), a read, a listing and each kind
 /// of write — and the key still makes one job.
-pub async fn a_large_input_comes_back_from_every_answer(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_large_input_comes_back_from_every_answer(store: Arc<dyn JobStore>) {
     let input = json!({"text": "l".repeat(64 * 1024)});
     let outcomes = creates_at_once(&store, 20, "large", &input).await;
     let created = outcomes

@@ -2,29 +2,29 @@
 //! every backend runs the very same cases. A backend's test file calls [`conformance_suite!`] with an async
 //! expression that yields a fresh [`Fixture`].
 
-pub mod edges;
-pub mod engine;
-pub mod events;
-pub mod faults;
-pub mod identity;
-pub mod model;
-pub mod promise;
-pub mod replies;
-pub mod results;
-pub mod shared;
-pub mod transitions;
+pub(crate) mod edges;
+pub(crate) mod engine;
+pub(crate) mod events;
+pub(crate) mod faults;
+pub(crate) mod identity;
+pub(crate) mod model;
+pub(crate) mod promise;
+pub(crate) mod replies;
+pub(crate) mod results;
+pub(crate) mod shared;
+pub(crate) mod transitions;
 
-pub use edges::*;
-pub use engine::*;
-pub use events::*;
-pub use faults::*;
-pub use identity::*;
-pub use model::*;
-pub use promise::*;
-pub use replies::*;
-pub use results::*;
-pub use shared::*;
-pub use transitions::*;
+pub(crate) use edges::*;
+pub(crate) use engine::*;
+pub(crate) use events::*;
+pub(crate) use faults::*;
+pub(crate) use identity::*;
+pub(crate) use model::*;
+pub(crate) use promise::*;
+pub(crate) use replies::*;
+pub(crate) use results::*;
+pub(crate) use shared::*;
+pub(crate) use transitions::*;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 /// A store for one test, and whatever must live as long as it (a temporary folder, a table).
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub store: Arc<dyn JobStore>,
     /// How many random sequences the model test runs on this store by default (`ONEJOB_MODEL_CASES` overrides it):
     /// many where a case takes milliseconds, fewer where it takes a second (moto answers a few hundred requests a
@@ -167,7 +167,7 @@ macro_rules! conformance_suite {
     };
 }
 
-pub fn at(ms: i64) -> Timestamp {
+pub(crate) fn at(ms: i64) -> Timestamp {
     Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
 }
 
@@ -179,7 +179,7 @@ fn provider(name: &str) -> ProviderName {
     ProviderName::parse(name).unwrap()
 }
 
-pub fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
+pub(crate) fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
     NewJob {
         owner: owner(owner_name),
         idempotency_key: IdempotencyKey::parse(key).unwrap(),
@@ -201,7 +201,7 @@ async fn created(store: &dyn JobStore, new: NewJob, now: Timestamp) -> Job {
     }
 }
 
-pub async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
+pub(crate) async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
     let query = ListQuery {
         status: None,
         limit: ListQuery::MAX_LIMIT,
@@ -216,12 +216,12 @@ pub async fn all_jobs(store: &dyn JobStore, owner_name: &str) -> Vec<Job> {
 }
 
 /// Alice's job under key `k`, created at `at(0)`, attempt 1 queued.
-pub async fn fresh_job(store: &dyn JobStore) -> Job {
+pub(crate) async fn fresh_job(store: &dyn JobStore) -> Job {
     created(store, new_job("alice", "k", json!({"text": "a"})), at(0)).await
 }
 
 /// [`fresh_job`] with attempt 1 claimed at `at(1)`.
-pub async fn claimed_job(store: &dyn JobStore) -> Job {
+pub(crate) async fn claimed_job(store: &dyn JobStore) -> Job {
     let job = fresh_job(store).await;
     store
         .claim_attempt(&job.id, 1, lease(), &by(1))
@@ -230,7 +230,7 @@ pub async fn claimed_job(store: &dyn JobStore) -> Job {
 }
 
 /// Attempt `number` of `job` answers `{"summary": summary}` at `at(ms)`, as a writer of its own.
-pub async fn answer(
+pub(crate) async fn answer(
     store: &dyn JobStore,
     job: &Job,
     number: u32,
@@ -250,12 +250,12 @@ pub async fn answer(
 }
 
 /// Failover to nobody: no provider is qualified.
-pub fn stop() -> Failover {
+pub(crate) fn stop() -> Failover {
     to_any(&[])
 }
 
 /// Failover that may go to `qualified`.
-pub fn to(qualified: &str) -> Failover {
+pub(crate) fn to(qualified: &str) -> Failover {
     to_any(&[qualified])
 }
 
@@ -270,18 +270,18 @@ fn to_any(qualified: &[&str]) -> Failover {
 }
 
 /// How long the suite's jobs are kept.
-pub const RETENTION: Duration = Duration::days(30);
+pub(crate) const RETENTION: Duration = Duration::days(30);
 
 /// A write of its own (a fresh token) at `at(ms)`.
-pub fn by(ms: i64) -> Stamp {
+pub(crate) fn by(ms: i64) -> Stamp {
     Stamp::fresh(at(ms))
 }
 
 /// When the suite reads: after every write of a case, well before any job expires.
-pub fn later() -> Timestamp {
+pub(crate) fn later() -> Timestamp {
     at(3_600_000)
 }
 
-pub fn lease() -> Timestamp {
+pub(crate) fn lease() -> Timestamp {
     at(60_000)
 }

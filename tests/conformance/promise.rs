@@ -4,7 +4,7 @@
 //! not charged a try; a cancelled attempt's answer is in time by when it came.
 
 mod providers;
-pub use providers::*;
+pub(crate) use providers::*;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ async fn held_twice() -> (Gate, Gate, StandIn) {
 /// Invariant 14. Attempt 1 is cancelled by hand while it runs, attempt 2 (the failover) is claimed, then attempt
 /// 1's late answer wins: the job succeeds, and its event goes out. Attempt 2, orphaned, then times out and is
 /// cancelled by hand: neither write settles the job again, so the endpoint hears one event id, once.
-pub async fn one_settle_is_one_event_whatever_its_orphan_does(store: Arc<dyn JobStore>) {
+pub(crate) async fn one_settle_is_one_event_whatever_its_orphan_does(store: Arc<dyn JobStore>) {
     let receiver = StandIn::answering(summary("heard")).await;
     let (first, _, primary) = held_twice().await;
     let (_, orphan, fallback) = held_twice().await;
@@ -107,7 +107,7 @@ pub async fn one_settle_is_one_event_whatever_its_orphan_does(store: Arc<dyn Job
 /// Invariant 16: after the timeout the step writes the attempt `unknown` while it goes on listening. A store
 /// that stalls that write (a held write lock, a throttled table) never keeps the answer that comes meanwhile from
 /// being heard and written.
-pub async fn an_answer_that_comes_while_the_time_out_write_stalls_is_kept(
+pub(crate) async fn an_answer_that_comes_while_the_time_out_write_stalls_is_kept(
     store: Arc<dyn JobStore>,
 ) {
     let (gate, _, primary) = held_twice().await;
@@ -135,7 +135,9 @@ pub async fn an_answer_that_comes_while_the_time_out_write_stalls_is_kept(
 
 /// Invariant 16: a provider's breaker and its evidence are advisory, read and written after the answer: with
 /// either stalled, the answer (a result, a failure and its failover) is already in the store.
-pub async fn the_answer_is_written_before_the_breaker_and_the_evidence(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_answer_is_written_before_the_breaker_and_the_evidence(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::spawn(
         vec![Reply::Answer(summary("A"))],
         Reply::Status(500, "down"),
@@ -198,7 +200,9 @@ async fn cancelled_mid_call(
 
 /// A cancelled attempt's answer that came before its lease ended wins a free slot, even when the store took its
 /// write only after the lease: it is judged by when it came, not by when its write landed.
-pub async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(
+    store: Arc<dyn JobStore>,
+) {
     let (gate, _, primary) = held_twice().await;
     let unused = StandIn::answering(summary("B")).await;
     let faulty = FaultyStore::new(store, Vec::new());
@@ -230,7 +234,7 @@ pub async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(store: Arc<d
 /// answer that breaks the contract was dropped — and with it the call's usage, which was paid for. It is kept on
 /// the attempt, which stays cancelled; the job, its settle and its event stay as they were, and the bill counts
 /// the call.
-pub async fn a_cancelled_attempts_late_failure_is_kept_and_settles_nothing(
+pub(crate) async fn a_cancelled_attempts_late_failure_is_kept_and_settles_nothing(
     store: Arc<dyn JobStore>,
 ) {
     let (gate, _, primary) = held_twice().await;
@@ -267,7 +271,7 @@ pub async fn a_cancelled_attempts_late_failure_is_kept_and_settles_nothing(
 /// A key the provider echoes is scrubbed from the messages onejob writes — the check's that quotes the answer, which
 /// an owner reads on the attempt — and never from an answer (invariant 19): a result that carries the key is kept
 /// as it came. A key too short to be a secret (a local server's placeholder) is scrubbed from nothing.
-pub async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer(
+pub(crate) async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer(
     store: Arc<dyn JobStore>,
 ) {
     // The stand-ins' key is read from `CARGO_PKG_NAME`, "onejob": a placeholder's length. This one's is the
@@ -329,7 +333,7 @@ pub async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_answer(
 
 /// A prompt of separator lines counts far fewer tokens than a quarter of its bytes. The provider's honest count
 /// is no truncation: the answer is kept, the fallback is not paid, and the report carries a note.
-pub async fn a_prompt_of_separator_lines_is_answered_not_called_truncated(
+pub(crate) async fn a_prompt_of_separator_lines_is_answered_not_called_truncated(
     store: Arc<dyn JobStore>,
 ) {
     let packed = StandIn::spawn(vec![], Reply::Packed(summary("A report."), 64)).await;

@@ -117,7 +117,7 @@ async fn primary_for(kind: &str, fault: Fault) -> (String, Option<StandIn>) {
     (stand_in.base_url(), Some(stand_in))
 }
 
-pub async fn every_reply_of_every_provider_kind_means_what_it_says_of_the_work(
+pub(crate) async fn every_reply_of_every_provider_kind_means_what_it_says_of_the_work(
     store: Arc<dyn JobStore>,
 ) {
     let fallback = StandIn::answering(summary("B")).await;

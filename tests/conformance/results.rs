@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     let refused = |number, state| {
         move |r: Result<(u32, Job), StoreError>| match r {
@@ -100,7 +100,7 @@ async fn two_claimed_attempts(store: &dyn JobStore, job: &Job) {
         .unwrap();
 }
 
-pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobStore>) {
+pub(crate) async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobStore>) {
     for round in 0..10 {
         let job = created(
             store.as_ref(),
@@ -153,7 +153,7 @@ pub async fn concurrent_completions_have_exactly_one_winner(store: Arc<dyn JobSt
     }
 }
 
-pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     let mut tasks = JoinSet::new();
     for _ in 0..10 {
@@ -181,7 +181,9 @@ pub async fn a_duplicate_claim_is_refused(store: Arc<dyn JobStore>) {
 }
 
 /// Breakpoint 4 at the store: A leaves first and returns last, B leaves second and returns first.
-pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_attempt_that_answers_first_wins_even_if_it_left_last(
+    store: Arc<dyn JobStore>,
+) {
     let job = fresh_job(store.as_ref()).await;
     two_claimed_attempts(store.as_ref(), &job).await;
     let (won, after_b) = answer(store.as_ref(), &job, 2, "B", 6).await;
@@ -214,7 +216,7 @@ pub async fn the_attempt_that_answers_first_wins_even_if_it_left_last(store: Arc
     assert_eq!(stored.result, Some(json!({"summary": "B"})));
 }
 
-pub async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_result_after_the_job_was_cancelled_is_discarded(store: Arc<dyn JobStore>) {
     let job = claimed_job(store.as_ref()).await;
     let (cancel, cancelled) = store.cancel_job(&job.owner, &job.id, &by(2)).await.unwrap();
     assert_eq!(cancel, JobCancel::Cancelled);

@@ -39,7 +39,7 @@ fn limit_of(refused: Result<impl std::fmt::Debug, StoreError>) -> LimitReached {
 /// A duplicate message of a running attempt is a step of its own: its claim is refused, and it frees nothing — the
 /// running call keeps its provider's only slot, so another job's attempt waits (no try charged) until the call is
 /// done. Calls in flight never pass `max_in_flight`. A duplicate that comes once the call is over lets the slot go.
-pub async fn a_duplicate_message_never_frees_the_slot_of_the_running_call(
+pub(crate) async fn a_duplicate_message_never_frees_the_slot_of_the_running_call(
     store: Arc<dyn JobStore>,
 ) {
     let gate = Gate::new();
@@ -89,7 +89,7 @@ pub async fn a_duplicate_message_never_frees_the_slot_of_the_running_call(
 /// A manual attempt that makes a failed job live again is held to its owner's live jobs, as a create is: at the
 /// limit it is refused (429 `too_many_live_jobs`), nothing written, and an operator's attempt for the owner is held
 /// the same way; once a live job ends, it is admitted. Another owner's jobs count for nothing here.
-pub async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<dyn JobStore>) {
     let refusing = StandIn::spawn(vec![], Reply::Status(400, "no")).await;
     let gate = Gate::new();
     let holding = StandIn::spawn(vec![Reply::Held(gate.clone())], Reply::Status(400, "no")).await;
@@ -150,7 +150,7 @@ pub async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<dyn Job
 
 /// Once the owner's budget is spent, no paid call is ordered for it: a create and a manual attempt are refused
 /// (429 `budget_exceeded`), and a failover stops with `budget_exceeded` — the fallback is never called.
-pub async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc<dyn JobStore>) {
     let down = StandIn::spawn(
         vec![Reply::Answer(summary("paid"))],
         Reply::Status(500, "down"),
@@ -211,7 +211,7 @@ pub async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc<dyn Jo
 
 /// A budget whose period moves from a day to a month (the config changed) is held that very month: the spend is
 /// counted in the day and in the month alike, one period rule on every store.
-pub async fn a_budget_moved_from_day_to_month_is_held_that_month(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_budget_moved_from_day_to_month_is_held_that_month(store: Arc<dyn JobStore>) {
     let answering = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let budget = |period| OwnerLimits {
@@ -267,7 +267,7 @@ pub async fn a_budget_moved_from_day_to_month_is_held_that_month(store: Arc<dyn 
 /// kind at a time (a budget alone, creates a minute, live jobs), its jobs ending as they go: the owner's ledger stays
 /// as small as its limits, whatever its history — every create is admitted, and the store keeps at most what the
 /// limit bounds.
-pub async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobStore>, n: usize) {
+pub(crate) async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobStore>, n: usize) {
     let n = std::env::var("ONEJOB_LONG_OWNER")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -354,7 +354,9 @@ pub async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobStore>, 
 /// another owner's event: each owner is listed its fair share of the batch, a few of one endpoint's tries run at
 /// once, and a failing endpoint starts no more tries in that batch. The other owner's event goes out in the first
 /// batch; the failing endpoint is tried no more than its share at once.
-pub async fn one_owners_slow_endpoint_never_delays_another_owners_events(store: Arc<dyn JobStore>) {
+pub(crate) async fn one_owners_slow_endpoint_never_delays_another_owners_events(
+    store: Arc<dyn JobStore>,
+) {
     let alices = StandIn::answering(summary("heard")).await;
     let never = Gate::new();
     let bobs = StandIn::spawn(vec![], Reply::Held(never)).await;
@@ -410,7 +412,7 @@ pub async fn one_owners_slow_endpoint_never_delays_another_owners_events(store: 
 
 /// An operator's `Idempotency-Key`s are its own: an operator acting on an owner's job under a key the owner used on
 /// that job acts (it is not the owner's request repeated, nor a conflict with it), and sent again acts once.
-pub async fn an_operators_keys_are_its_own(store: Arc<dyn JobStore>) {
+pub(crate) async fn an_operators_keys_are_its_own(store: Arc<dyn JobStore>) {
     let refusing = StandIn::spawn(vec![], Reply::Status(400, "no")).await;
     let mut rig = Rig::new(
         store,

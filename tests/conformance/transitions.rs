@@ -4,7 +4,7 @@ use super::*;
 
 /// Found by the model test on DynamoDB: a job cancelled while its attempt was still queued (never claimed), then a
 /// result for that attempt. Every backend discards it the same way, and the job stays as the cancel left it.
-pub async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarded(
+pub(crate) async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarded(
     store: Arc<dyn JobStore>,
 ) {
     let job = fresh_job(store.as_ref()).await;
@@ -41,7 +41,9 @@ pub async fn a_result_for_a_never_claimed_attempt_of_a_cancelled_job_is_discarde
     assert_eq!(stored.attempt(1).unwrap().state, AttemptState::Discarded);
 }
 
-pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(
+    store: Arc<dyn JobStore>,
+) {
     let job = claimed_job(store.as_ref()).await;
     store.mark_unknown(&job.id, 1, &by(2)).await.unwrap();
     let (outcome, after) = answer(store.as_ref(), &job, 1, "late", 3).await;
@@ -72,7 +74,7 @@ pub async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(store: A
     ));
 }
 
-pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
+pub(crate) async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
     store: Arc<dyn JobStore>,
 ) {
     let job = created(
@@ -124,7 +126,7 @@ pub async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded(
     ));
 }
 
-pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) {
     let job = fresh_job(store.as_ref()).await;
     assert!(matches!(
         store
@@ -205,7 +207,7 @@ pub async fn a_failure_and_its_failover_are_one_write(store: Arc<dyn JobStore>) 
 }
 
 /// What the sweeper asks for: `started` attempts past their lease, `queued` attempts nobody claimed.
-pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn JobStore>) {
+pub(crate) async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn JobStore>) {
     let short = created(
         store.as_ref(),
         new_job("alice", "short", json!({"text": "a"})),
@@ -272,7 +274,7 @@ pub async fn expired_leases_and_stale_queued_attempts_are_found(store: Arc<dyn J
 }
 
 /// A failure and its job-level error are one write: a reader racing it sees both or neither.
-pub async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
+pub(crate) async fn reads_never_see_half_a_write(store: Arc<dyn JobStore>) {
     for round in 0..50 {
         let job = created(
             store.as_ref(),

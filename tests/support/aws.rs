@@ -14,7 +14,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 
 /// The SDK config for the test server, or `None` (outside CI) when `scripts/test` did not start one.
-pub async fn sdk_config() -> Option<SdkConfig> {
+pub(crate) async fn sdk_config() -> Option<SdkConfig> {
     let Ok(endpoint) = std::env::var("ONEJOB_TEST_AWS_ENDPOINT") else {
         assert!(
             std::env::var("CI").is_err(),
@@ -33,7 +33,7 @@ pub async fn sdk_config() -> Option<SdkConfig> {
 }
 
 /// A name no other test uses.
-pub fn unique_name(prefix: &str) -> String {
+pub(crate) fn unique_name(prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -48,10 +48,10 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// Counts every request a client puts on the wire (retries included).
 #[derive(Debug, Clone, Default)]
-pub struct RequestCounter(Arc<AtomicUsize>);
+pub(crate) struct RequestCounter(Arc<AtomicUsize>);
 
 impl RequestCounter {
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
 }
@@ -76,7 +76,7 @@ impl Intercept for RequestCounter {
 /// fails it before it is sent) or reaches the server and has its answer turned into a 500 (which the SDK's own
 /// retry then sends again).
 #[derive(Debug, Clone)]
-pub struct WireFault {
+pub(crate) struct WireFault {
     marker: &'static str,
     lose_answer: bool,
     armed: Arc<AtomicBool>,
@@ -84,7 +84,7 @@ pub struct WireFault {
 }
 
 impl WireFault {
-    pub fn new(marker: &'static str, lose_answer: bool) -> Self {
+    pub(crate) fn new(marker: &'static str, lose_answer: bool) -> Self {
         Self {
             marker,
             lose_answer,
@@ -93,7 +93,7 @@ impl WireFault {
         }
     }
 
-    pub fn fired(&self) -> bool {
+    pub(crate) fn fired(&self) -> bool {
         !self.armed.load(Ordering::SeqCst)
     }
 }
@@ -137,7 +137,7 @@ impl Intercept for WireFault {
 
 /// The table the stack made on the test server (`ONEJOB_TEST_STACK_TABLE`, set by `scripts/test` after it created
 /// `template.yaml`'s stack on moto's CloudFormation), if there is one.
-pub fn stack_table() -> Option<String> {
+pub(crate) fn stack_table() -> Option<String> {
     std::env::var("ONEJOB_TEST_STACK_TABLE").ok()
 }
 
@@ -145,7 +145,7 @@ pub fn stack_table() -> Option<String> {
 /// schema, attributes, indexes, projections and billing, with TTL on `expires_at` as the template turns it on
 /// (infra/stack.py checks that) — so every DynamoDB test runs on the table the template describes; else made by
 /// the code (`onejob table create`).
-pub async fn table_for_test(client: &aws_sdk_dynamodb::Client, name: &str) {
+pub(crate) async fn table_for_test(client: &aws_sdk_dynamodb::Client, name: &str) {
     let Some(stack) = stack_table() else {
         let store = onejob::store::dynamodb::DynamoStore::new(client.clone(), name);
         assert!(store.create_table().await.unwrap(), "a new table");
@@ -201,7 +201,7 @@ pub async fn table_for_test(client: &aws_sdk_dynamodb::Client, name: &str) {
 
 /// A fresh queue for one test: like the stack's attempts queue when there is a stack (its visibility timeout,
 /// retention and redrive to the stack's dead-letter queue), else a plain one. Its URL.
-pub async fn queue_for_test(client: &aws_sdk_sqs::Client, prefix: &str) -> String {
+pub(crate) async fn queue_for_test(client: &aws_sdk_sqs::Client, prefix: &str) -> String {
     let mut request = client.create_queue().queue_name(unique_name(prefix));
     if let Ok(stack) = std::env::var("ONEJOB_TEST_STACK_QUEUE_URL") {
         let attributes = client
@@ -229,7 +229,7 @@ pub async fn queue_for_test(client: &aws_sdk_sqs::Client, prefix: &str) -> Strin
 
 /// Makes the EventBridge bus `bus`, with a rule that sends onejob's `job.settled` events to a queue of its own;
 /// that queue's URL.
-pub async fn bus_for_test(aws: &SdkConfig, bus: &str) -> String {
+pub(crate) async fn bus_for_test(aws: &SdkConfig, bus: &str) -> String {
     let events = aws_sdk_eventbridge::Client::new(aws);
     events.create_event_bus().name(bus).send().await.unwrap();
     let sqs = aws_sdk_sqs::Client::new(aws);
@@ -269,7 +269,7 @@ pub async fn bus_for_test(aws: &SdkConfig, bus: &str) -> String {
 }
 
 /// The messages on `queue_url`, their bodies as JSON, taken off the queue.
-pub async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<serde_json::Value> {
+pub(crate) async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<serde_json::Value> {
     let mut bodies = Vec::new();
     loop {
         let received = sqs
@@ -296,18 +296,18 @@ pub async fn drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<serde_json
 
 /// What a client sent, request by request, as IAM names it: the action (`dynamodb:Query`) and, for DynamoDB, the
 /// resource it acts on (`table`, or `index/<name>` for a query of an index).
-pub type Sent = std::collections::BTreeSet<(String, String)>;
+pub(crate) type Sent = std::collections::BTreeSet<(String, String)>;
 
 /// An HTTP client that records every request an SDK client sends through it ([`Sent`]), then sends it on with
 /// onejob's own client: what a function's code asks of AWS, as its role must allow.
 #[derive(Debug, Clone, Default)]
-pub struct Recording {
+pub(crate) struct Recording {
     sent: Arc<std::sync::Mutex<Sent>>,
 }
 
 impl Recording {
     /// `aws` with its requests recorded here.
-    pub fn config(&self, aws: &SdkConfig) -> SdkConfig {
+    pub(crate) fn config(&self, aws: &SdkConfig) -> SdkConfig {
         aws.to_builder()
             .http_client(aws_smithy_runtime_api::client::http::SharedHttpClient::new(
                 self.clone(),
@@ -315,7 +315,7 @@ impl Recording {
             .build()
     }
 
-    pub fn sent(&self) -> Sent {
+    pub(crate) fn sent(&self) -> Sent {
         self.sent.lock().unwrap().clone()
     }
 }

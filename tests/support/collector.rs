@@ -8,7 +8,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tokio::sync::Notify;
 
-pub struct Collector {
+pub(crate) struct Collector {
     /// `http://127.0.0.1:PORT`, what `OTEL_EXPORTER_OTLP_ENDPOINT` names.
     pub base_url: String,
     spans: Arc<Mutex<Vec<Span>>>,
@@ -17,7 +17,7 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let spans = Arc::new(Mutex::new(Vec::new()));
         let received = Arc::new(Notify::new());
         let (kept, told) = (spans.clone(), received.clone());
@@ -47,17 +47,17 @@ impl Collector {
     }
 
     /// The traces endpoint's whole URL.
-    pub fn traces_url(&self) -> String {
+    pub(crate) fn traces_url(&self) -> String {
         format!("{}/v1/traces", self.base_url)
     }
 
     /// Every span received so far.
-    pub fn spans(&self) -> Vec<Span> {
+    pub(crate) fn spans(&self) -> Vec<Span> {
         self.spans.lock().unwrap().clone()
     }
 
     /// The spans received once `done` holds of them, looked at after each export, for at most 20 s.
-    pub async fn until(&self, done: impl Fn(&[Span]) -> bool) -> Vec<Span> {
+    pub(crate) async fn until(&self, done: impl Fn(&[Span]) -> bool) -> Vec<Span> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let next = self.received.notified();

@@ -18,7 +18,7 @@ use onejob::store::{
 
 /// The store calls a fault can hit: every write, and the reads the engine and the sweeper make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Call {
+pub(crate) enum Call {
     Create,
     Get,
     AddAttempt,
@@ -53,7 +53,7 @@ pub enum Call {
 
 impl Call {
     /// The calls that write.
-    pub const WRITES: [Call; 9] = [
+    pub(crate) const WRITES: [Call; 9] = [
         Call::Create,
         Call::AddAttempt,
         Call::Claim,
@@ -68,7 +68,7 @@ impl Call {
 
 /// When the fault strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// The call fails before reaching the store.
     Before,
     /// The call reaches the store and commits; its answer is lost.
@@ -84,7 +84,7 @@ pub enum Fault {
 #[error("injected fault: {0}")]
 struct Injected(&'static str);
 
-pub struct FaultyStore {
+pub(crate) struct FaultyStore {
     inner: Arc<dyn JobStore>,
     /// Faults in order: the next call of the named kind takes the first matching one.
     plan: Mutex<VecDeque<(Call, Fault)>>,
@@ -103,7 +103,7 @@ impl fmt::Debug for FaultyStore {
 }
 
 impl FaultyStore {
-    pub fn new(inner: Arc<dyn JobStore>, plan: Vec<(Call, Fault)>) -> Arc<Self> {
+    pub(crate) fn new(inner: Arc<dyn JobStore>, plan: Vec<(Call, Fault)>) -> Arc<Self> {
         Arc::new(Self {
             inner,
             plan: Mutex::new(plan.into()),
@@ -114,12 +114,12 @@ impl FaultyStore {
     }
 
     /// Lets every call stalled so far go on (a stall planned later stalls until the next release).
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.released.send_modify(|generation| *generation += 1);
     }
 
     /// Waits (on the store's own record, not on time) until `n` calls of this kind came back.
-    pub async fn finished(&self, call: Call, n: usize) {
+    pub(crate) async fn finished(&self, call: Call, n: usize) {
         let mut finished = self.finished.subscribe();
         let done = finished.wait_for(|done| done.iter().filter(|c| **c == call).count() >= n);
         tokio::time::timeout(std::time::Duration::from_secs(20), done)
@@ -129,7 +129,7 @@ impl FaultyStore {
     }
 
     /// Waits (on the store's own record, not on time) until `n` calls of this kind were made.
-    pub async fn made(&self, call: Call, n: usize) {
+    pub(crate) async fn made(&self, call: Call, n: usize) {
         let mut seen = self.seen.subscribe();
         let made = seen.wait_for(|seen| seen.iter().filter(|(c, _)| *c == call).count() >= n);
         tokio::time::timeout(std::time::Duration::from_secs(20), made)
@@ -139,23 +139,23 @@ impl FaultyStore {
     }
 
     /// Whether every planned fault has struck.
-    pub fn spent(&self) -> bool {
+    pub(crate) fn spent(&self) -> bool {
         self.plan.lock().unwrap().is_empty()
     }
 
     /// How many calls of this kind were made (faulted or not).
-    pub fn calls(&self, call: Call) -> usize {
+    pub(crate) fn calls(&self, call: Call) -> usize {
         let seen = self.seen.borrow();
         seen.iter().filter(|(c, _)| *c == call).count()
     }
 
     /// Adds faults to the plan.
-    pub fn plan(&self, faults: &[(Call, Fault)]) {
+    pub(crate) fn plan(&self, faults: &[(Call, Fault)]) {
         self.plan.lock().unwrap().extend(faults.iter().copied());
     }
 
     /// Drops the faults not spent yet: the store is back.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.plan.lock().unwrap().clear();
     }
 

@@ -2,13 +2,13 @@
 
 #![allow(dead_code, unused_imports)] // Each test binary uses its own part of this module.
 
-pub mod aws;
-pub mod collector;
-pub mod faulty;
-pub mod process;
-pub mod rig;
-pub mod stand_in;
-pub mod wire;
+pub(crate) mod aws;
+pub(crate) mod collector;
+pub(crate) mod faulty;
+pub(crate) mod process;
+pub(crate) mod rig;
+pub(crate) mod stand_in;
+pub(crate) mod wire;
 
 use onejob::domain::{CallReport, ProviderName, Qualification, RunEvidence};
 use onejob::engine::Engine;
@@ -16,12 +16,12 @@ use onejob::store::JobStore;
 
 /// Records in `store`, the engine's, that `provider` passed qualification for every contract it knows, under their
 /// current fingerprints: the state a successful `onejob qualify` leaves behind.
-pub async fn record_qualified(engine: &Engine, store: &dyn JobStore, provider: &str) {
+pub(crate) async fn record_qualified(engine: &Engine, store: &dyn JobStore, provider: &str) {
     record_qualified_runs(engine, store, provider, Vec::new()).await;
 }
 
 /// [`record_qualified`], with one passed run in which the provider reported `model`.
-pub async fn record_qualified_as(
+pub(crate) async fn record_qualified_as(
     engine: &Engine,
     store: &dyn JobStore,
     provider: &str,
@@ -68,7 +68,7 @@ async fn record_qualified_runs(
 
 /// The sum of metric `name`'s samples in Prometheus text `text` whose labels include each `key="value"` of
 /// `labels` (a histogram's `_bucket`, `_sum` and `_count` are series of their own names).
-pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| line.rsplit_once(' '))

@@ -9,12 +9,12 @@ use tokio::process::{Child, Command};
 
 /// Starts `onejob serve --addr 127.0.0.1:0 ARGS…` in `dir` (without tokens: the dev tokens, on loopback) and waits
 /// until it listens: the process and its base URL; or, if it exits first, what it wrote to standard error.
-pub async fn serve(dir: &Path, args: &[&OsStr]) -> Result<(Child, String), String> {
+pub(crate) async fn serve(dir: &Path, args: &[&OsStr]) -> Result<(Child, String), String> {
     serve_with(dir, args, &[]).await
 }
 
 /// [`serve`], with these environment variables too.
-pub async fn serve_with(
+pub(crate) async fn serve_with(
     dir: &Path,
     args: &[&OsStr],
     env: &[(&str, &str)],

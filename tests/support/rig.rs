@@ -23,7 +23,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 
 /// An engine on `store`, with providers `primary` and `fallback`, its queue left for the test to drive.
-pub struct Rig {
+pub(crate) struct Rig {
     pub engine: Arc<Engine>,
     /// The engine's store, for what a test sets up or looks at behind the engine's back.
     pub store: Arc<dyn JobStore>,
@@ -33,7 +33,7 @@ pub struct Rig {
 }
 
 impl Rig {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn JobStore>,
         primary: ProviderConfig,
         fallback: ProviderConfig,
@@ -42,7 +42,7 @@ impl Rig {
     }
 
     /// [`Rig::new`], with the deployment's settings changed by `adjust` first.
-    pub fn configured(
+    pub(crate) fn configured(
         store: Arc<dyn JobStore>,
         primary: ProviderConfig,
         fallback: ProviderConfig,
@@ -73,27 +73,27 @@ impl Rig {
     }
 
     /// The rig creating its jobs for `owner` (alice unless told).
-    pub fn for_owner(mut self, owner: &str) -> Self {
+    pub(crate) fn for_owner(mut self, owner: &str) -> Self {
         self.owner = Owner::parse(owner).unwrap();
         self
     }
 
     /// The rig with a sweep that handles `batch` of each kind at a time (the deployment's is 100): a test of
     /// batch after batch then needs a few dozen jobs, not hundreds, on every store.
-    pub fn sweeping(mut self, batch: usize) -> Self {
+    pub(crate) fn sweeping(mut self, batch: usize) -> Self {
         let engine = Arc::get_mut(&mut self.engine).expect("the rig's engine is not shared yet");
         engine.settings.sweep_batch = batch;
         self
     }
 
     /// Creates a summarize job on the chain primary → fallback; returns it and its dispatched message.
-    pub async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
+    pub(crate) async fn create(&mut self, key: &str) -> (Job, AttemptRef) {
         let (job, sent) = self.create_sent(key).await;
         (job, sent.attempt)
     }
 
     /// [`Rig::create`], with the message as the engine sent it (naming the attempt's provider).
-    pub async fn create_sent(&mut self, key: &str) -> (Job, Message) {
+    pub(crate) async fn create_sent(&mut self, key: &str) -> (Job, Message) {
         let new = self.intent(key);
         let job = self.engine.create_job(new).await.unwrap().job().clone();
         let sent = self.queue.try_recv().expect("a dispatched message");
@@ -101,7 +101,7 @@ impl Rig {
     }
 
     /// The intent [`Rig::create`] sends: a summarize job on the chain primary → fallback, under `key`.
-    pub fn intent(&self, key: &str) -> NewJob {
+    pub(crate) fn intent(&self, key: &str) -> NewJob {
         let input = json!({"text": "The projector broke. The meeting moved."});
         let chain = json!(["primary", "fallback"]);
         NewJob {
@@ -118,7 +118,7 @@ impl Rig {
     }
 
     /// The next message the engine dispatched; there must be one.
-    pub fn next_message(&mut self) -> AttemptRef {
+    pub(crate) fn next_message(&mut self) -> AttemptRef {
         self.queue
             .try_recv()
             .expect("a dispatched message")
@@ -127,7 +127,7 @@ impl Rig {
     }
 
     /// The next message the engine dispatches, waiting for it (a delayed one comes once the clock passes its time).
-    pub async fn message(&mut self) -> AttemptRef {
+    pub(crate) async fn message(&mut self) -> AttemptRef {
         tokio::time::timeout(StdDuration::from_secs(20), self.queue.recv())
             .await
             .expect("a message in time")
@@ -137,7 +137,7 @@ impl Rig {
     }
 
     /// The next message as the engine sent it (naming the attempt's provider), waiting for it.
-    pub async fn sent(&mut self) -> Message {
+    pub(crate) async fn sent(&mut self) -> Message {
         tokio::time::timeout(StdDuration::from_secs(20), self.queue.recv())
             .await
             .expect("a message in time")
@@ -146,31 +146,31 @@ impl Rig {
     }
 
     /// Runs the step for a message as the engine sent it, in the background.
-    pub fn process_sent_in_background(&self, message: &Message) -> JoinHandle<Processed> {
+    pub(crate) fn process_sent_in_background(&self, message: &Message) -> JoinHandle<Processed> {
         let (engine, message) = (self.engine.clone(), message.clone());
         tokio::spawn(async move { process_message(&engine, &message, None).await.unwrap() })
     }
 
-    pub fn no_message(&mut self) -> bool {
+    pub(crate) fn no_message(&mut self) -> bool {
         self.queue.try_recv().is_err()
     }
 
-    pub async fn process(&self, message: &AttemptRef) -> Processed {
+    pub(crate) async fn process(&self, message: &AttemptRef) -> Processed {
         process_attempt(&self.engine, message).await.unwrap()
     }
 
     /// Runs the step in the background, for attempts that wait on the clock or on a gate.
-    pub fn process_in_background(&self, message: &AttemptRef) -> JoinHandle<Processed> {
+    pub(crate) fn process_in_background(&self, message: &AttemptRef) -> JoinHandle<Processed> {
         let (engine, message) = (self.engine.clone(), message.clone());
         tokio::spawn(async move { process_attempt(&engine, &message).await.unwrap() })
     }
 
     /// Metric `name` summed over the samples whose labels include `labels`, from the engine's Prometheus text.
-    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         super::metric(&self.engine.metrics.render().unwrap(), name, labels)
     }
 
-    pub async fn job(&self, job: &Job) -> Job {
+    pub(crate) async fn job(&self, job: &Job) -> Job {
         self.engine
             .get_job(&self.owner, &job.id)
             .await
@@ -179,7 +179,7 @@ impl Rig {
     }
 
     /// Waits on the engine's change feed (not on time) until the job satisfies `ready`.
-    pub async fn until(&self, job: &Job, ready: impl Fn(&Job) -> bool) -> Job {
+    pub(crate) async fn until(&self, job: &Job, ready: impl Fn(&Job) -> bool) -> Job {
         let mut changes = self.engine.watch(&job.id);
         let wait = async {
             loop {
@@ -195,11 +195,11 @@ impl Rig {
             .expect("the job never got there")
     }
 
-    pub fn advance(&self, ms: u64) {
+    pub(crate) fn advance(&self, ms: u64) {
         self.clock.advance(Duration::milliseconds(ms as i64));
     }
 
-    pub async fn cancel_attempt(&self, job: &Job, number: u32) -> Job {
+    pub(crate) async fn cancel_attempt(&self, job: &Job, number: u32) -> Job {
         self.engine
             .cancel_attempt(&Actor::Owner(self.owner.clone()), &job.id, number, None)
             .await

@@ -3,7 +3,7 @@
 //! signed (SigV4, by [`aws_identity`]'s secret, for service `bedrock`) or it is refused as Bedrock refuses it.
 
 mod faults;
-pub use faults::*;
+pub(crate) use faults::*;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -23,12 +23,12 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
 /// The timings of every [`openai`] stand-in provider.
-pub const TIMEOUT_MS: u64 = 1_000;
-pub const LATE_MS: u64 = 10_000;
+pub(crate) const TIMEOUT_MS: u64 = 1_000;
+pub(crate) const LATE_MS: u64 = 10_000;
 
 /// The endpoint of an openai stand-in at `base_url`, with short, known timings; its key is read from
 /// `CARGO_PKG_NAME`.
-pub fn endpoint(base_url: String) -> ProviderEndpoint {
+pub(crate) fn endpoint(base_url: String) -> ProviderEndpoint {
     ProviderEndpoint {
         base_url,
         model: "gpt-4o-mini".into(),
@@ -38,18 +38,18 @@ pub fn endpoint(base_url: String) -> ProviderEndpoint {
 }
 
 /// A provider of `kind`, with the stand-ins' short, known timings.
-pub fn timed(kind: ProviderKind) -> ProviderConfig {
+pub(crate) fn timed(kind: ProviderKind) -> ProviderConfig {
     ProviderConfig::of(kind).with_timings(TIMEOUT_MS, LATE_MS)
 }
 
 /// An openai provider at `base_url`, timed as [`timed`] says.
-pub fn openai(base_url: String) -> ProviderConfig {
+pub(crate) fn openai(base_url: String) -> ProviderConfig {
     timed(ProviderKind::Openai(OpenAiSettings(endpoint(base_url))))
 }
 
 /// The AWS identity calls to a Bedrock stand-in are signed with, and checked against: the process's
 /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, as a function's role gives them) or the stand-ins' own.
-pub fn aws_identity() -> (String, String) {
+pub(crate) fn aws_identity() -> (String, String) {
     let var =
         |name: &str, otherwise: &str| std::env::var(name).unwrap_or_else(|_| otherwise.into());
     (
@@ -59,7 +59,7 @@ pub fn aws_identity() -> (String, String) {
 }
 
 /// AWS settings that sign with [`aws_identity`] in `us-east-1`, as a process's own.
-pub fn aws() -> aws_config::SdkConfig {
+pub(crate) fn aws() -> aws_config::SdkConfig {
     let (id, secret) = aws_identity();
     let credentials =
         aws_sdk_dynamodb::config::Credentials::new(id, secret, None, None, "stand-in");
@@ -74,11 +74,11 @@ pub fn aws() -> aws_config::SdkConfig {
 }
 
 /// The cross-region inference profile every Bedrock stand-in provider names.
-pub const BEDROCK_MODEL: &str = "us.anthropic.claude-haiku-4-5-20251001-v1:0";
+pub(crate) const BEDROCK_MODEL: &str = "us.anthropic.claude-haiku-4-5-20251001-v1:0";
 
 /// A Bedrock provider whose calls go to the stand-in at `base_url` (its root: a stand-in's `/v1` is left out),
 /// timed like [`openai`].
-pub fn bedrock(base_url: String) -> ProviderConfig {
+pub(crate) fn bedrock(base_url: String) -> ProviderConfig {
     timed(ProviderKind::Bedrock(
         onejob::providers::kinds::bedrock::BedrockSettings {
             model: BEDROCK_MODEL.into(),
@@ -89,7 +89,7 @@ pub fn bedrock(base_url: String) -> ProviderConfig {
 }
 
 /// An anthropic provider at `base_url`, timed like [`openai`].
-pub fn anthropic(base_url: String) -> ProviderConfig {
+pub(crate) fn anthropic(base_url: String) -> ProviderConfig {
     timed(ProviderKind::Anthropic(AnthropicSettings(
         ProviderEndpoint {
             model: "claude-stand-in".into(),
@@ -100,7 +100,7 @@ pub fn anthropic(base_url: String) -> ProviderConfig {
 
 /// How the stand-in answers one call.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// 200 with this JSON as the structured answer, and honest usage.
     Answer(Value),
     /// 200 with this text as the answer, where JSON belongs.
@@ -129,22 +129,22 @@ pub enum Reply {
 
 /// Holds a [`Reply::Held`] answer back until the test opens it.
 #[derive(Debug, Clone)]
-pub struct Gate(Arc<watch::Sender<Option<Value>>>);
+pub(crate) struct Gate(Arc<watch::Sender<Option<Value>>>);
 
 impl Gate {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(Arc::new(watch::Sender::new(None)))
     }
 
     /// Lets the held call answer with `output`.
-    pub fn open(&self, output: Value) {
+    pub(crate) fn open(&self, output: Value) {
         self.0.send_replace(Some(output));
     }
 }
 
 /// A call as the stand-in received it.
 #[derive(Debug, Clone)]
-pub struct Call {
+pub(crate) struct Call {
     /// The path and query it was sent to.
     pub uri: axum::http::Uri,
     pub headers: HeaderMap,
@@ -160,7 +160,7 @@ struct Script {
 }
 
 #[derive(Debug, Clone)]
-pub struct StandIn {
+pub(crate) struct StandIn {
     pub addr: SocketAddr,
     script: Arc<Script>,
 }
@@ -256,7 +256,7 @@ fn honest_prompt_tokens(wire: Wire, body: &Value) -> u64 {
 
 impl StandIn {
     /// Answers the calls with `replies` in order, then with `otherwise`.
-    pub async fn spawn(replies: Vec<Reply>, otherwise: Reply) -> Self {
+    pub(crate) async fn spawn(replies: Vec<Reply>, otherwise: Reply) -> Self {
         let script = Arc::new(Script {
             replies: Mutex::new(replies.into()),
             otherwise,
@@ -288,24 +288,24 @@ impl StandIn {
     }
 
     /// Always answers with `output`.
-    pub async fn answering(output: Value) -> Self {
+    pub(crate) async fn answering(output: Value) -> Self {
         Self::spawn(vec![], Reply::Answer(output)).await
     }
 
-    pub fn base_url(&self) -> String {
+    pub(crate) fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
 
-    pub fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.script.calls.borrow().clone()
     }
 
-    pub fn call_count(&self) -> usize {
+    pub(crate) fn call_count(&self) -> usize {
         self.script.calls.borrow().len()
     }
 
     /// Waits (on the stand-in's own notice, not on time) until it has received `n` calls.
-    pub async fn received(&self, n: usize) {
+    pub(crate) async fn received(&self, n: usize) {
         let mut calls = self.script.calls.subscribe();
         tokio::time::timeout(Duration::from_secs(20), calls.wait_for(|c| c.len() >= n))
             .await
@@ -460,7 +460,7 @@ mod sigv4 {
     use aws_sigv4::sign::v4;
     use axum::http::{HeaderMap, Uri};
 
-    pub fn verify(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Result<(), String> {
+    pub(super) fn verify(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Result<(), String> {
         let header = |name: &str| {
             headers
                 .get(name)

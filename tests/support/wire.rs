@@ -32,14 +32,14 @@ struct Rule {
 
 /// A request held at the proxy: the test waits for it to arrive, then lets it go.
 #[derive(Debug, Clone)]
-pub struct Held {
+pub(crate) struct Held {
     arrived: watch::Sender<bool>,
     released: watch::Sender<bool>,
 }
 
 impl Held {
     /// Waits (on the proxy, not on time) until the held request has arrived.
-    pub async fn arrived(&self) {
+    pub(crate) async fn arrived(&self) {
         let mut arrived = self.arrived.subscribe();
         tokio::time::timeout(std::time::Duration::from_secs(20), arrived.wait_for(|a| *a))
             .await
@@ -48,7 +48,7 @@ impl Held {
     }
 
     /// Sends the held request on.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.released.send_replace(true);
     }
 }
@@ -67,14 +67,14 @@ struct Upstream {
     rules: Arc<Rules>,
 }
 
-pub struct WireProxy {
+pub(crate) struct WireProxy {
     pub addr: SocketAddr,
     rules: Arc<Rules>,
 }
 
 impl WireProxy {
     /// A proxy on loopback in front of `upstream` (`http://127.0.0.1:PORT`).
-    pub async fn start(upstream: &str) -> Self {
+    pub(crate) async fn start(upstream: &str) -> Self {
         let rules = Arc::new(Rules::default());
         let state = Upstream {
             url: upstream.trim_end_matches('/').to_owned(),
@@ -88,12 +88,12 @@ impl WireProxy {
         Self { addr, rules }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Holds the next `operation` whose body holds `marker` until the test releases it.
-    pub fn hold(&self, operation: &'static str, marker: &str) -> Held {
+    pub(crate) fn hold(&self, operation: &'static str, marker: &str) -> Held {
         let held = Held {
             arrived: watch::Sender::new(false),
             released: watch::Sender::new(false),
@@ -103,7 +103,7 @@ impl WireProxy {
     }
 
     /// Loses the answer of the next `operation` whose body holds `marker`: it lands, its client hears a 500.
-    pub fn lose_answer(&self, operation: &'static str, marker: &str) {
+    pub(crate) fn lose_answer(&self, operation: &'static str, marker: &str) {
         self.arm(operation, marker, Fate::LoseAnswer);
     }
 
@@ -116,12 +116,12 @@ impl WireProxy {
     }
 
     /// Whether every rule armed has struck.
-    pub fn spent(&self) -> bool {
+    pub(crate) fn spent(&self) -> bool {
         self.rules.armed.lock().unwrap().is_empty()
     }
 
     /// How many requests of `operation` passed.
-    pub fn count(&self, operation: &str) -> usize {
+    pub(crate) fn count(&self, operation: &str) -> usize {
         let seen = self.rules.seen.lock().unwrap();
         seen.iter().filter(|o| o.as_str() == operation).count()
     }

@@ -5,7 +5,7 @@ use onejob_core::domain::{AttemptState, Job};
 
 /// A deliberately broken transition or step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bug {
+pub(crate) enum Bug {
     /// The create puts the job whatever is there (no condition): a second job for the key. Breaks invariant 1.
     UnconditionalCreate,
     /// A create tried again after its write's answer was lost does not know its own write (no token): it answers
@@ -42,7 +42,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Self; 13] = [
+    pub(crate) const ALL: [Self; 13] = [
         Self::UnconditionalCreate,
         Self::RepeatWithoutToken,
         Self::ReplayAnswersCreated,
@@ -60,7 +60,7 @@ impl Bug {
 }
 
 /// The job as a broken settle sees it: a succeeded job settles when it was last written.
-pub fn settled_from_updated_at(job: &Job) -> Job {
+pub(crate) fn settled_from_updated_at(job: &Job) -> Job {
     let mut seen = job.clone();
     if let Some(winner) = seen.completed_by
         && let Some(attempt) = seen.attempts.iter_mut().find(|a| a.number == winner)
@@ -71,7 +71,7 @@ pub fn settled_from_updated_at(job: &Job) -> Job {
 }
 
 /// The job as a completion without compare-and-swap sees it: the slot free, the version the attempt's own.
-pub fn slot_looks_free(job: &mut Job, number: u32) {
+pub(crate) fn slot_looks_free(job: &mut Job, number: u32) {
     let version = job.version;
     job.completed_by = None;
     if let Some(attempt) = job.attempts.iter_mut().find(|a| a.number == number) {

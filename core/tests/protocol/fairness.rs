@@ -17,26 +17,26 @@ const BATCH: usize = 2;
 const BOBS: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bug {
+pub(crate) enum Bug {
     /// A batch takes the soonest due, whoever's (as before the fix): bob's backlog stands before alice's event.
     SoonestFirst,
 }
 
 #[derive(Debug, Clone)]
-pub struct Fairness {
+pub(crate) struct Fairness {
     pub max_clock: Tick,
     pub bug: Option<Bug>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Owner {
+pub(crate) enum Owner {
     Bob,
     Alice,
 }
 
 /// One job's delivery: whose, when due (`None`: delivered), tries so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     pub owner: Owner,
     pub due: Option<Tick>,
     pub tries: u8,
@@ -46,7 +46,7 @@ pub struct Delivery {
 const BOB_FAILS: u8 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct World {
+pub(crate) struct World {
     pub now: Tick,
     pub deliveries: Vec<Delivery>,
     /// Batches run since alice's event was due, with it still undelivered.
@@ -54,7 +54,7 @@ pub struct World {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     Batch,
     Tick,
 }
@@ -172,8 +172,8 @@ impl Model for Fairness {
     }
 }
 
-pub const FIRST_BATCH: &str =
+pub(crate) const FIRST_BATCH: &str =
     "14: an owner's due event goes out in the first batch, whatever another endpoint does";
-pub const DELIVERED: &str =
+pub(crate) const DELIVERED: &str =
     "14: an owner's events are delivered, whatever another endpoint does (liveness)";
-pub const BOB_TRIED: &str = "the failing endpoint is tried, and tried again";
+pub(crate) const BOB_TRIED: &str = "the failing endpoint is tried, and tried again";

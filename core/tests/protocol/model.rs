@@ -17,7 +17,7 @@ use crate::world::*;
 /// Which half of the protocol a model explores: the two meet at the stored job and its first message, and checking
 /// them apart keeps each one's states within what a test can explore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scenario {
+pub(crate) enum Scenario {
     /// Two clients create under one key through the API and its store; nobody works the job.
     Intake,
     /// The job was made and its first message sent (or lost on the way): the workers, the sweeper, the providers,
@@ -28,7 +28,7 @@ pub enum Scenario {
 /// The model: which half, which faults may happen and how often, how far the clock may go, and which bug (if
 /// any) is in.
 #[derive(Debug, Clone)]
-pub struct Protocol {
+pub(crate) struct Protocol {
     pub scenario: Scenario,
     /// Both clients send the same payload (a double click); else the second sends another under the same key.
     pub agree: bool,
@@ -42,7 +42,7 @@ pub struct Protocol {
 
 /// One step of one actor.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     /// Client `c` sends its create (again, after a lost answer or a 500).
     Send(u8),
     /// The API's create of request `i` meets the store.
@@ -98,7 +98,7 @@ pub enum Action {
 impl Protocol {
     /// The worlds the model starts from: before anything happened, or (attempts) once the job was made, its
     /// first message queued or lost.
-    pub fn starts(&self) -> Vec<World> {
+    pub(crate) fn starts(&self) -> Vec<World> {
         let blank = self.blank();
         if self.scenario == Scenario::Intake {
             return vec![blank];

@@ -10,7 +10,7 @@
 //! the two is seen by the next call's).
 
 mod world;
-pub use world::*;
+pub(crate) use world::*;
 
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
@@ -33,7 +33,7 @@ fn now_of(tick: Tick) -> onejob_core::domain::Timestamp {
 
 /// What the model runs, and under which limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limited {
+pub(crate) enum Limited {
     /// One live job and a budget of 15 tokens a day: a double click of one intent through two api processes and a
     /// create of another (nobody works the jobs).
     Intake,
@@ -50,7 +50,7 @@ pub enum Limited {
 
 /// A broken variant, behind a seam of this model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bug {
+pub(crate) enum Bug {
     /// A place is keyed by the request (as by a job id made from the request's time), not by the intent: the other
     /// process's create of the same intent does not find it. Breaks "a replay is never refused" and "counted once".
     PlaceByRequest,
@@ -63,7 +63,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Self; 4] = [
+    pub(crate) const ALL: [Self; 4] = [
         Self::PlaceByRequest,
         Self::ManualUnheld,
         Self::FailoverIgnoresBudget,
@@ -72,7 +72,7 @@ impl Bug {
 }
 
 #[derive(Debug, Clone)]
-pub struct Owners {
+pub(crate) struct Owners {
     pub limited: Limited,
     /// Store faults to inject (a write that fails before it lands, or lands and loses its answer), and slow puts.
     pub faults: u8,
@@ -108,7 +108,7 @@ fn failover(budget: Option<LimitReached>) -> Failover {
 }
 
 impl Owners {
-    pub fn limits(&self) -> OwnerLimits {
+    pub(crate) fn limits(&self) -> OwnerLimits {
         let budget = Some(Budget {
             period: Period::Day,
             tokens: Some(15),
@@ -528,23 +528,23 @@ impl Owners {
     }
 }
 
-pub const REPLAY: &str =
+pub(crate) const REPLAY: &str =
     "18: a replay is never refused (an intent answered 201 is never answered 429)";
-pub const ONE_201: &str = "2: one 201 per intent, across processes";
-pub const LIVE: &str = "18: live jobs never pass the limit";
-pub const BUDGET: &str = "18: no call is ordered past a spent budget";
-pub const ONCE: &str = "18: an intent counts once among the minute's creates";
-pub const BOUNDED: &str = "18: the owner's ledger is bounded by its limits";
-pub const REACHED_REFUSED: &str = "a create is refused at a limit";
-pub const REACHED_REPLAY: &str = "a double click across processes is one 201 and a replay";
+pub(crate) const ONE_201: &str = "2: one 201 per intent, across processes";
+pub(crate) const LIVE: &str = "18: live jobs never pass the limit";
+pub(crate) const BUDGET: &str = "18: no call is ordered past a spent budget";
+pub(crate) const ONCE: &str = "18: an intent counts once among the minute's creates";
+pub(crate) const BOUNDED: &str = "18: the owner's ledger is bounded by its limits";
+pub(crate) const REACHED_REFUSED: &str = "a create is refused at a limit";
+pub(crate) const REACHED_REPLAY: &str = "a double click across processes is one 201 and a replay";
 
 /// The properties that must never break.
-pub fn musts() -> [&'static str; 6] {
+pub(crate) fn musts() -> [&'static str; 6] {
     [REPLAY, ONE_201, LIVE, BUDGET, ONCE, BOUNDED]
 }
 
 /// Which property each broken variant breaks, and the limits it shows under.
-pub fn caught_by(bug: Bug) -> (&'static str, Limited) {
+pub(crate) fn caught_by(bug: Bug) -> (&'static str, Limited) {
     match bug {
         Bug::PlaceByRequest => (REPLAY, Limited::Intake),
         Bug::ManualUnheld => (LIVE, Limited::Attempts),

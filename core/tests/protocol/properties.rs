@@ -12,26 +12,26 @@ use stateright::{Model, Property};
 use crate::model::{Protocol, Scenario};
 use crate::world::{Answer, TIMEOUT, World, at, failover};
 
-pub const ONE_JOB: &str = "1: one job per (owner, key)";
-pub const ONE_201: &str = "2: at most one 201 per key";
-pub const CONFLICT: &str = "3: another payload under the key is a conflict";
-pub const ONE_LIVE: &str = "4: at most one live attempt, and only the newest";
-pub const UNKNOWN: &str = "5: not knowing is not failing";
-pub const ONE_RESULT: &str = "6, 7: one result, never overwritten";
-pub const ONE_CALL: &str = "8: one provider call per attempt, only after its claim";
-pub const QUALIFIED: &str = "9: failover only to qualified providers";
-pub const ANSWERS_KEPT: &str = "11, 16: every answer a worker took is written or logged";
-pub const ONE_EVENT: &str = "14: one settle, one event id";
-pub const SETTLES: &str = "12: every run ends with the job settled (liveness)";
-pub const ANNOUNCED: &str = "14: every settle is delivered (liveness)";
-pub const ANSWERED: &str = "2: every client is answered, one of them 201 (liveness)";
+pub(crate) const ONE_JOB: &str = "1: one job per (owner, key)";
+pub(crate) const ONE_201: &str = "2: at most one 201 per key";
+pub(crate) const CONFLICT: &str = "3: another payload under the key is a conflict";
+pub(crate) const ONE_LIVE: &str = "4: at most one live attempt, and only the newest";
+pub(crate) const UNKNOWN: &str = "5: not knowing is not failing";
+pub(crate) const ONE_RESULT: &str = "6, 7: one result, never overwritten";
+pub(crate) const ONE_CALL: &str = "8: one provider call per attempt, only after its claim";
+pub(crate) const QUALIFIED: &str = "9: failover only to qualified providers";
+pub(crate) const ANSWERS_KEPT: &str = "11, 16: every answer a worker took is written or logged";
+pub(crate) const ONE_EVENT: &str = "14: one settle, one event id";
+pub(crate) const SETTLES: &str = "12: every run ends with the job settled (liveness)";
+pub(crate) const ANNOUNCED: &str = "14: every settle is delivered (liveness)";
+pub(crate) const ANSWERED: &str = "2: every client is answered, one of them 201 (liveness)";
 
 // Reached at all: a model that never gets there checks nothing there.
-pub const LATE_WIN: &str = "a late answer wins after the time-out";
-pub const DISCARDED: &str = "a loser's answer is discarded";
-pub const FAILED_OVER: &str = "failover runs the qualified fallback";
-pub const REPLAYED: &str = "a conflict or a replay is answered";
-pub const REDELIVERED: &str = "an event is delivered after a failed try";
+pub(crate) const LATE_WIN: &str = "a late answer wins after the time-out";
+pub(crate) const DISCARDED: &str = "a loser's answer is discarded";
+pub(crate) const FAILED_OVER: &str = "failover runs the qualified fallback";
+pub(crate) const REPLAYED: &str = "a conflict or a replay is answered";
+pub(crate) const REDELIVERED: &str = "an event is delivered after a failed try";
 
 /// Whether the run has ended here: nothing can happen any more, and the clock's bound did not cut it.
 fn ended(model: &Protocol, w: &World) -> bool {
@@ -45,7 +45,7 @@ fn worked(model: &Protocol, w: &World) -> bool {
     model.scenario == Scenario::Attempts && ended(model, w)
 }
 
-pub fn all() -> Vec<Property<Protocol>> {
+pub(crate) fn all() -> Vec<Property<Protocol>> {
     vec![
         Property::always(ONE_JOB, |_, w: &World| w.ghost.jobs_made <= 1),
         Property::always(ONE_201, |_, w: &World| w.ghost.created <= 1),
@@ -148,7 +148,7 @@ pub fn all() -> Vec<Property<Protocol>> {
 }
 
 /// The properties each scenario must reach.
-pub fn sometimes(scenario: Scenario) -> Vec<&'static str> {
+pub(crate) fn sometimes(scenario: Scenario) -> Vec<&'static str> {
     match scenario {
         Scenario::Intake => vec![REPLAYED],
         Scenario::Attempts => vec![LATE_WIN, DISCARDED, FAILED_OVER, REDELIVERED],
@@ -156,7 +156,7 @@ pub fn sometimes(scenario: Scenario) -> Vec<&'static str> {
 }
 
 /// The names of the properties that must never be broken.
-pub fn musts() -> BTreeSet<&'static str> {
+pub(crate) fn musts() -> BTreeSet<&'static str> {
     [
         ONE_JOB,
         ONE_201,
@@ -178,7 +178,7 @@ pub fn musts() -> BTreeSet<&'static str> {
 /// What a settled job came to, told apart as invariant 14 tells settles apart: its status, the attempt whose result
 /// it holds, and for a failure how many attempts it had (a failure retried by hand that fails again is a new one).
 /// Writes that leave these as they were settle nothing.
-pub fn outcome(job: &Job) -> (u8, u32, usize) {
+pub(crate) fn outcome(job: &Job) -> (u8, u32, usize) {
     let status = JobStatus::ALL
         .iter()
         .position(|s| *s == job.status())

@@ -37,7 +37,7 @@ fn policy() -> BreakerPolicy {
 
 /// What one call came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// Bob's: a 5xx.
     Failing,
     /// Alice's: a 400 her input caused.
@@ -81,7 +81,7 @@ impl Reply {
 
 /// A broken variant, behind a seam of this model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bug {
+pub(crate) enum Bug {
     /// A refusal the request caused counts as the provider failing.
     RefusalsCount,
     /// A refusal the request caused closes the breaker, as an answer does (as before the fix): an owner's bad
@@ -94,7 +94,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Self; 4] = [
+    pub(crate) const ALL: [Self; 4] = [
         Self::RefusalsCount,
         Self::RefusalsClose,
         Self::BreachesVoid,
@@ -103,7 +103,7 @@ impl Bug {
 }
 
 #[derive(Debug, Clone)]
-pub struct Providers {
+pub(crate) struct Providers {
     /// Calls made at most.
     pub calls: u8,
     /// Writes that land and lose their answer.
@@ -113,14 +113,14 @@ pub struct Providers {
 
 /// A note being written: the call's number and reply; whether it is a write made again after a lost answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Note {
+pub(crate) struct Note {
     pub call: u8,
     pub reply: Reply,
     pub again: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Writer {
+pub(crate) enum Writer {
     Idle,
     /// The breaker as read, at its revision.
     Breaker(Note, Breaker, u32),
@@ -129,7 +129,7 @@ pub enum Writer {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct World {
+pub(crate) struct World {
     pub calls: u8,
     /// Notes of calls answered, not yet taken by a writer.
     pub notes: Vec<Note>,
@@ -143,7 +143,7 @@ pub struct World {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Ghost {
+pub(crate) struct Ghost {
     /// Distinct calls that failed for the provider's health, whose note reached the breaker.
     pub failing: Vec<u8>,
     /// Of those, the ones since the last answer's note.
@@ -165,7 +165,7 @@ impl Hash for World {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     /// A call is made and answered with this reply; its note waits for a writer.
     Call(Reply),
     /// Writer `w` takes note `n` and reads the breaker.
@@ -411,17 +411,17 @@ impl Model for Providers {
     }
 }
 
-pub const OPENS_ON_HEALTH: &str =
+pub(crate) const OPENS_ON_HEALTH: &str =
     "15: a breaker opens only on failures of the provider's health, each counted once";
-pub const NOT_HELD_CLOSED: &str =
+pub(crate) const NOT_HELD_CLOSED: &str =
     "15: an owner's refusals never hold a failing provider's breaker closed";
-pub const STANDING: &str =
+pub(crate) const STANDING: &str =
     "15: breaches never void the standing; an answer as another model voids it at once";
-pub const OPENED: &str = "the breaker opens";
-pub const SUSPECTED: &str = "breaches make the provider suspected, its standing kept";
+pub(crate) const OPENED: &str = "the breaker opens";
+pub(crate) const SUSPECTED: &str = "breaches make the provider suspected, its standing kept";
 
 /// Which property each broken variant breaks.
-pub fn caught_by(bug: Bug) -> &'static str {
+pub(crate) fn caught_by(bug: Bug) -> &'static str {
     match bug {
         Bug::RefusalsCount | Bug::RepeatCounted => OPENS_ON_HEALTH,
         Bug::RefusalsClose => NOT_HELD_CLOSED,

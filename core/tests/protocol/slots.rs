@@ -18,14 +18,14 @@ const LEASE: Tick = 3;
 
 /// A broken variant, behind a seam of this model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bug {
+pub(crate) enum Bug {
     /// A step whose claim was refused frees its attempt's slot anyway (as before the fix): a duplicate message
     /// frees the running call's slot.
     FreeOnRefusedClaim,
 }
 
 #[derive(Debug, Clone)]
-pub struct Slots {
+pub(crate) struct Slots {
     pub duplicates: u8,
     pub crashes: u8,
     pub max_clock: Tick,
@@ -33,7 +33,7 @@ pub struct Slots {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Step {
+pub(crate) enum Step {
     Idle,
     /// Holds message `m`'s attempt's slot; its claim is next.
     Holding {
@@ -48,7 +48,7 @@ pub enum Step {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct World {
+pub(crate) struct World {
     pub now: Tick,
     pub slots: CallSlots,
     pub jobs: [Job; 2],
@@ -78,7 +78,7 @@ impl Hash for World {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     /// Worker `w` takes message `m`, and its attempt's slot if one is free.
     Take(u8, u8),
     Duplicate(u8),
@@ -257,6 +257,6 @@ impl Model for Slots {
     }
 }
 
-pub const IN_FLIGHT: &str =
+pub(crate) const IN_FLIGHT: &str =
     "18: calls in flight never pass max_in_flight, whatever a duplicate does";
-pub const BOTH_CALLED: &str = "both jobs are called, one at a time";
+pub(crate) const BOTH_CALLED: &str = "both jobs are called, one at a time";

@@ -13,42 +13,42 @@ use onejob_core::domain::{
 use serde_json::{Value, json};
 
 /// The clock's unit: a tick is a second.
-pub type Tick = u8;
+pub(crate) type Tick = u8;
 
 /// No answer after this long: the attempt becomes `unknown` (a provider's `timeout_ms`).
-pub const TIMEOUT: Tick = 1;
+pub(crate) const TIMEOUT: Tick = 1;
 /// After the time-out, listening goes on this long (`late_result_ms`).
-pub const LATE: Tick = 1;
+pub(crate) const LATE: Tick = 1;
 /// A claim's lease: the longest listening, plus a margin (`lease_margin_ms`).
-pub const LEASE: Tick = TIMEOUT + LATE + 1;
+pub(crate) const LEASE: Tick = TIMEOUT + LATE + 1;
 /// A `queued` attempt nobody claimed for this long is sent again (`redispatch_after_ms`).
-pub const REDISPATCH_AFTER: Tick = 2;
+pub(crate) const REDISPATCH_AFTER: Tick = 2;
 /// An event delivery that failed is tried again after this long.
-pub const DELIVERY_BACKOFF: Tick = 1;
+pub(crate) const DELIVERY_BACKOFF: Tick = 1;
 
 /// The moment of `tick`.
-pub fn at(tick: Tick) -> Timestamp {
+pub(crate) fn at(tick: Tick) -> Timestamp {
     Utc.timestamp_opt(1_800_000_000 + i64::from(tick), 0)
         .single()
         .expect("a moment")
 }
 
 /// The first tick at or after `moment`.
-pub fn tick_of(moment: Timestamp) -> Tick {
+pub(crate) fn tick_of(moment: Timestamp) -> Tick {
     let ms = (moment - at(0)).num_milliseconds();
     Tick::try_from((ms + 999).div_euclid(1000).max(0)).unwrap_or(Tick::MAX)
 }
 
 /// The provider chain: `a` the primary, `b` qualified for the contract, `c` not.
-pub const CHAIN: [&str; 3] = ["a", "b", "c"];
+pub(crate) const CHAIN: [&str; 3] = ["a", "b", "c"];
 
-pub fn provider(name: &str) -> ProviderName {
+pub(crate) fn provider(name: &str) -> ProviderName {
     ProviderName::parse(name).expect("a provider name")
 }
 
 /// What failover may do: only `b` is qualified; a provider that said it did no work is tried once more, two
 /// seconds later; three attempts at most.
-pub fn failover() -> Failover {
+pub(crate) fn failover() -> Failover {
     Failover {
         qualified: [provider("b")].into(),
         max_attempts: 3,
@@ -65,7 +65,7 @@ pub fn failover() -> Failover {
 
 /// What client `c` asks for: the two clients agree (a double click) unless told otherwise (the same key, another
 /// payload).
-pub fn intent(client: u8, agree: bool) -> NewJob {
+pub(crate) fn intent(client: u8, agree: bool) -> NewJob {
     let input: Value = if agree || client == 0 {
         json!({"text": "The projector broke."})
     } else {
@@ -83,7 +83,7 @@ pub fn intent(client: u8, agree: bool) -> NewJob {
 
 /// Who writes: each write that may be repeated carries its writer's token, made here from who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Writer {
+pub(crate) enum Writer {
     /// Client `c`'s `n`th request, as the API writes it.
     Request { client: u8, n: u8 },
     /// A worker's step on attempt `attempt`, its `delivery`th delivery.
@@ -95,7 +95,7 @@ pub enum Writer {
 }
 
 impl Writer {
-    pub fn token(self) -> WriteToken {
+    pub(crate) fn token(self) -> WriteToken {
         let (kind, a, b) = match self {
             Self::Request { client, n } => (1, client, n),
             Self::Step { attempt, delivery } => (2, attempt, delivery),
@@ -108,7 +108,7 @@ impl Writer {
 
 /// A write's fate at the store: it lands and answers, fails before it lands, or lands and its answer is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fate {
+pub(crate) enum Fate {
     Lands,
     FailsBefore,
     AnswerLost,
@@ -116,7 +116,7 @@ pub enum Fate {
 
 /// What the API answers a create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// 201: this request made the job.
     Created,
     /// 200 `Idempotent-Replayed`.
@@ -128,7 +128,7 @@ pub enum Answer {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Client {
+pub(crate) struct Client {
     /// Requests sent so far.
     pub sent: u8,
     /// A request is out, not answered yet.
@@ -139,7 +139,7 @@ pub struct Client {
 
 /// A create inside the API.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Request {
+pub(crate) struct Request {
     pub client: u8,
     pub n: u8,
     pub phase: Phase,
@@ -148,7 +148,7 @@ pub struct Request {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// The create's conditional write, tried under the request's token.
     Writing,
     /// Made the job: attempt 1's message to send.
@@ -159,7 +159,7 @@ pub enum Phase {
 
 /// A queue message: an attempt, not delivered before `not_before`, held by a worker (invisible) or not.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Message {
+pub(crate) struct Message {
     pub attempt: u8,
     pub not_before: Tick,
     pub held: Option<u8>,
@@ -167,7 +167,7 @@ pub struct Message {
 
 /// What a provider's reply means (`providers::Reply`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// An answer that keeps the contract.
     Result,
     /// 429: the work was not done (retried on the same provider).
@@ -179,12 +179,12 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub const ALL: [Self; 4] = [Self::Result, Self::RateLimited, Self::Broken, Self::Lost];
+    pub(crate) const ALL: [Self; 4] = [Self::Result, Self::RateLimited, Self::Broken, Self::Lost];
 }
 
 /// The time-out's `unknown` write, sent while listening goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Marking {
+pub(crate) enum Marking {
     No,
     Sending { faulted: bool },
     Written,
@@ -192,7 +192,7 @@ pub enum Marking {
 
 /// A worker, and the step it is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Worker {
+pub(crate) enum Worker {
     Idle,
     /// Its claim of `attempt` is being written.
     Claiming {
@@ -225,14 +225,14 @@ pub enum Worker {
 
 /// The job's completion events as the store keeps them: the deliveries and the settle they were armed for.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Events {
+pub(crate) struct Events {
     pub deliveries: Deliveries,
     pub armed: String,
 }
 
 /// Faults still to inject; each is spent when it happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// A store write that fails before it lands, or lands and loses its answer.
     pub store: u8,
     /// An answer the API sent that never reaches its client.
@@ -250,7 +250,7 @@ pub struct Faults {
 }
 
 impl Faults {
-    pub const NONE: Self = Self {
+    pub(crate) const NONE: Self = Self {
         store: 0,
         lost_answers: 0,
         crashes: 0,
@@ -263,7 +263,7 @@ impl Faults {
 
 /// What happened, as the properties need it; no actor reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Ghost {
+pub(crate) struct Ghost {
     /// Jobs the store made for the key.
     pub jobs_made: u8,
     /// 201s the API sent.
@@ -293,7 +293,7 @@ pub struct Ghost {
 
 /// The whole world.
 #[derive(Debug, Clone, PartialEq)]
-pub struct World {
+pub(crate) struct World {
     pub now: Tick,
     /// The store's item for (owner, key).
     pub job: Option<Job>,
@@ -329,12 +329,12 @@ impl Hash for World {
 }
 
 /// Attempt `n`'s number as the model keeps it.
-pub fn number(n: u32) -> u8 {
+pub(crate) fn number(n: u32) -> u8 {
     u8::try_from(n).expect("few attempts")
 }
 
 /// Queues a message for `attempt`, not to be delivered before `not_before`.
-pub fn push(w: &mut World, attempt: u8, not_before: Tick) {
+pub(crate) fn push(w: &mut World, attempt: u8, not_before: Tick) {
     w.queue.push(Message {
         attempt,
         not_before,

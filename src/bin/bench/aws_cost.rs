@@ -29,17 +29,17 @@ use super::{RETENTION, instant_config, intent};
 /// 2024-11-01), in US dollars.
 mod price {
     /// DynamoDB on demand: a million write request units; a million read request units.
-    pub const WRITE_UNITS: f64 = 0.625;
-    pub const READ_UNITS: f64 = 0.125;
+    pub(super) const WRITE_UNITS: f64 = 0.625;
+    pub(super) const READ_UNITS: f64 = 0.125;
     /// SQS standard queue: a million requests.
-    pub const SQS_REQUESTS: f64 = 0.40;
+    pub(super) const SQS_REQUESTS: f64 = 0.40;
     /// Lambda on arm64: a million requests; a GB-second.
-    pub const LAMBDA_REQUESTS: f64 = 0.20;
-    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    pub(super) const LAMBDA_REQUESTS: f64 = 0.20;
+    pub(super) const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
     /// API Gateway HTTP API: a million requests.
-    pub const API_REQUESTS: f64 = 1.00;
+    pub(super) const API_REQUESTS: f64 = 1.00;
     /// Step Functions Standard: a thousand state transitions.
-    pub const STEP_FUNCTIONS_TRANSITIONS: f64 = 0.025;
+    pub(super) const STEP_FUNCTIONS_TRANSITIONS: f64 = 0.025;
 }
 
 /// The functions' memory (template.yaml's `MemorySize`), in GB.

@@ -12,7 +12,7 @@ use axum::routing::get;
 use tokio::sync::mpsc;
 
 /// Starts `bootstrap` `runs` times; prints its size and the init times (p50, max).
-pub async fn measure(bootstraps: &[PathBuf], runs: usize) {
+pub(crate) async fn measure(bootstraps: &[PathBuf], runs: usize) {
     println!(
         "lambda-init: {runs} starts of each bootstrap against a runtime API stand-in on loopback"
     );

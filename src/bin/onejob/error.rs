@@ -8,7 +8,7 @@ use onejob::telemetry::error_chain;
 /// Why a command stopped. Printed as one line; the exit status says which kind: 2 for a start or usage problem,
 /// the client's own statuses for a request that failed (see `onejob jobs --help`).
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     #[error(transparent)]
     Start(#[from] StartError),
     #[error("{0}")]
@@ -46,7 +46,7 @@ fn create_failure(key: &str, source: &ClientError) -> String {
 }
 
 impl CliError {
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Self::Start(_) | Self::Usage(_) => 2,
             Self::Client(e) | Self::Create { source: e, .. } => e.exit_code(),
@@ -55,7 +55,7 @@ impl CliError {
 
     /// The line printed: a start problem with its causes; a client's error as it says itself (a refusal with the
     /// problem's code and detail).
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Self::Start(_) | Self::Usage(_) => error_chain(self),
             Self::Client(_) | Self::Create { .. } => self.to_string(),

@@ -9,7 +9,7 @@ use onejob::domain::{BreakerState, ContractRef, ProviderName};
 use onejob::engine::Engine;
 use onejob::providers::qualify;
 
-pub async fn run_qualify(
+pub(crate) async fn run_qualify(
     contract: &str,
     provider: &str,
     runs: u32,
@@ -44,7 +44,7 @@ pub async fn run_qualify(
 
 /// `onejob qualify --stale`: every pair whose qualification passed and that production suspects, or that grew too
 /// old, is qualified again. Exit status 0 when all pass (or none needed it), 1 when one fails.
-pub async fn requalify_stale(runs: u32, storage: &Storage) -> Result<ExitCode, CliError> {
+pub(crate) async fn requalify_stale(runs: u32, storage: &Storage) -> Result<ExitCode, CliError> {
     let (engine, place) = storage.engine().await?;
     let needed = engine.needing_requalification().await?;
     if needed.is_empty() {
@@ -97,7 +97,7 @@ async fn qualify_pair(
     Ok(evidence.passed)
 }
 
-pub async fn list_providers(storage: &Storage) -> Result<(), CliError> {
+pub(crate) async fn list_providers(storage: &Storage) -> Result<(), CliError> {
     let (engine, _) = storage.engine().await?;
     let providers = &engine.providers;
     let standings = engine.standings().await?;

@@ -21,7 +21,7 @@ use watch::{live, on_terminal, watch};
 
 /// The server and the caller.
 #[derive(Debug, clap::Args)]
-pub struct Remote {
+pub(crate) struct Remote {
     /// The onejob server.
     #[arg(
         long,
@@ -45,7 +45,7 @@ pub struct Remote {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum JobsCommand {
+pub(crate) enum JobsCommand {
     /// Create a job: one key per invocation (a UUIDv7) unless --key names one; retried with the same key.
     Create {
         /// The contract, as name@version.
@@ -89,7 +89,7 @@ pub enum JobsCommand {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum EndpointCommand {
+pub(crate) enum EndpointCommand {
     /// Register URL as where your completion events go (a signed POST per settled job); prints the secret
     /// that signs them, kept when the URL changes.
     Set {
@@ -103,7 +103,7 @@ pub enum EndpointCommand {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum AttemptsCommand {
+pub(crate) enum AttemptsCommand {
     /// Queue a new attempt by hand (on --provider, else the next untried provider of the chain). Sent under one
     /// key per invocation (a UUIDv7) unless --key names one, and retried with it: it queues one attempt.
     Retry {
@@ -153,7 +153,7 @@ impl Remote {
 }
 
 /// Runs a `jobs` command; `Ok` carries the exit status.
-pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError> {
+pub(crate) async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;
     match command {
         JobsCommand::Create {
@@ -251,7 +251,7 @@ pub async fn jobs(command: JobsCommand, remote: &Remote) -> Result<u8, CliError>
 }
 
 /// Runs `usage`: the caller's usage from `from` (default: the first of this month) to `to` (default: today).
-pub async fn usage(
+pub(crate) async fn usage(
     from: Option<chrono::NaiveDate>,
     to: Option<chrono::NaiveDate>,
     remote: &Remote,
@@ -313,7 +313,7 @@ pub async fn usage(
 }
 
 /// Runs an `endpoint` command.
-pub async fn endpoint(command: EndpointCommand, remote: &Remote) -> Result<u8, CliError> {
+pub(crate) async fn endpoint(command: EndpointCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;
     let endpoint = match command {
         EndpointCommand::Set { address } => client.put_endpoint(&address).await?,
@@ -337,7 +337,7 @@ pub async fn endpoint(command: EndpointCommand, remote: &Remote) -> Result<u8, C
 }
 
 /// Runs an `attempts` command.
-pub async fn attempts(command: AttemptsCommand, remote: &Remote) -> Result<u8, CliError> {
+pub(crate) async fn attempts(command: AttemptsCommand, remote: &Remote) -> Result<u8, CliError> {
     let client = remote.client()?;
     let answer = match command {
         AttemptsCommand::Retry { job, provider, key } => {

@@ -9,7 +9,7 @@ use onejob::http::auth::Tokens;
 use onejob::server;
 use onejob::startup::StartError;
 
-pub async fn serve(addr: SocketAddr, storage: &Storage) -> Result<(), StartError> {
+pub(crate) async fn serve(addr: SocketAddr, storage: &Storage) -> Result<(), StartError> {
     let config = storage.config()?;
     let keys = provider_keys(&config).await?;
     let (store, place) = storage.open(&config).await?;

@@ -15,7 +15,7 @@ use onejob::store::{JobStore, StoreError};
 
 /// Where jobs and evidence are kept, and the config: shared by every command that opens them.
 #[derive(Debug, clap::Args)]
-pub struct Storage {
+pub(crate) struct Storage {
     /// Where jobs (and qualifications) are kept.
     #[arg(long, value_enum, env = env::STORE, default_value = "sqlite")]
     pub store: StoreKind,
@@ -32,19 +32,22 @@ pub struct Storage {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StoreKind {
+pub(crate) enum StoreKind {
     Sqlite,
     Dynamodb,
 }
 
-pub async fn dynamodb(table: String) -> DynamoStore {
+pub(crate) async fn dynamodb(table: String) -> DynamoStore {
     let config = startup::aws_config().await;
     DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table)
 }
 
 impl Storage {
     /// The store, arming every ended job's deliveries if `config` names a bus; and where it is.
-    pub async fn open(&self, config: &Config) -> Result<(Arc<dyn JobStore>, String), StoreError> {
+    pub(crate) async fn open(
+        &self,
+        config: &Config,
+    ) -> Result<(Arc<dyn JobStore>, String), StoreError> {
         let every_job = config.event_bus.is_some();
         Ok(match (self.store, &self.table) {
             (StoreKind::Dynamodb, Some(table)) => {
@@ -61,7 +64,7 @@ impl Storage {
 
     /// The config, with what the environment sets in its place (`ONEJOB_TOKENS`, `ONEJOB_METRICS_TOKEN`,
     /// `ONEJOB_ALLOW_PRIVATE_ENDPOINTS`, `ONEJOB_EVENT_BUS`).
-    pub fn config(&self) -> Result<Config, StartError> {
+    pub(crate) fn config(&self) -> Result<Config, StartError> {
         let env = Env::read();
         let mut config = Config::load(self.config.as_deref(), env.tokens.as_deref())?;
         env.apply(&mut config);
@@ -70,7 +73,7 @@ impl Storage {
 
     /// The engine the config describes, on that store, for the commands that qualify and report (nothing is
     /// dispatched); and where the store is.
-    pub async fn engine(&self) -> Result<(Engine, String), StartError> {
+    pub(crate) async fn engine(&self) -> Result<(Engine, String), StartError> {
         let config = self.config()?;
         let keys = provider_keys(&config).await?;
         let (store, place) = self.open(&config).await?;
@@ -84,7 +87,7 @@ impl Storage {
 /// provider's key comes from its environment variable. Where the secret is read, a provider is on Bedrock or the
 /// config names an event bus, the AWS SDK's usual settings (credentials, region, `AWS_ENDPOINT_URL…`) are loaded
 /// for them.
-pub async fn provider_keys(config: &Config) -> Result<ProviderKeys, StartError> {
+pub(crate) async fn provider_keys(config: &Config) -> Result<ProviderKeys, StartError> {
     let arn = Env::read().secret_arn;
     let on_aws = config.event_bus.is_some()
         || (config.providers.values()).any(|p| p.kind.kind().signs_with_aws());

@@ -64,11 +64,14 @@ pub(super) mod fingerprint_bytes {
 
     use crate::domain::Fingerprint;
 
-    pub fn serialize<S: Serializer>(fingerprint: &Fingerprint, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        fingerprint: &Fingerprint,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(fingerprint.as_bytes())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Fingerprint, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Fingerprint, D::Error> {
         super::text_or_bytes(
             d,
             "a fingerprint: 32 bytes, or 64 hex digits",
@@ -113,11 +116,14 @@ pub(super) mod json_text {
     use serde::ser::Error as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<T: Serialize, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<T: Serialize, S: Serializer>(
+        value: &T,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_str(&serde_json::to_string(value).map_err(S::Error::custom)?)
     }
 
-    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
         d: D,
     ) -> Result<T, D::Error> {
         serde_json::from_str(&String::deserialize(d)?).map_err(D::Error::custom)
@@ -129,7 +135,7 @@ pub(super) mod json_text_option {
     use serde::de::{DeserializeOwned, Error as _};
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<T: Serialize, S: Serializer>(
+    pub(crate) fn serialize<T: Serialize, S: Serializer>(
         value: &Option<T>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -139,7 +145,7 @@ pub(super) mod json_text_option {
         }
     }
 
-    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<T>, D::Error> {
         Option::<String>::deserialize(d)?

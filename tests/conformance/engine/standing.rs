@@ -8,7 +8,7 @@ use super::*;
 /// not stand — failover went there because it was qualified — and its standing is void at once: the next job's
 /// failover does not go there. The sweeper qualifies it again on the contract's samples, as the model it is now, and
 /// failover goes there again.
-pub async fn a_fallback_that_answers_as_another_model_loses_its_standing_at_once(
+pub(crate) async fn a_fallback_that_answers_as_another_model_loses_its_standing_at_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
@@ -84,7 +84,7 @@ pub async fn a_fallback_that_answers_as_another_model_loses_its_standing_at_once
 /// A worker reads a provider's clean breaker and its evidence once per `provider_state_cache_ms`, not for every
 /// attempt; a failure is always counted on the stored breaker, and a breaker that is not clean is read for every
 /// attempt until an answer has cleaned it.
-pub async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads(
+pub(crate) async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads(
     store: Arc<dyn JobStore>,
 ) {
     let mut replies = vec![Reply::Answer(summary("A")); 3];
@@ -136,7 +136,7 @@ pub async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure
 /// Two engines (two processes, two Lambdas) over one store share each provider's breaker: five definite failures
 /// seen by one open it, so the other's next job skips the provider without a call (`breaker_open`) and fails over;
 /// after the cooldown one call is the probe, and its answer closes the breaker for both.
-pub async fn a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown(
+pub(crate) async fn a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(

@@ -4,7 +4,9 @@ use super::*;
 
 /// More settled jobs than a sweep's batch: the scheduled sweeper's delivery goes on a batch at a time until none is
 /// due, each event once; with no time left for a second batch, it stops after the first.
-pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(
+    store: Arc<dyn JobStore>,
+) {
     let receiver = answering("heard").await;
     let unused = answering("B").await;
     let rig = Rig::configured(
@@ -48,7 +50,9 @@ pub async fn the_sweeper_delivers_batch_after_batch_until_none_is_due(store: Arc
 /// More expired leases and unclaimed attempts than a sweep's batch (a provider that hung with every attempt in
 /// flight, dispatches lost): the scheduled sweeper goes on a batch at a time until none is left, each attempt once;
 /// with no time left for a second batch, it stops after the first.
-pub async fn the_sweeper_expires_and_dispatches_again_batch_after_batch(store: Arc<dyn JobStore>) {
+pub(crate) async fn the_sweeper_expires_and_dispatches_again_batch_after_batch(
+    store: Arc<dyn JobStore>,
+) {
     let unused = answering("A").await;
     let mut rig =
         Rig::new(store, openai(unused.base_url()), openai(unused.base_url())).sweeping(SMALL_BATCH);

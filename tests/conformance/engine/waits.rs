@@ -7,7 +7,9 @@ use super::*;
 /// attempt is `unknown` and the fallback is not paid; a 503 from the provider's own API is a definite failure.
 /// (Each of them tells of the provider's health too: the primary's breaker, shared through the store, is kept out
 /// of this test.)
-pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(
+    store: Arc<dyn JobStore>,
+) {
     let fallback = answering("B").await;
     let no_breaker = |config: &mut Config| config.breaker_threshold = 0;
     for status in [408, 502, 504, 524] {
@@ -88,7 +90,7 @@ pub async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(store: Ar
 /// A provider that says it did not do the work — 429 with `Retry-After: 1`, twice — is tried again on its own,
 /// each time as a new attempt that no worker starts before the `Retry-After` (a message that comes early is sent
 /// again for its time): three attempts on one provider, three calls, one winner, no failover.
-pub async fn a_rate_limited_provider_is_retried_not_before_its_retry_after(
+pub(crate) async fn a_rate_limited_provider_is_retried_not_before_its_retry_after(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(

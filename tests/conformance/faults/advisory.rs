@@ -29,7 +29,9 @@ async fn failed_over_after_one_call(
 /// A breaker write that fails on either side never decides a job: the attempt fails and fails over as it would,
 /// with one call; the failure is counted if the write landed (its answer lost) and not if it failed before; and
 /// either way the breaker is read again for the provider's next attempt, not taken as clean from memory.
-pub async fn a_breaker_write_that_fails_either_side_never_decides_a_job(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_breaker_write_that_fails_either_side_never_decides_a_job(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::spawn(Vec::new(), Reply::Status(500, "down")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let faulty = FaultyStore::new(store.clone(), Vec::new());
@@ -59,7 +61,7 @@ pub async fn a_breaker_write_that_fails_either_side_never_decides_a_job(store: A
 /// An evidence write that fails on either side never decides a job: an answer that broke the contract fails its
 /// attempt and fails over as it would, with one call; the strike is kept if the write landed and not if it failed
 /// before.
-pub async fn an_evidence_write_that_fails_either_side_never_decides_a_job(
+pub(crate) async fn an_evidence_write_that_fails_either_side_never_decides_a_job(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(Vec::new(), Reply::Prose("Sure! The meeting moved.")).await;
@@ -90,7 +92,9 @@ pub async fn an_evidence_write_that_fails_either_side_never_decides_a_job(
 /// A call slot of a capped provider whose take fails on either side fails the step before any call (its message
 /// comes back); the redelivery takes the slot — its own again, if the failed take had landed — and calls once.
 /// A free that fails either side never decides the job: the slot frees itself at its lease's end, or at once.
-pub async fn a_call_slot_write_that_fails_either_side_never_calls_twice(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_call_slot_write_that_fails_either_side_never_calls_twice(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let faulty = FaultyStore::new(store.clone(), Vec::new());
@@ -161,7 +165,9 @@ pub async fn a_call_slot_write_that_fails_either_side_never_calls_twice(store: A
 
 /// A spend record that fails on either side never decides a job: the answer is written first, the job succeeds,
 /// and the owner's budget counts the call if the write landed.
-pub async fn a_spend_record_that_fails_either_side_never_decides_a_job(store: Arc<dyn JobStore>) {
+pub(crate) async fn a_spend_record_that_fails_either_side_never_decides_a_job(
+    store: Arc<dyn JobStore>,
+) {
     let primary = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let faulty = FaultyStore::new(store.clone(), Vec::new());

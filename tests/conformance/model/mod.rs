@@ -419,7 +419,7 @@ async fn sweep(store: &FaultyStore, model: &mut Model, advance_ms: i64) {
 }
 
 /// Runs `cases` random sequences of up to 40 steps against `store`, each on its own owner.
-pub async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>, cases: u32) {
+pub(crate) async fn the_store_follows_the_model_step_by_step(store: Arc<dyn JobStore>, cases: u32) {
     let cases = std::env::var("ONEJOB_MODEL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())

@@ -7,7 +7,7 @@ use super::*;
 /// one owner sends, the shared breaker stays closed and another owner's job is called — and sent between another
 /// owner's failures, through another process, they do not hold a failing provider's breaker closed either. Keys
 /// the provider refuses (401) describe the deployment: five of them open it.
-pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobStore>) {
+pub(crate) async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobStore>) {
     let refusing = StandIn::spawn(
         vec![Reply::Status(400, "bad input"); 4]
             .into_iter()
@@ -103,7 +103,9 @@ pub async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dyn JobSt
 /// Invariant 15: one owner's inputs make a qualified fallback answer in prose three times. That is suspicion, not
 /// proof: the fallback keeps its standing and another owner's job fails over to it; the sweeper qualifies it
 /// again on the contract's own samples, and only their failure takes the standing away.
-pub async fn production_breaches_only_suspect_and_the_samples_decide(store: Arc<dyn JobStore>) {
+pub(crate) async fn production_breaches_only_suspect_and_the_samples_decide(
+    store: Arc<dyn JobStore>,
+) {
     let down = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
     let prose = Reply::Prose("Sure! Here is a summary, in prose as you asked.");
     let mut replies = vec![prose.clone(); 3];
@@ -185,7 +187,7 @@ pub async fn production_breaches_only_suspect_and_the_samples_decide(store: Arc<
 
 /// A note on evidence is a compare-and-swap on the evidence as read: a strike made on an old pass never
 /// overwrites a qualification that failed meanwhile.
-pub async fn a_note_on_old_evidence_never_overwrites_a_newer_qualification(
+pub(crate) async fn a_note_on_old_evidence_never_overwrites_a_newer_qualification(
     store: Arc<dyn JobStore>,
 ) {
     let unused = StandIn::answering(summary("A")).await;
@@ -234,7 +236,7 @@ pub async fn a_note_on_old_evidence_never_overwrites_a_newer_qualification(
 /// claimed and not charged a try: their attempts stay queued and their messages come back within the probe's own
 /// timeout. Once the probe answers, each of them is called once and succeeds; none failed
 /// `fallback_not_qualified`.
-pub async fn jobs_waiting_on_a_probe_are_called_once_it_answers(store: Arc<dyn JobStore>) {
+pub(crate) async fn jobs_waiting_on_a_probe_are_called_once_it_answers(store: Arc<dyn JobStore>) {
     let probe = Gate::new();
     let replies = vec![Reply::Status(500, "down"); 5]
         .into_iter()

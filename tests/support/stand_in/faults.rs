@@ -5,12 +5,12 @@ use super::*;
 
 /// A server that reads each request and closes the connection without a word: the request was sent, no answer
 /// will come. Returns its base URL.
-pub async fn hanging_up() -> String {
+pub(crate) async fn hanging_up() -> String {
     reading_then_closing(false).await
 }
 
 /// A server that reads each request and resets the connection (TCP RST) instead of answering. Returns its base URL.
-pub async fn resetting() -> String {
+pub(crate) async fn resetting() -> String {
     reading_then_closing(true).await
 }
 
@@ -34,7 +34,7 @@ async fn reading_then_closing(reset: bool) -> String {
 /// A server that reads each request and answers `200 OK` with a JSON body it cuts off halfway: the status line and
 /// the headers (a `Content-Length` of the whole body) go out, half the body follows, then the connection closes —
 /// the work was done and its answer was lost on the way. Returns its base URL.
-pub async fn cutting() -> String {
+pub(crate) async fn cutting() -> String {
     use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -58,7 +58,7 @@ pub async fn cutting() -> String {
 }
 
 /// A base URL on which nothing listens: connections are refused before anything is sent.
-pub async fn refusing() -> String {
+pub(crate) async fn refusing() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);

@@ -13,7 +13,7 @@ pub struct OwnerLedger {
     pub window_creates: u32,
     pub day: PeriodSpend,
     pub month: PeriodSpend,
-    /// The places intents hold, by intent (the key its job is kept under, [`super::JobId::intent`]). A store that
+    /// The places intents hold, by intent (the key its job is kept under, [`crate::domain::JobId::intent`]). A store that
     /// counts the owner's live jobs in the create's own write (SQLite) keeps none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub places: BTreeMap<String, Place>,

@@ -5,7 +5,7 @@ use super::*;
 
 /// A create in an api process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// It reads the intent's item.
     Read,
     /// It holds its intent to the owner's limits (the ledger's guarded write); `faulted`: a try failed.
@@ -19,14 +19,14 @@ pub enum Phase {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Answer {
+pub(crate) enum Answer {
     Created,
     Replayed,
     Refused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Request {
+pub(crate) struct Request {
     pub intent: u8,
     /// Which process, and which request of the model: its token.
     pub id: u8,
@@ -35,7 +35,7 @@ pub struct Request {
 
 /// A manual attempt, by the owner (0) or an operator (1), on intent 0's job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Manual {
+pub(crate) enum Manual {
     Idle,
     /// Its place is held: the attempt's write is next.
     Held,
@@ -43,7 +43,7 @@ pub enum Manual {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct World {
+pub(crate) struct World {
     pub now: Tick,
     pub ledger: OwnerLedger,
     pub rev: u32,
@@ -60,7 +60,7 @@ pub struct World {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Ghost {
+pub(crate) struct Ghost {
     /// Every answer, by intent.
     pub answers: [Vec<Answer>; 2],
     /// A create refused while another create of its intent was past its hold (its job to come).
@@ -88,7 +88,7 @@ impl Hash for World {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     Read(u8),
     Hold(u8, bool),
     Put(u8, bool),
