@@ -141,11 +141,27 @@ pub(crate) async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<
     gate.open(summary("done"));
     assert_eq!(running.await.unwrap(), Processed::Succeeded);
     assert_eq!(rig.job(&live).await.status(), JobStatus::Succeeded);
-    let added = rig.engine.add_attempt(&owner, &failed.id, None, None).await;
+    let key = onejob::domain::IdempotencyKey::parse("retry-failed").unwrap();
+    let added = rig
+        .engine
+        .add_attempt(&owner, &failed.id, None, Some(&key))
+        .await;
     assert_eq!(added.unwrap().number, 2);
     // And now that job is the owner's one live job.
     let refused = rig.engine.create_job(rig.intent("third")).await;
     assert!(matches!(limit_of(refused), LimitReached::LiveJobs { .. }));
+    // Its attempt fails; another job takes the one place. The manual attempt's request sent again is its replay,
+    // whatever the limits say now: never refused.
+    let message = rig.next_message();
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    rig.engine.create_job(rig.intent("third")).await.unwrap();
+    let again = rig
+        .engine
+        .add_attempt(&owner, &failed.id, None, Some(&key))
+        .await;
+    let again = again.expect("a replay is never refused");
+    assert_eq!((again.number, again.replayed), (2, true));
+    assert_eq!(rig.job(&failed).await.attempts.len(), 2);
 }
 
 /// Once the owner's budget is spent, no paid call is ordered for it: a create and a manual attempt are refused

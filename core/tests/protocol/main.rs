@@ -307,7 +307,8 @@ fn the_shared_state_holds() {
         let checker = check_shared(&format!("owners, {limited:?}"), owners(limited), None);
         let reached: &[&str] = match limited {
             Limited::Intake => &[owners::REACHED_REFUSED, owners::REACHED_REPLAY],
-            Limited::Attempts | Limited::Budgeted => &[owners::REACHED_REFUSED],
+            Limited::Attempts => &[owners::REACHED_REFUSED],
+            Limited::Budgeted => &[owners::REACHED_REFUSED, owners::REACHED_REPLAY],
             Limited::Rate => &[owners::REACHED_REPLAY],
         };
         assert_shared(&checker, &owners::musts(), reached);

@@ -60,14 +60,18 @@ pub(crate) enum Bug {
     FailoverIgnoresBudget,
     /// A create's place is never let go without a live-jobs limit. Breaks "bounded by the limits".
     PlacesKept,
+    /// A create under a budget alone holds no place: the other process's create of the same intent, finding the
+    /// budget spent meanwhile, is refused. Breaks "a replay is never refused".
+    NoPlaceUnderBudget,
 }
 
 impl Bug {
-    pub(crate) const ALL: [Self; 4] = [
+    pub(crate) const ALL: [Self; 5] = [
         Self::PlaceByRequest,
         Self::ManualUnheld,
         Self::FailoverIgnoresBudget,
         Self::PlacesKept,
+        Self::NoPlaceUnderBudget,
     ];
 }
 
@@ -171,10 +175,16 @@ impl Owners {
         }
     }
 
+    /// A write that admitted a create or an attempt (which drops stale places first).
     fn store_ledger(&self, w: &mut World, ledger: OwnerLedger) {
+        self.store_note(w, ledger);
+        w.ghost.admitted_at = w.now;
+    }
+
+    /// A write that notes a spend or a freed place.
+    fn store_note(&self, w: &mut World, ledger: OwnerLedger) {
         w.ledger = ledger;
         w.rev += 1;
-        w.ghost.written_at = w.now;
     }
 
     fn spent(&self, w: &World) -> Option<LimitReached> {
@@ -189,10 +199,16 @@ impl Model for Owners {
     fn init_states(&self) -> Vec<World> {
         // Two api processes take a double click of intent 0 (requests 0 and 1); intent 1 is created by a third
         // request (2). From intent 0's job made, only the third.
+        // Under a budget alone, intent 1 is a double click too: another job's spend may land between one process's
+        // hold and its slow put.
         let made = matches!(self.limited, Limited::Attempts | Limited::Budgeted);
-        let requests: Vec<Request> = [(0, 0), (0, 1), (1, 2)]
+        let clicked = self.limited == Limited::Budgeted;
+        let requests: Vec<Request> = [(0, 0), (0, 1), (1, 2), (1, 3)]
             .into_iter()
-            .filter(|(intent, _)| !made || *intent == 1)
+            .filter(|(intent, id)| match made {
+                true => *intent == 1 && (clicked || *id == 2),
+                false => *id < 3,
+            })
             .map(|(intent, id)| Request {
                 intent,
                 id,
@@ -303,6 +319,13 @@ impl Model for Owners {
                     self.within(&w, |l| l.admit_create(&place, &limits, now, Live::Places));
                 let phase = match within {
                     Within::Yes(after) => {
+                        let after = match self.has(Bug::NoPlaceUnderBudget) {
+                            true => after.map(|mut after| {
+                                after.places.remove(&place);
+                                after
+                            }),
+                            false => after,
+                        };
                         if let Some(after) = after {
                             let before = match after.window_ms == checked.window_ms {
                                 true => checked.window_creates,
@@ -409,13 +432,13 @@ impl Model for Owners {
                         nanos: 0,
                     };
                     let after = w.ledger.spend(&spend);
-                    self.store_ledger(&mut w, after);
+                    self.store_note(&mut w, after);
                 }
             }
             Action::Free(f) => {
                 let (i, last) = w.frees.remove(usize::from(f));
                 if let Some(after) = w.ledger.released(&self.place(i, 0), last) {
-                    self.store_ledger(&mut w, after);
+                    self.store_note(&mut w, after);
                 }
             }
             Action::ManualHold(a) => {
@@ -488,7 +511,7 @@ impl Model for Owners {
                 match limits.live_jobs {
                     Some(limit) => w.ledger.places.len() <= limit as usize,
                     None => {
-                        let held = (now_of(w.ghost.written_at) - OwnerLedger::CREATE_HELD)
+                        let held = (now_of(w.ghost.admitted_at) - OwnerLedger::CREATE_HELD)
                             .timestamp_millis();
                         w.ledger.places.values().all(|p| p.at > held)
                     }
@@ -498,8 +521,8 @@ impl Model for Owners {
                 w.ghost.answers.iter().any(|a| a.contains(&Answer::Refused))
             }),
             Property::sometimes(REACHED_REPLAY, |_, w: &World| {
-                w.ghost.answers[0].contains(&Answer::Created)
-                    && w.ghost.answers[0].contains(&Answer::Replayed)
+                (w.ghost.answers.iter())
+                    .any(|a| a.contains(&Answer::Created) && a.contains(&Answer::Replayed))
             }),
         ]
     }
@@ -550,5 +573,6 @@ pub(crate) fn caught_by(bug: Bug) -> (&'static str, Limited) {
         Bug::ManualUnheld => (LIVE, Limited::Attempts),
         Bug::FailoverIgnoresBudget => (BUDGET, Limited::Budgeted),
         Bug::PlacesKept => (BOUNDED, Limited::Rate),
+        Bug::NoPlaceUnderBudget => (REPLAY, Limited::Budgeted),
     }
 }

@@ -13,36 +13,36 @@ use super::transitions;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, Item, OWNER_INDEX, n, s, sdk_failure};
 use crate::domain::{
-    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, JobStatus, Owner,
-    OwnerLedger, OwnerLimits, Spend, Stamp, Timestamp, Transition,
+    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, Owner, OwnerLedger,
+    OwnerLimits, Refusal, Spend, Stamp, Timestamp, Transition,
 };
 use crate::store::{
     CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
 };
 
 impl DynamoStore {
-    /// Before a manual attempt on the job `id` names: if the job is open and has no live attempt, the attempt would
-    /// make it live again, and is held to its owner's `limits` first ([`DynamoStore::hold`]: its place taken in the
-    /// ledger, or the limit it would pass). The item read, for the write to start from.
+    /// Before a manual attempt on the job `id` names: if the domain would add a new attempt to the job as read (it
+    /// is open, has no live attempt, and the request is not one it took before: a replay is never held to the
+    /// limits), the attempt makes the job live again, and is held to its owner's `limits` first
+    /// ([`DynamoStore::hold`]: its place taken in the ledger, or the limit it would pass). The item read, for the
+    /// write to start from.
     async fn held_attempt(
         &self,
         id: &JobId,
         owner: Option<&Owner>,
         limits: &OwnerLimits,
         now: Timestamp,
+        domain: &(dyn Fn(&mut Job) -> Result<Applied, Refusal> + Sync),
     ) -> Result<Option<Item>, StoreError> {
         let Some(item) = self.read_item(id).await? else {
             return Ok(None);
         };
         let job = &decode_item(&item)?.job;
-        let open = !matches!(job.status(), JobStatus::Succeeded | JobStatus::Cancelled);
-        let makes_live = job.id == *id
-            && !job.is_expired(now)
-            && owner.is_none_or(|o| *o == job.owner)
-            && open
-            && job.live_attempt().is_none();
+        let next = job.attempts.iter().map(|a| a.number).max().unwrap_or(0) + 1;
+        let adds = matches!(domain(&mut job.clone()), Ok(Applied::Added(n)) if n == next);
+        let makes_live =
+            job.id == *id && !job.is_expired(now) && owner.is_none_or(|o| *o == job.owner) && adds;
         if makes_live && limits.any() {
-            let next = job.attempts.iter().map(|a| a.number).max().unwrap_or(0) + 1;
             (self.hold(&job.owner, id.intent(), Holding::Attempt(next), limits, now)).await?;
         }
         Ok(Some(item))
@@ -351,7 +351,7 @@ impl JobStore for DynamoStore {
                 Applied::JobCancelled(JobCancel::Cancelled),
             ),
             Transition::AddAttempt { .. } if let Some(limits) = limits => {
-                let first = self.held_attempt(id, owner, limits, stamp.now).await?;
+                let first = (self.held_attempt(id, owner, limits, stamp.now, &domain)).await?;
                 return (self.read_then_write(id, owner, stamp.now, first, domain)).await;
             }
             Transition::AddAttempt { .. }

@@ -201,9 +201,9 @@ impl OwnerLedger {
         Self::admitted(self, after)
     }
 
-    /// `intent` takes a place at `now` among the live jobs, where places are kept (and, with a limit of creates,
-    /// so that each create counts once): at the live-jobs limit only after the places not known to hold for
-    /// [`Self::PLACE_HELD`] are checked. The refusal, if it is one.
+    /// `intent` takes a place at `now` — among the live jobs, at their limit only after the places not known to
+    /// hold for [`Self::PLACE_HELD`] are checked; under any limit, so that each create counts once and another
+    /// process's create of the intent is admitted as its replay. The refusal, if it is one.
     fn take_place(
         &mut self,
         intent: &str,
@@ -237,10 +237,10 @@ impl OwnerLedger {
             let check = unknown.into_iter().take(Self::CHECKS);
             return Some(Within::Check(check.map(|(_, i)| i.clone()).collect()));
         }
-        if limits.live_jobs.is_some() || limits.creates_per_minute.is_some() {
-            let at = now.timestamp_millis();
-            self.places.insert(intent.to_owned(), Place { at, attempt });
-        }
+        // A place for every intent held to a limit, a budget alone included: the other process's create of the same
+        // intent finds it, and is admitted as the replay it is whatever the limits say by then.
+        let at = now.timestamp_millis();
+        self.places.insert(intent.to_owned(), Place { at, attempt });
         None
     }
 

@@ -101,13 +101,13 @@ fn places_are_bounded_by_the_limits_not_by_history() {
             by_budget = after;
         }
         assert!(by_rate.places.len() <= 2 * 1_000);
+        assert!(by_budget.places.len() <= 601, "{}", by_budget.places.len());
     }
     assert!(by_rate.places.len() <= 601, "{}", by_rate.places.len());
-    assert_eq!(
-        by_budget,
-        OwnerLedger::default(),
-        "a budget alone keeps nothing per create"
-    );
+    // A budget alone keeps each create's place only while its create may be written (a minute), so that another
+    // process's create of the same intent is its replay: the last minute's creates, never the owner's history.
+    assert!(by_budget.places.len() <= 601, "{}", by_budget.places.len());
+    assert!(by_budget.places.contains_key("i9999"));
 }
 
 #[test]

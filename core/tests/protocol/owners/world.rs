@@ -69,8 +69,9 @@ pub(crate) struct Ghost {
     pub counted: [u8; 2],
     /// A call ordered (a create admitted, a manual attempt or a failover queued) while the budget was spent.
     pub past_budget: bool,
-    /// The tick of the last ledger write.
-    pub written_at: Tick,
+    /// The tick of the last ledger write that admitted a create or an attempt: it dropped the places past their
+    /// time first.
+    pub admitted_at: Tick,
 }
 
 impl Hash for World {
