@@ -302,6 +302,18 @@ fn check_placeholders(prompt: &str, input_schema: &Value) -> Result<(), String> 
     Ok(())
 }
 
+/// A schema of a JSON object: a contract's input is one (its prompt's placeholders name its fields), and so is its
+/// output (every provider's structured output — a JSON schema response format, a tool's input — takes an object).
+fn check_object(which: &str, schema: &Value) -> Result<(), String> {
+    match schema.get("type") {
+        Some(Value::String(kind)) if kind == "object" => Ok(()),
+        _ => Err(format!(
+            "{which}: the {} is a JSON object: say type = \"object\" at the top of the schema",
+            which.trim_end_matches("_schema")
+        )),
+    }
+}
+
 fn parse(text: &str) -> Result<Contract, String> {
     let file: ContractFile = toml::from_str(text).map_err(|e| e.to_string())?;
     let reference = ContractRef::new(&file.name, file.version).map_err(|e| e.to_string())?;
@@ -312,6 +324,8 @@ fn parse(text: &str) -> Result<Contract, String> {
     if file.providers.is_empty() {
         return Err("providers: the default chain needs at least one provider".into());
     }
+    check_object("input_schema", &file.input_schema)?;
+    check_object("output_schema", &file.output_schema)?;
     check_placeholders(&file.prompt, &file.input_schema)?;
     if !(0.0..=2.0).contains(&file.temperature) {
         return Err(format!("temperature {} is outside 0..=2", file.temperature));

@@ -116,6 +116,33 @@ fn a_placeholder_no_valid_input_must_fill_is_refused_at_load() {
     assert!(unclosed.contains("without"), "{unclosed}");
 }
 
+/// An input schema that is not an object's would take `"just a string"`, `["a"]` or `42` — valid, as `required`
+/// asks nothing of what is not an object — and no prompt could render from it: refused at load, and so is an output
+/// schema no provider's structured output takes.
+#[test]
+fn a_schema_of_anything_but_an_object_is_refused_at_load() {
+    let schemas = |input_type: &str, output_type: &str| {
+        format!(
+            r#"
+            [input_schema]
+            {input_type}
+            required = ["title"]
+            properties.title = {{ type = "string" }}
+            [output_schema]
+            {output_type}
+            "#
+        )
+    };
+    let x = |schemas: &str| parse(&contract_x_prompting("{{ title }}", schemas));
+    assert!(x(&schemas(r#"type = "object""#, r#"type = "object""#)).is_ok());
+    for input in ["", r#"type = "string""#, r#"type = ["object", "string"]"#] {
+        let err = x(&schemas(input, r#"type = "object""#)).unwrap_err();
+        assert!(err.contains("input_schema: the input is a JSON object"), "{input}: {err}");
+    }
+    let err = x(&schemas(r#"type = "object""#, r#"type = "array""#)).unwrap_err();
+    assert!(err.contains("output_schema: the output is a JSON object"), "{err}");
+}
+
 #[test]
 fn outputs_must_keep_the_schema_and_add_no_top_level_key() {
     let contracts = built_in();
