@@ -137,10 +137,16 @@ fn a_schema_of_anything_but_an_object_is_refused_at_load() {
     assert!(x(&schemas(r#"type = "object""#, r#"type = "object""#)).is_ok());
     for input in ["", r#"type = "string""#, r#"type = ["object", "string"]"#] {
         let err = x(&schemas(input, r#"type = "object""#)).unwrap_err();
-        assert!(err.contains("input_schema: the input is a JSON object"), "{input}: {err}");
+        assert!(
+            err.contains("input_schema: the input is a JSON object"),
+            "{input}: {err}"
+        );
     }
     let err = x(&schemas(r#"type = "object""#, r#"type = "array""#)).unwrap_err();
-    assert!(err.contains("output_schema: the output is a JSON object"), "{err}");
+    assert!(
+        err.contains("output_schema: the output is a JSON object"),
+        "{err}"
+    );
 }
 
 #[test]
