@@ -37,7 +37,10 @@ kept() {
 # Whether <tool> is there, at its version.
 has() {
   case "$1" in
-    moto) .venv-test/bin/python -c "import moto.cloudformation, samtranslator, jsonpath_ng" ;;
+    # In its own virtualenv at its version: a venv that lost its pyvenv.cfg runs the machine's Python, whose moto
+    # (if any) is another one.
+    moto) .venv-test/bin/python -c "import sys, moto.cloudformation, samtranslator, jsonpath_ng
+assert sys.prefix != sys.base_prefix and moto.__version__ == '$MOTO_VERSION'" ;;
     deploy) says "$CFN_LINT_VERSION" .venv-deploy/bin/cfn-lint --version \
       && says "$CARGO_LAMBDA_VERSION" .venv-deploy/bin/cargo-lambda lambda --version ;;
     sam) says "$SAM_CLI_VERSION" .venv-sam/bin/sam --version ;;

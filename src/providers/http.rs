@@ -253,11 +253,8 @@ impl HttpEndpoint {
 /// Sends one HTTP call and reads the body of a 2xx answer. Anything else is already the reply:
 /// - refused or unreachable: nothing was sent, so nothing was done → failed (`connection_failed`);
 /// - lost after sending, or while reading the answer → lost (`connection_lost`): the attempt becomes unknown;
-/// - a gateway's timeout (408, 502, 504, 524) → lost (`gateway_timeout`): a proxy or load balancer gave up waiting,
-///   the provider behind it may still run and bill the call, so the attempt becomes unknown (invariant 5);
-/// - another error status, said by the provider's own API → failed: `rate_limited` (429), `provider_unavailable`
-///   (503 with `Retry-After`), `provider_error` (500, a 503 without `Retry-After`, the other 5xx),
-///   `provider_refused` (other 4xx), with `Retry-After` kept in the report. The first two and
+/// - an error status, by [`meaning`]: lost where the work may have been done (a gateway's time-out, a provider's
+///   5xx), else failed, with `Retry-After` kept in the report. `rate_limited`, `provider_unavailable` and
 ///   `connection_failed` say the work was not done: the engine may queue a retry on the same provider, as a new
 ///   attempt, never a hidden loop.
 pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Reply> {
@@ -279,29 +276,44 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
     if status.is_success() {
         return Ok(text);
     }
-    if is_gateway_timeout(status.as_u16()) {
-        return Err(ProviderOutcome::Lost(ErrorInfo::new(
-            "gateway_timeout",
-            format!("HTTP {status} from a gateway: {}", snippet(&text)),
+    match meaning(status.as_u16()) {
+        Meaning::MayBeDone(code) => Err(ProviderOutcome::Lost(ErrorInfo::new(
+            code,
+            format!("HTTP {status}: {}", error_text(&text)),
         ))
-        .into());
+        .into()),
+        Meaning::Failed(code) => Err(refused(
+            code,
+            status.as_u16(),
+            &error_text(&text),
+            retry_after_s,
+        )),
     }
-    let code = if status == StatusCode::TOO_MANY_REQUESTS {
-        "rate_limited"
-    } else if status == StatusCode::SERVICE_UNAVAILABLE && retry_after_s.is_some() {
-        // Unavailable, and saying when to come back: the request was not taken.
-        "provider_unavailable"
-    } else if status.is_server_error() {
-        "provider_error"
-    } else {
-        "provider_refused"
-    };
-    Err(refused(
-        code,
-        status.as_u16(),
-        &snippet(&text),
-        retry_after_s,
-    ))
+}
+
+/// What an error status says of the work behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Meaning {
+    /// It may have been done, and billed: the attempt becomes unknown (invariant 5).
+    MayBeDone(&'static str),
+    /// A definite failure, with its code.
+    Failed(&'static str),
+}
+
+/// The rule for every kind's error status (the HTTP kinds', and Bedrock's errors its SDK does not name): a gateway
+/// that stopped waiting (408, 502, 504, Cloudflare's 524: the provider behind it may still run) and a provider
+/// failing while it had the request (500 and the other 5xx but those below) may have done the work; 429 is
+/// `rate_limited`, 503 and Anthropic's 529 (`overloaded_error`) `provider_unavailable` — both not taken — and the
+/// 4xx and 501 `provider_refused`.
+pub(crate) fn meaning(status: u16) -> Meaning {
+    match status {
+        408 | 502 | 504 | 524 => Meaning::MayBeDone("gateway_timeout"),
+        429 => Meaning::Failed("rate_limited"),
+        503 | 529 => Meaning::Failed("provider_unavailable"),
+        501 => Meaning::Failed("provider_refused"),
+        500..=599 => Meaning::MayBeDone("provider_error"),
+        _ => Meaning::Failed("provider_refused"),
+    }
 }
 
 /// A `Retry-After` header's wait in whole seconds, rounded up: never sooner than asked.
@@ -333,11 +345,43 @@ pub(crate) fn refused(code: &str, status: u16, text: &str, retry_after_s: Option
     reply
 }
 
-/// A gateway that stopped waiting for the provider behind it: 408 Request Timeout, 502 Bad Gateway, 504 Gateway
-/// Timeout, and Cloudflare's 524 A Timeout Occurred.
-pub(crate) fn is_gateway_timeout(status: u16) -> bool {
-    matches!(status, 408 | 502 | 504 | 524)
+/// What onejob keeps of an error body a provider, or a gateway or proxy before it, answered with — what an owner
+/// reads on its attempt, its events and the providers' view: the provider's own error message where the body is its
+/// API's JSON error, with every address cut out (a URL, an IP address); of any other body (a proxy's HTML page, a
+/// load balancer's text, which name internal hosts and paths) only its size. The whole body goes to the operators'
+/// log.
+pub(crate) fn error_text(body: &str) -> String {
+    if body.trim().is_empty() {
+        return "no body".into();
+    }
+    let json = serde_json::from_str::<Value>(body).ok();
+    let error = json.as_ref().map(|v| v.get("error").unwrap_or(v));
+    let message = error.and_then(|e| match e {
+        Value::String(message) => Some(message.as_str()),
+        e => (e.get("message").or_else(|| e.get("detail"))).and_then(Value::as_str),
+    });
+    match message {
+        Some(message) => ADDRESS
+            .replace_all(&snippet(message), "[address]")
+            .into_owned(),
+        None => format!("{}, not the provider's JSON error", unread(body)),
+    }
 }
+
+/// A body that is not what the provider's API sends, as an owner reads of it: its size only (its text, which may
+/// name internal hosts and paths, goes to the operators' log).
+pub(crate) fn unread(body: &str) -> String {
+    tracing::warn!(body = %snippet(body), "a body that is not the provider's API's: not kept on the attempt");
+    format!("a body of {} bytes (in the operators' log)", body.len())
+}
+
+/// An address in a message: a URL, an IPv4 address (with its port), a bracketed IPv6 one.
+static ADDRESS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>]+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?"#,
+    )
+    .expect("the address pattern compiles")
+});
 
 /// The start of a text, for error messages.
 pub(crate) fn snippet(text: &str) -> String {

@@ -89,3 +89,24 @@ fn each_kinds_fingerprint_stays_what_it_was() {
         ]
     );
 }
+
+/// What an owner reads of an error body: the provider's own JSON message with its addresses cut out, or only the
+/// size of a body that is not the provider's (a proxy's page names internal hosts).
+#[test]
+fn an_error_body_keeps_the_providers_message_and_no_address() {
+    let openai = r#"{"error": {"message": "Invalid key; see https://platform.example/keys (from 10.0.3.7:8443)", "type": "x"}}"#;
+    assert_eq!(
+        http::error_text(openai),
+        "Invalid key; see [address] (from [address])"
+    );
+    let bracketed = r#"{"error": "upstream [fd00::1]:443 refused"}"#;
+    assert_eq!(http::error_text(bracketed), "upstream [address] refused");
+    assert_eq!(http::error_text(r#"{"detail": "Not found"}"#), "Not found");
+    let page = "<html><body>squid at proxy.corp.internal:3128</body></html>";
+    let kept = http::error_text(page);
+    assert!(!kept.contains("corp") && !kept.contains("3128"), "{kept}");
+    assert!(kept.contains(&format!("{} bytes", page.len())), "{kept}");
+    assert_eq!(http::error_text("  "), "no body");
+    let not_a_message = r#"{"error": {"code": 17}}"#;
+    assert!(http::error_text(not_a_message).contains("not the provider's JSON error"));
+}

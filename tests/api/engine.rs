@@ -121,7 +121,7 @@ async fn a_job_runs_to_success_on_the_built_in_demo_provider() {
 
 #[tokio::test]
 async fn a_failing_primary_fails_over_and_the_fallback_wins() {
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "boom")).await;
+    let primary = StandIn::spawn(vec![], Reply::Status(403, "boom")).await;
     let fallback = StandIn::answering(json!({"summary": "from the fallback"})).await;
     let app = app_on(&primary, &fallback).await;
     let id = created_id(&app, "k", &chain_job("text")).await;
@@ -129,7 +129,7 @@ async fn a_failing_primary_fails_over_and_the_fallback_wins() {
         .wait_until(ALICE, &id, |j| j["status"] == "succeeded")
         .await;
     assert_eq!(attempt_state(&job, 1), "failed");
-    assert_eq!(job["attempts"][0]["error"]["code"], "provider_error");
+    assert_eq!(job["attempts"][0]["error"]["code"], "provider_refused");
     assert_eq!(job["attempts"][1]["provider"], "fallback");
     assert_eq!(job["completed_by"], 2);
     assert_eq!(job["result"], json!({"summary": "from the fallback"}));
@@ -143,7 +143,7 @@ async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
     let gate = Gate::new();
     let primary = StandIn::spawn(
         vec![Reply::Held(gate.clone())],
-        Reply::Status(500, "unused"),
+        Reply::Status(403, "unused"),
     )
     .await;
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
@@ -204,7 +204,7 @@ async fn a_hanging_primary_blocks_until_cancelled_and_its_late_answer_loses() {
 #[tokio::test]
 async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
     // A failure that may have done the work is not retried on the same provider.
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "boom")).await;
+    let primary = StandIn::spawn(vec![], Reply::Status(403, "boom")).await;
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
     // The fallback was never qualified.
     let app = app_with(openai(primary.base_url()), openai(fallback.base_url())).await;
@@ -216,7 +216,7 @@ async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
         failed["error"]["code"], "fallback_not_qualified",
         "{failed}"
     );
-    assert_eq!(failed["attempts"][0]["error"]["code"], "provider_error");
+    assert_eq!(failed["attempts"][0]["error"]["code"], "provider_refused");
     assert_eq!(fallback.call_count(), 0);
 
     let attempts = format!("/v1/jobs/{id}/attempts");
@@ -292,7 +292,7 @@ async fn a_failed_job_can_be_retried_by_hand_on_any_provider() {
 #[tokio::test]
 async fn a_job_is_counted_once_per_end_and_cancelling_a_failed_job_ends_nothing() {
     let gate = Gate::new();
-    let boom = Reply::Status(500, "boom");
+    let boom = Reply::Status(403, "boom");
     let primary = StandIn::spawn(
         vec![boom.clone(), boom.clone(), Reply::Held(gate.clone())],
         boom,
@@ -348,7 +348,7 @@ async fn a_job_is_counted_once_per_end_and_cancelling_a_failed_job_ends_nothing(
 #[tokio::test]
 async fn after_a_crash_a_started_attempt_becomes_unknown_without_a_second_call() {
     let primary =
-        StandIn::spawn(vec![Reply::Held(Gate::new())], Reply::Status(500, "unused")).await;
+        StandIn::spawn(vec![Reply::Held(Gate::new())], Reply::Status(403, "unused")).await;
     let fallback = StandIn::answering(json!({"summary": "B"})).await;
     let app = app_on(&primary, &fallback).await;
     let id = created_id(&app, "k", &chain_job("text")).await;

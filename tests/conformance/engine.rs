@@ -206,16 +206,17 @@ pub(crate) async fn a_late_answer_after_the_timeout_wins_a_free_slot(store: Arc<
     assert_eq!(fallback.call_count(), 0);
 }
 
-pub(crate) async fn a_provider_error_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
+/// A definite failure (the provider refused the call: its key, here) fails over to the qualified fallback.
+pub(crate) async fn a_definite_failure_fails_over_to_the_fallback(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(vec![], Reply::Status(403, "upstream exploded")).await;
     let fallback = answering("B").await;
     let mut rig = rig(store, &primary, &fallback).await;
     let (job, first) = rig.create("k").await;
     assert_eq!(rig.process(&first).await, Processed::Failed);
     let failed = rig.job(&job).await;
     let error = failed.attempt(1).unwrap().error.clone().unwrap();
-    assert_eq!(error.code, "provider_error");
-    assert!(error.message.contains("500"), "{}", error.message);
+    assert_eq!(error.code, "provider_refused");
+    assert!(error.message.contains("403"), "{}", error.message);
     let second = rig.next_message();
     assert_eq!(rig.process(&second).await, Processed::Succeeded);
     let done = rig.job(&job).await;

@@ -259,7 +259,7 @@ pub(crate) async fn a_completion_that_fails_either_side_of_its_write_keeps_the_a
 pub(crate) async fn a_failure_that_fails_either_side_of_its_write_fails_over_at_once(
     store: Arc<dyn JobStore>,
 ) {
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
+    let primary = StandIn::spawn(vec![], Reply::Status(403, "upstream exploded")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), true).await;
     let plans = [
@@ -279,7 +279,7 @@ pub(crate) async fn a_failure_that_fails_either_side_of_its_write_fails_over_at_
         assert_eq!(done.attempts.len(), 2, "{plan:?}: one failover attempt");
         assert_eq!(
             done.attempt(1).unwrap().error.as_ref().unwrap().code,
-            "provider_error"
+            "provider_refused"
         );
         assert_eq!(
             (done.completed_by, done.result),
@@ -344,7 +344,7 @@ pub(crate) async fn an_attempt_cancel_that_fails_either_side_of_its_write_fails_
 pub(crate) async fn a_manual_retry_that_fails_either_side_of_its_write_adds_one_attempt(
     store: Arc<dyn JobStore>,
 ) {
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "upstream exploded")).await;
+    let primary = StandIn::spawn(vec![], Reply::Status(403, "upstream exploded")).await;
     let fallback = StandIn::answering(summary("B")).await;
     // The fallback is not qualified: the job fails, and a person retries it there by hand.
     let (faulty, mut rig) = rig(store, primary.base_url(), fallback.base_url(), false).await;

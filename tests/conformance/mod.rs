@@ -80,7 +80,7 @@ macro_rules! conformance_suite {
             a_duplicate_delivery_makes_one_provider_call,
             a_late_result_after_a_job_cancel_is_discarded,
             a_late_answer_after_the_timeout_wins_a_free_slot,
-            a_provider_error_fails_over_to_the_fallback,
+            a_definite_failure_fails_over_to_the_fallback,
             an_output_that_breaks_the_contract_fails_and_an_unqualified_fallback_gets_nothing,
             a_result_too_large_to_keep_fails_the_attempt,
             a_lost_connection_is_unknown_and_a_refused_one_is_failed,

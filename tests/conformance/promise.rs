@@ -140,7 +140,7 @@ pub(crate) async fn the_answer_is_written_before_the_breaker_and_the_evidence(
 ) {
     let primary = StandIn::spawn(
         vec![Reply::Answer(summary("A"))],
-        Reply::Status(500, "down"),
+        Reply::Status(403, "down"),
     )
     .await;
     let fallback = StandIn::answering(summary("B")).await;

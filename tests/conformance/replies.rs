@@ -1,6 +1,7 @@
 //! One reply-classification suite for every provider kind (invariant 5): each kind's client, against a stand-in of
 //! its wire format, through every fault of the wire — refused before sending, reset after sending, a 200 cut off
-//! mid-body, a 5xx, a gateway's 504, a 429 with and without `Retry-After`, an answer that breaks the contract — with
+//! mid-body, a 5xx, an unavailable provider's 503, a gateway's 504 (a proxy's error page naming the addresses
+//! behind it), a 429 with and without `Retry-After`, an answer that breaks the contract — with
 //! what each means about work done: the attempt's state, the exact calls, and what follows (a retry on the same
 //! provider, failover to the qualified fallback, or nothing: `unknown` waits). A kind added later is a compile
 //! error in [`kinds`] until it is here.
@@ -30,17 +31,19 @@ enum Fault {
     ResetAfterSending,
     CutMidBody,
     ServerError,
+    Unavailable,
     GatewayTimeout,
     RateLimitedAfter(u64),
     RateLimited,
     BreaksTheContract,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 9] = [
     Fault::RefusedBeforeSending,
     Fault::ResetAfterSending,
     Fault::CutMidBody,
     Fault::ServerError,
+    Fault::Unavailable,
     Fault::GatewayTimeout,
     Fault::RateLimitedAfter(30),
     Fault::RateLimited,
@@ -82,19 +85,25 @@ fn kinds() -> Vec<Kind> {
     all.to_vec()
 }
 
-/// What `fault` means on provider kind `kind`: the same on every kind, but that Bedrock's own 500
-/// (`InternalServerException`) may have run the model.
-fn means(kind: &str, fault: Fault) -> Means {
+/// What `fault` means: the same on every kind. Anything after the request went out may have been done — a reset, a
+/// cut answer, a gateway that stopped waiting, the provider's own 500 (the model may have run).
+fn means(fault: Fault) -> Means {
     match fault {
         Fault::RefusedBeforeSending => Means::Retried("connection_failed", None),
-        Fault::ResetAfterSending | Fault::CutMidBody | Fault::GatewayTimeout => Means::Unknown,
-        Fault::ServerError if kind == "bedrock" => Means::Unknown,
-        Fault::ServerError => Means::FailedOver("provider_error"),
+        Fault::ResetAfterSending
+        | Fault::CutMidBody
+        | Fault::GatewayTimeout
+        | Fault::ServerError => Means::Unknown,
+        Fault::Unavailable => Means::Retried("provider_unavailable", None),
         Fault::RateLimitedAfter(seconds) => Means::Retried("rate_limited", Some(seconds)),
         Fault::RateLimited => Means::Retried("rate_limited", None),
         Fault::BreaksTheContract => Means::FailedOver("output_not_json"),
     }
 }
+
+/// A proxy's error page, naming what is behind it.
+const PROXY_PAGE: &str = "<html><body>504 Gateway Time-out: upstream http://10.20.30.40:8443/v1/chat/completions \
+     (llm-gw.internal.example) did not answer; proxy 172.16.0.9:3128</body></html>";
 
 /// The primary's base URL for `fault`, and its stand-in if it counts calls (the raw sockets do not).
 async fn primary_for(kind: &str, fault: Fault) -> (String, Option<StandIn>) {
@@ -105,10 +114,12 @@ async fn primary_for(kind: &str, fault: Fault) -> (String, Option<StandIn>) {
         Fault::ResetAfterSending => return (resetting().await, None),
         Fault::CutMidBody => return (cutting().await, None),
         Fault::ServerError => Reply::Status(500, exception("InternalServerException", "boom")),
-        Fault::GatewayTimeout => Reply::Status(
-            504,
-            exception("GatewayTimeoutException", "<html>504</html>"),
-        ),
+        Fault::Unavailable => {
+            Reply::Status(503, exception("ServiceUnavailableException", "overloaded"))
+        }
+        Fault::GatewayTimeout => {
+            Reply::Status(504, exception("GatewayTimeoutException", PROXY_PAGE))
+        }
         Fault::RateLimitedAfter(seconds) => Reply::RateLimited(seconds),
         Fault::RateLimited => Reply::Status(429, exception("ThrottlingException", "slow down")),
         Fault::BreaksTheContract => Reply::Prose("Here is your summary, in prose."),
@@ -141,7 +152,17 @@ pub(crate) async fn every_reply_of_every_provider_kind_means_what_it_says_of_the
             if let Some(primary) = &counted {
                 assert_eq!(primary.call_count(), 1, "{case}: one call to the primary");
             }
-            match means(kind, fault) {
+            // What an owner reads of it names no address: the provider's, or what a proxy's page says is behind it.
+            if let Some(error) = &first.error {
+                for address in ["127.0.0.1", "10.20.30.40", "172.16.0.9", "internal.example"] {
+                    assert!(
+                        !error.message.contains(address),
+                        "{case}: {}",
+                        error.message
+                    );
+                }
+            }
+            match means(fault) {
                 Means::Unknown => {
                     assert_eq!(processed, Processed::Unknown, "{case}");
                     assert_eq!(first.state, AttemptState::Unknown, "{case}");
@@ -152,9 +173,6 @@ pub(crate) async fn every_reply_of_every_provider_kind_means_what_it_says_of_the
                     assert_eq!(processed, Processed::Failed, "{case}");
                     assert_eq!(first.state, AttemptState::Failed, "{case}");
                     assert_eq!(first.error.as_ref().unwrap().code, code, "{case}");
-                    // What an owner reads of it names no address of the provider's.
-                    let message = &first.error.as_ref().unwrap().message;
-                    assert!(!message.contains("127.0.0.1"), "{case}: {message}");
                     let retry = after
                         .attempt(2)
                         .unwrap_or_else(|| panic!("{case}: no retry"));
@@ -183,7 +201,7 @@ pub(crate) async fn every_reply_of_every_provider_kind_means_what_it_says_of_the
                     assert_eq!(rig.job(&job).await.completed_by, Some(2), "{case}");
                 }
             }
-            let paid = usize::from(matches!(means(kind, fault), Means::FailedOver(_)));
+            let paid = usize::from(matches!(means(fault), Means::FailedOver(_)));
             assert_eq!(
                 fallback.call_count() - before,
                 paid,

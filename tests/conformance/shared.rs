@@ -169,7 +169,7 @@ pub(crate) async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<
 pub(crate) async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc<dyn JobStore>) {
     let down = StandIn::spawn(
         vec![Reply::Answer(summary("paid"))],
-        Reply::Status(500, "down"),
+        Reply::Status(403, "down"),
     )
     .await;
     let fallback = StandIn::answering(summary("B")).await;
@@ -340,19 +340,19 @@ pub(crate) async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobS
             }
             while !rig.no_message() {}
             // At least a minute and a half in all: places past their minute go, and are seen to.
-            rig.advance((90_000 / n as u64).max(100));
+            let step = (90_000 / n as u64).max(100);
+            rig.advance(step);
             let ledger = rig.store.owner_ledger(&owner).await.unwrap();
             largest = largest.max(serde_json::to_string(&ledger).unwrap().len());
-            // Live jobs hold at most their limit; creates a minute a place each while being written (a minute).
-            let bound = match limits {
-                OwnerLimits {
-                    live_jobs: Some(n), ..
-                } => n as usize,
-                OwnerLimits {
-                    creates_per_minute: Some(n),
-                    ..
-                } => 2 * n as usize,
-                _ => 0,
+            // Live jobs hold at most their limit; else a create holds a place while it is written (a minute, where
+            // a store needs it to know its replay): at most the last minute's creates.
+            let bound = match limits.live_jobs {
+                Some(n) => n as usize,
+                None => {
+                    (onejob::domain::OwnerLedger::CREATE_HELD.num_milliseconds() as u64 / step)
+                        as usize
+                        + 1
+                }
             };
             assert!(
                 ledger.places.len() <= bound,

@@ -129,10 +129,10 @@ async fn a_team_folder_deploys_and_runs_its_own_contract_on_both_its_providers()
     };
     let functions: Value =
         serde_json::from_str(&std::fs::read_to_string(functions).unwrap()).unwrap();
-    // The team's primary fails (a 500: the work was not done, definitely); its fallback answers.
+    // The team's primary refuses (a 403: the work was not done, definitely); its fallback answers.
     let answer =
         json!({"urgency": "urgent", "queue": "infrastructure", "reason": "Production is down."});
-    let gpt = StandIn::spawn(vec![], Reply::Status(500, "")).await;
+    let gpt = StandIn::spawn(vec![], Reply::Status(403, "")).await;
     let claude = StandIn::answering(answer.clone()).await;
     let layer = config_layer(&gpt);
     let config = layer.path().join("onejob.toml");

@@ -437,7 +437,10 @@ async fn provider_keys_come_from_the_secret_and_never_reach_the_store() {
         .await
         .unwrap();
     let provider = StandIn::spawn(
-        vec![Reply::Status(401, "invalid api key: sk-from-the-secret-42")],
+        vec![Reply::Status(
+            401,
+            r#"{"error": {"message": "Incorrect API key provided: sk-from-the-secret-42"}}"#,
+        )],
         Reply::Answer(json!({"summary": "unused"})),
     )
     .await;

@@ -16,7 +16,7 @@ use crate::domain::CallReport;
 use crate::providers::http::RequestDefaults;
 use crate::providers::{
     HttpEndpoint, Provider, ProviderEndpoint, ProviderOutcome, ProviderRequest, Reply,
-    SYSTEM_PROMPT, TokenLimitField, failed, snippet,
+    SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
 };
 
 /// An Anthropic endpoint: the keys every HTTP kind takes (but `max_completion_tokens` and `reasoning_effort`,
@@ -128,7 +128,7 @@ impl Provider for AnthropicProvider {
 /// The `input` of the `answer` tool call in a message, with the model and token usage the provider reports.
 fn read_answer(text: &str) -> Reply {
     let Ok(body) = serde_json::from_str::<Value>(text) else {
-        return Reply::failed("bad_response", format!("not a message: {}", snippet(text)));
+        return Reply::failed("bad_response", format!("not a message: {}", unread(text)));
     };
     let usage = |field: &str| body["usage"][field].as_u64();
     let cached = usage("cache_read_input_tokens");
@@ -166,7 +166,7 @@ fn read_answer(text: &str) -> Reply {
                 ),
             )
         }
-        None => failed("bad_response", format!("not a message: {}", snippet(text))),
+        None => failed("bad_response", format!("not a message: {}", unread(text))),
     };
     Reply::new(outcome, report)
 }

@@ -41,6 +41,7 @@ use serde_json::{Map, Value, json};
 
 use super::{ClientParts, Kind, NoAws};
 use crate::domain::{CallReport, ErrorInfo};
+use crate::providers::http::{Meaning, meaning};
 use crate::providers::{
     Provider, ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, failed, snippet,
     transport_error,
@@ -316,10 +317,12 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                 e.meta().code().unwrap_or("an AWS error"),
                 e.meta().message().unwrap_or_default()
             );
-            let lost =
-                |code: &str| Reply::from(ProviderOutcome::Lost(ErrorInfo::new(code, &message)));
             let raw = service.raw();
             let status = raw.status().as_u16();
+            let lost = |code: &str| {
+                let message = format!("HTTP {status}: {message}");
+                Reply::from(ProviderOutcome::Lost(ErrorInfo::new(code, message)))
+            };
             let code = match e {
                 ConverseError::ModelTimeoutException(_) => return lost("gateway_timeout"),
                 // The model ran, or may have: its work may be billed.
@@ -328,13 +331,12 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                 ConverseError::ThrottlingException(_) => "rate_limited",
                 ConverseError::ServiceUnavailableException(_)
                 | ConverseError::ModelNotReadyException(_) => "provider_unavailable",
-                // A gateway in front of Bedrock (a VPC endpoint, a proxy) that stopped waiting, as for HTTP kinds.
-                _ if crate::providers::http::is_gateway_timeout(status) => {
-                    return lost("gateway_timeout");
-                }
-                _ if status == 429 => "rate_limited",
-                _ if status >= 500 => "provider_error",
-                _ => "provider_refused",
+                // The rest by its status, as for the HTTP kinds (a gateway in front of Bedrock, a VPC endpoint or
+                // a proxy, that stopped waiting is one).
+                _ => match meaning(status) {
+                    Meaning::MayBeDone(code) => return lost(code),
+                    Meaning::Failed(code) => code,
+                },
             };
             let retry_after = raw
                 .headers()

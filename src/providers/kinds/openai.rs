@@ -16,7 +16,7 @@ use crate::providers::http::RequestDefaults;
 use crate::providers::tokens::Encoding;
 use crate::providers::{
     HttpEndpoint, Provider, ProviderEndpoint, ProviderOutcome, ProviderRequest, Reply,
-    SYSTEM_PROMPT, TokenLimitField, failed, snippet,
+    SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
 };
 
 /// An OpenAI-compatible endpoint: the keys every HTTP kind takes.
@@ -144,7 +144,7 @@ fn read_answer(text: &str) -> Reply {
     let Ok(body) = serde_json::from_str::<Value>(text) else {
         return Reply::failed(
             "bad_response",
-            format!("not a chat completion: {}", snippet(text)),
+            format!("not a chat completion: {}", unread(text)),
         );
     };
     let usage = |path: &str| body.pointer(path).and_then(Value::as_u64);
@@ -180,7 +180,7 @@ fn read_answer(text: &str) -> Reply {
     } else {
         failed(
             "bad_response",
-            format!("not a chat completion: {}", snippet(text)),
+            format!("not a chat completion: {}", unread(text)),
         )
     };
     Reply::new(outcome, report)

@@ -11,7 +11,7 @@ use super::*;
 pub(crate) async fn a_fallback_that_answers_as_another_model_loses_its_standing_at_once(
     store: Arc<dyn JobStore>,
 ) {
-    let primary = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
+    let primary = StandIn::spawn(vec![], Reply::Status(403, "down")).await;
     let fallback = answering("B").await;
     let mut rig = Rig::configured(
         store,
@@ -88,7 +88,7 @@ pub(crate) async fn a_clean_breaker_and_evidence_are_read_once_per_window_and_a_
     store: Arc<dyn JobStore>,
 ) {
     let mut replies = vec![Reply::Answer(summary("A")); 3];
-    replies.push(Reply::Status(500, "down"));
+    replies.push(Reply::Status(403, "down"));
     let primary = StandIn::spawn(replies, Reply::Answer(summary("A"))).await;
     let fallback = answering("B").await;
     let faulty = FaultyStore::new(store, Vec::new());
@@ -140,7 +140,7 @@ pub(crate) async fn a_breaker_opened_by_five_failures_is_shared_and_probed_after
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::spawn(
-        vec![Reply::Status(500, "down"); 5],
+        vec![Reply::Status(403, "down"); 5],
         Reply::Answer(summary("A")),
     )
     .await;

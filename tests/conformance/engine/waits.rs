@@ -3,8 +3,9 @@
 
 use super::*;
 
-/// Invariant 5: a gateway that stopped waiting (408, 502, 504, 524) says nothing about the work behind it — the
-/// attempt is `unknown` and the fallback is not paid; a 503 from the provider's own API is a definite failure.
+/// Invariant 5: a gateway that stopped waiting (408, 502, 504, 524), or a provider failing while it had the request
+/// (500), says nothing about the work behind it — the attempt is `unknown` and the fallback is not paid; a 503 says
+/// the request was not taken: a retry on the same provider.
 /// (Each of them tells of the provider's health too: the primary's breaker, shared through the store, is kept out
 /// of this test.)
 pub(crate) async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(
@@ -12,7 +13,7 @@ pub(crate) async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(
 ) {
     let fallback = answering("B").await;
     let no_breaker = |config: &mut Config| config.breaker_threshold = 0;
-    for status in [408, 502, 504, 524] {
+    for status in [408, 500, 502, 504, 524] {
         let primary = StandIn::spawn(
             vec![],
             Reply::Status(status, "<html>Gateway Timeout</html>"),
@@ -45,12 +46,16 @@ pub(crate) async fn a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid(
     record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
     let (job, message) = rig.create("unavailable").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
-    // A 503 that does not say when to come back may have been the provider failing mid-work: failover.
+    // A 503 that does not say when to come back did not take the request either: the same provider again.
     let after = rig.job(&job).await;
     let next = after.attempt(2).unwrap();
     assert_eq!(
+        after.attempt(1).unwrap().error.as_ref().unwrap().code,
+        "provider_unavailable"
+    );
+    assert_eq!(
         (next.state, next.provider.as_str(), next.retry_of),
-        (AttemptState::Queued, "fallback", None)
+        (AttemptState::Queued, "primary", Some(1))
     );
 
     // A 503 with `Retry-After` said it did not take the request: a retry on the same provider, at its time.

@@ -32,7 +32,7 @@ async fn failed_over_after_one_call(
 pub(crate) async fn a_breaker_write_that_fails_either_side_never_decides_a_job(
     store: Arc<dyn JobStore>,
 ) {
-    let primary = StandIn::spawn(Vec::new(), Reply::Status(500, "down")).await;
+    let primary = StandIn::spawn(Vec::new(), Reply::Status(403, "down")).await;
     let fallback = StandIn::answering(summary("B")).await;
     let faulty = FaultyStore::new(store.clone(), Vec::new());
     let mut rig = Rig::configured(

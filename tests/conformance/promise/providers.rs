@@ -59,7 +59,7 @@ pub(crate) async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dy
     // A provider failing for bob (500s), alice's bad requests (400s) between each of his failures, each owner
     // through a process of its own: his five failures open it all the same.
     let failing = StandIn::spawn(
-        [Reply::Status(500, "down"), Reply::Status(400, "bad input")]
+        [Reply::Status(403, "down"), Reply::Status(400, "bad input")]
             .into_iter()
             .cycle()
             .take(9)
@@ -106,7 +106,7 @@ pub(crate) async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dy
 pub(crate) async fn production_breaches_only_suspect_and_the_samples_decide(
     store: Arc<dyn JobStore>,
 ) {
-    let down = StandIn::spawn(vec![], Reply::Status(500, "down")).await;
+    let down = StandIn::spawn(vec![], Reply::Status(403, "down")).await;
     let prose = Reply::Prose("Sure! Here is a summary, in prose as you asked.");
     let mut replies = vec![prose.clone(); 3];
     // Bob's job gets a good answer; then the nine runs of the requalification answer in prose.
@@ -238,7 +238,7 @@ pub(crate) async fn a_note_on_old_evidence_never_overwrites_a_newer_qualificatio
 /// `fallback_not_qualified`.
 pub(crate) async fn jobs_waiting_on_a_probe_are_called_once_it_answers(store: Arc<dyn JobStore>) {
     let probe = Gate::new();
-    let replies = vec![Reply::Status(500, "down"); 5]
+    let replies = vec![Reply::Status(403, "down"); 5]
         .into_iter()
         .chain([Reply::Held(probe.clone())])
         .collect();
