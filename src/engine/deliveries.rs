@@ -8,10 +8,10 @@
 //! ends a job (`follow_up`).
 //!
 //! Owners share the deliverer fairly: the store lists each owner's fair share of a batch
-//! ([`crate::domain::event::fair_share`]), a batch tries at most [`ENDPOINT_IN_FLIGHT`] of one owner's at once, and
-//! an owner whose endpoint fails or is slow (a try that did not deliver, or took over [`SLOW`]) starts no more
-//! tries in that batch — they stay due for the next. A batch of one slow endpoint's tries lasts one try's timeout,
-//! and every other owner's events go out in it.
+//! ([`crate::domain::event::fair_share`]), a process tries at most [`ENDPOINT_IN_FLIGHT`] of one owner's at once
+//! (across its batches, which run side by side: `in_hand`), and an owner whose endpoint fails or is slow (a try that
+//! did not deliver, or took over [`SLOW`]) starts no more tries in that batch — they stay due for the next. A slow
+//! endpoint holds its own tries only: every other owner's events go out in the batches that run meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,17 +19,14 @@ use std::sync::atomic::Ordering;
 
 use chrono::Duration;
 use futures_util::future::join_all;
-use futures_util::{StreamExt, stream};
 
+use super::in_hand::DELIVERIES_IN_FLIGHT;
 use super::{Batch, Engine};
 use crate::domain::event::{self, Due, ENDPOINT_IN_FLIGHT, body};
 use crate::domain::{Deliveries, Endpoint, EventDelivery, Job, JobId, Owner, SinkKind, Timestamp};
 use crate::sinks::Outcome;
 use crate::sinks::endpoint::EndpointRefused;
 use crate::store::StoreError;
-
-/// How many deliveries one process makes at once.
-const DELIVERIES_IN_FLIGHT: usize = 64;
 
 /// A try that takes longer than this tells of a slow endpoint: its owner's other tries wait for the next batch.
 const SLOW: std::time::Duration = std::time::Duration::from_secs(1);
@@ -161,19 +158,34 @@ impl Engine {
     }
 
     /// Handles the deliveries due now, at most a sweep's batch: done are those handled (tried, or put off; the
-    /// rest stay due, the store failed on them), counted those of which a sink took the event. A batch already in
-    /// progress in this process is waited for, and what it handled is no longer due.
+    /// rest stay due: the store failed on them, their endpoint was struggling or had its tries in flight), counted
+    /// those of which a sink took the event. Batches run side by side: deliveries another batch of this process
+    /// holds are left to it (listed, not done).
     pub async fn deliver_batch(&self) -> Result<Batch, StoreError> {
-        let _one_at_a_time = self.delivering.lock().await;
+        self.deliver_batch_and(|| ()).await
+    }
+
+    /// [`Self::deliver_batch`], calling `taken` once the batch holds its deliveries: a batch started after that
+    /// lists the same due deliveries and leaves them to this one.
+    pub async fn deliver_batch_and(&self, taken: impl FnOnce()) -> Result<Batch, StoreError> {
         let due = self
             .store
             .due_deliveries(self.clock.now(), self.settings.sweep_batch)
             .await?;
         let listed = due.len();
-        let lanes: HashMap<Owner, Arc<Lane>> = (due.iter())
-            .map(|(d, _)| (d.owner.clone(), Arc::default()))
+        let due: Vec<_> = (due.into_iter())
+            .filter_map(|(deliveries, rev)| {
+                let held = self.in_hand.take(&deliveries.job_id)?;
+                Some((held, deliveries, rev))
+            })
             .collect();
-        let tries = due.into_iter().map(|(deliveries, rev)| {
+        taken();
+        let lanes: HashMap<Owner, Arc<Lane>> = (due.iter())
+            .map(|(_, d, _)| (d.owner.clone(), Arc::default()))
+            .collect();
+        // Side by side, a few of each owner's at once: a sweep's batch of slow endpoints fits in a scheduled
+        // function's minute.
+        let tries = due.into_iter().map(|(_held, deliveries, rev)| {
             let lane = lanes[&deliveries.owner].clone();
             async move {
                 let _turn = lane.in_flight.acquire().await.expect("never closed");
@@ -182,6 +194,10 @@ impl Engine {
                     // next, while other owners' go on.
                     return Err(None);
                 }
+                // Its endpoint has its tries in flight in another batch: they are enough.
+                let Some(_sending) = self.in_hand.try_endpoint(&deliveries.owner).await else {
+                    return Err(None);
+                };
                 let id = deliveries.job_id.clone();
                 let tried = self.deliver(deliveries, rev).await;
                 let fine = match tried {
@@ -198,11 +214,7 @@ impl Engine {
                 })
             }
         });
-        // Side by side: a sweep's batch of slow endpoints fits in a scheduled function's minute.
-        let outcomes: Vec<Result<bool, Option<StoreError>>> = stream::iter(tries)
-            .buffer_unordered(DELIVERIES_IN_FLIGHT)
-            .collect()
-            .await;
+        let outcomes: Vec<Result<bool, Option<StoreError>>> = join_all(tries).await;
         Ok(Batch {
             listed,
             done: outcomes.iter().filter(|o| o.is_ok()).count(),

@@ -12,8 +12,8 @@
 //! - `deliveries`: endpoints and the deliverer of completion events (to the `sinks`);
 //! - `intake`: the rules a create must pass before it is written;
 //! - `usage`: what an owner's intents cost, by day and contract (from the jobs' own bills);
-//! - `changes`, `in_flight`, `recent`: what one process keeps for a moment (who waits for which job, creates
-//!   being written, provider state read a moment ago).
+//! - `changes`, `in_flight`, `in_hand`, `recent`: what one process keeps for a moment (who waits for which job,
+//!   creates being written, deliveries its batches hold and the tries in flight, provider state read a moment ago).
 //!
 //! The store and the queue are the engine's own: every other part of onejob reaches them through it.
 //!
@@ -33,6 +33,7 @@ mod changes;
 mod deliveries;
 mod follow_up;
 mod in_flight;
+mod in_hand;
 mod intake;
 mod qualification;
 mod recent;
@@ -193,10 +194,10 @@ pub struct Engine {
     evidence: Recent<(Fingerprint, Fingerprint), Arc<Option<Qualification>>>,
     /// Woken when this process armed deliveries (the local deliverer waits on it).
     deliveries_due: tokio::sync::Notify,
-    /// Held by the batch of deliveries in progress: one at a time in a process. The local server's deliverer and
-    /// sweeper would otherwise race each other's claims on the same deliveries; the compare-and-swap keeps either
-    /// from sending twice, but the loser's store calls are wasted.
-    delivering: tokio::sync::Mutex<()>,
+    /// The deliveries this process's batches hold, and the tries in flight, by owner: the local server's batches
+    /// and its sweeper's run side by side without taking each other's (the compare-and-swap would keep either from
+    /// sending twice, but the loser's store calls would be wasted).
+    in_hand: in_hand::InHand,
 }
 
 /// What an engine runs, by fingerprint: an operator compares them with `onejob check`'s to see which config and
@@ -253,7 +254,7 @@ impl Engine {
             clean_breakers: Recent::new(settings.provider_state_cache),
             evidence: Recent::new(settings.provider_state_cache),
             deliveries_due: tokio::sync::Notify::new(),
-            delivering: tokio::sync::Mutex::new(()),
+            in_hand: in_hand::InHand::default(),
             settings,
         }
     }

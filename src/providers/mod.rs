@@ -22,7 +22,6 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::clock::Clock;

@@ -42,7 +42,7 @@ async fn a_refused_key_is_the_providers_health_and_a_bad_request_is_not() {
         "/{status}",
         axum::routing::post(
             |axum::extract::Path(status): axum::extract::Path<u16>| async move {
-                StatusCode::from_u16(status).unwrap()
+                reqwest::StatusCode::from_u16(status).unwrap()
             },
         ),
     );
@@ -109,4 +109,28 @@ fn an_error_body_keeps_the_providers_message_and_no_address() {
     assert_eq!(http::error_text("  "), "no body");
     let not_a_message = r#"{"error": {"code": 17}}"#;
     assert!(http::error_text(not_a_message).contains("not the provider's JSON error"));
+}
+
+/// Invariant 5 for every error status: only what said the request was not taken, or refused it, is a definite
+/// failure; a gateway's time-out and a provider's own 5xx may have run the model.
+#[test]
+fn an_error_status_is_definite_only_where_the_work_was_not_done() {
+    use http::Meaning::{Failed, MayBeDone};
+    for (status, meaning) in [
+        (400, Failed("provider_refused")),
+        (401, Failed("provider_refused")),
+        (404, Failed("provider_refused")),
+        (408, MayBeDone("gateway_timeout")),
+        (429, Failed("rate_limited")),
+        (500, MayBeDone("provider_error")),
+        (501, Failed("provider_refused")),
+        (502, MayBeDone("gateway_timeout")),
+        (503, Failed("provider_unavailable")),
+        (504, MayBeDone("gateway_timeout")),
+        (520, MayBeDone("provider_error")),
+        (524, MayBeDone("gateway_timeout")),
+        (529, Failed("provider_unavailable")),
+    ] {
+        assert_eq!(http::meaning(status), meaning, "{status}");
+    }
 }

@@ -149,13 +149,25 @@ pub async fn run_local(engine: Arc<Engine>, interval: Duration) {
     }
 }
 
-/// The local server's deliverer: delivers what is due whenever this process arms deliveries, and every second of
-/// the engine's clock for what came due meanwhile (a retry's backoff, a job that settles later).
+/// The local server's deliverer: a batch of what is due whenever this process arms deliveries, and every second of
+/// the engine's clock for what came due meanwhile (a retry's backoff, a job that settles later). One batch lists at
+/// a time, and the next starts once it holds what it listed: the batches send side by side, so one slow
+/// endpoint's tries hold up their own batch, never the next one (whose other owners' events go out at once).
 pub async fn deliver_local(engine: Arc<Engine>) {
+    // Ended with the deliverer (the server stopping): what they held stays due in the store.
+    let mut batches = tokio::task::JoinSet::new();
     loop {
-        if let Err(e) = engine.deliver_due().await {
-            tracing::error!(error = %crate::telemetry::error_chain(&e), "delivering events failed");
-        }
+        let (taken, listed) = tokio::sync::oneshot::channel();
+        let batch = engine.clone();
+        batches.spawn(async move {
+            let taken = || _ = taken.send(());
+            if let Err(e) = batch.deliver_batch_and(taken).await {
+                tracing::error!(error = %crate::telemetry::error_chain(&e), "delivering events failed");
+            }
+        });
+        // Sent, or the batch failed before it held anything.
+        _ = listed.await;
+        while batches.try_join_next().is_some() {}
         tokio::select! {
             () = engine.deliveries_armed() => {}
             () = engine.clock.sleep(Duration::seconds(1)) => {}

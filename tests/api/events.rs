@@ -43,10 +43,15 @@ async fn register_receiver(app: &TestApp, receiver: &StandIn) -> String {
 
 /// A job of Alice's, cancelled at once: settled, with nothing left to run.
 async fn settled_job(app: &TestApp, key: &str) -> String {
+    settled_job_of(app, ALICE, key).await
+}
+
+/// A job of the owner of `token`, cancelled at once.
+async fn settled_job_of(app: &TestApp, token: &str, key: &str) -> String {
     let body = json!({"contract": "summarize@1", "input": {"text": "x"}});
-    let job = json_with_status(app.create(ALICE, key, &body).await, 201).await;
+    let job = json_with_status(app.create(token, key, &body).await, 201).await;
     let id = job["id"].as_str().unwrap().to_owned();
-    json_with_status(app.cancel_job(ALICE, &id).await, 200).await;
+    json_with_status(app.cancel_job(token, &id).await, 200).await;
     id
 }
 
@@ -473,4 +478,36 @@ async fn an_endpoint_private_at_delivery_time_is_not_reached() {
         assert!(events[0]["delivered_at"].is_null());
     }
     assert_eq!(receiver.call_count(), 0);
+}
+
+/// The server's own deliverer, undriven: Bob's endpoint holds every try (within a minute's timeout) and Alice's
+/// event still goes out at once — the batch holding Bob's tries holds up no other batch.
+#[tokio::test]
+async fn one_owners_slow_endpoint_holds_up_no_other_owners_event() {
+    let app = TestApp::spawn_with(Config {
+        allow_private_endpoints: true,
+        event_timeout_ms: 60_000,
+        ..config()
+    })
+    .await;
+    let gate = Gate::new();
+    let bobs = StandIn::spawn(vec![], Reply::Held(gate.clone())).await;
+    let url = format!("{}/chat/completions", bobs.base_url());
+    json_with_status(register(&app, BOB, &url).await, 200).await;
+    for i in 0..6 {
+        settled_job_of(&app, BOB, &format!("bob-{i}")).await;
+    }
+    let in_flight = onejob::domain::event::ENDPOINT_IN_FLIGHT;
+    bobs.received(in_flight).await;
+
+    let alices = StandIn::answering(json!({})).await;
+    register_receiver(&app, &alices).await;
+    settled_job(&app, "alice-1").await;
+    alices.received(1).await;
+    assert_eq!(
+        bobs.call_count(),
+        in_flight,
+        "bob's tries still held, no more"
+    );
+    gate.open(json!({}));
 }

@@ -137,6 +137,7 @@ macro_rules! conformance_suite {
             a_spent_budget_stops_manual_attempts_and_failover,
             a_budget_moved_from_day_to_month_is_held_that_month,
             one_owners_slow_endpoint_never_delays_another_owners_events,
+            a_slow_endpoints_tries_hold_up_no_other_batch,
             every_reply_of_every_provider_kind_means_what_it_says_of_the_work,
             an_operators_keys_are_its_own,
         );

@@ -391,26 +391,12 @@ pub(crate) async fn one_owners_slow_endpoint_never_delays_another_owners_events(
         onejob::domain::Owner::parse("alice").unwrap(),
         onejob::domain::Owner::parse("bob").unwrap(),
     );
-    for (owner, receiver) in [(&alice, &alices), (&bob, &bobs)] {
-        let url = format!("{}/chat/completions", receiver.base_url());
-        let url = rig.engine.check_endpoint(&url).await.unwrap();
-        rig.engine.put_endpoint(owner, url).await.unwrap();
-    }
-    let settle = |owner: &onejob::domain::Owner, key: String| {
-        let new = onejob::domain::NewJob {
-            owner: owner.clone(),
-            ..rig.intent(&key)
-        };
-        let (engine, owner) = (rig.engine.clone(), owner.clone());
-        async move {
-            let job = engine.create_job(new).await.unwrap().job().clone();
-            (engine.cancel_job(&Actor::Owner(owner), &job.id, None).await).unwrap();
-        }
-    };
+    register(&rig, &alice, &alices).await;
+    register(&rig, &bob, &bobs).await;
     for i in 0..50 {
-        settle(&bob, format!("bob-{i}")).await;
+        settle(&rig, &bob, &format!("bob-{i}")).await;
     }
-    settle(&alice, "alice-1".into()).await;
+    settle(&rig, &alice, "alice-1").await;
     let batch = rig.engine.deliver_batch().await.unwrap();
     assert_eq!(
         alices.call_count(),
@@ -424,6 +410,76 @@ pub(crate) async fn one_owners_slow_endpoint_never_delays_another_owners_events(
         bobs.call_count()
     );
     assert!(batch.listed <= 20, "{batch:?}");
+}
+
+/// One owner's endpoint that holds every try (slow, within its timeout) holds up its own tries only: a batch that
+/// comes while they are in flight delivers another owner's new event at once and starts none of the held
+/// endpoint's — the process has at most [`ENDPOINT_IN_FLIGHT`](onejob::domain::event::ENDPOINT_IN_FLIGHT) of one
+/// endpoint's tries in flight, whichever batch started them.
+pub(crate) async fn a_slow_endpoints_tries_hold_up_no_other_batch(store: Arc<dyn JobStore>) {
+    let in_flight = onejob::domain::event::ENDPOINT_IN_FLIGHT;
+    let alices = StandIn::answering(summary("heard")).await;
+    let gate = Gate::new();
+    let bobs = StandIn::spawn(vec![], Reply::Held(gate.clone())).await;
+    let unused = StandIn::answering(summary("B")).await;
+    let rig = Rig::configured(
+        store,
+        openai(unused.base_url()),
+        openai(unused.base_url()),
+        |config| {
+            config.allow_private_endpoints = true;
+            config.event_timeout_ms = 60_000;
+        },
+    )
+    .sweeping(20);
+    let (alice, bob) = (
+        onejob::domain::Owner::parse("alice").unwrap(),
+        onejob::domain::Owner::parse("bob").unwrap(),
+    );
+    register(&rig, &alice, &alices).await;
+    register(&rig, &bob, &bobs).await;
+    for i in 0..10 {
+        settle(&rig, &bob, &format!("bob-{i}")).await;
+    }
+    let engine = rig.engine.clone();
+    let first = tokio::spawn(async move { engine.deliver_batch().await });
+    bobs.received(in_flight).await;
+
+    settle(&rig, &alice, "alice-1").await;
+    let second = rig.engine.deliver_batch().await.unwrap();
+    assert_eq!(
+        (second.counted, alices.call_count()),
+        (1, 1),
+        "alice's event went out while bob's tries were in flight: {second:?}"
+    );
+    assert_eq!(
+        bobs.call_count(),
+        in_flight,
+        "the second batch started none of bob's tries"
+    );
+    assert!(!first.is_finished(), "bob's tries were still held");
+
+    gate.open(json!({}));
+    let first = first.await.unwrap().unwrap();
+    assert!(first.counted >= in_flight, "{first:?}");
+}
+
+/// Registers `receiver` as `owner`'s endpoint.
+async fn register(rig: &Rig, owner: &onejob::domain::Owner, receiver: &StandIn) {
+    let url = format!("{}/chat/completions", receiver.base_url());
+    let url = rig.engine.check_endpoint(&url).await.unwrap();
+    rig.engine.put_endpoint(owner, url).await.unwrap();
+}
+
+/// A job of `owner`'s under `key`, cancelled at once: settled, its event due.
+async fn settle(rig: &Rig, owner: &onejob::domain::Owner, key: &str) {
+    let new = onejob::domain::NewJob {
+        owner: owner.clone(),
+        ..rig.intent(key)
+    };
+    let job = rig.engine.create_job(new).await.unwrap().job().clone();
+    let actor = Actor::Owner(owner.clone());
+    (rig.engine.cancel_job(&actor, &job.id, None).await).unwrap();
 }
 
 /// An operator's `Idempotency-Key`s are its own: an operator acting on an owner's job under a key the owner used on

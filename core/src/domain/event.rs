@@ -125,6 +125,65 @@ pub fn backoff(base: Duration, cap: Duration, tries: u32) -> Duration {
 /// others' (what the deliverer holds to: `engine::deliveries`).
 pub const ENDPOINT_IN_FLIGHT: usize = 4;
 
+/// What one process's batches of deliveries hold, side by side: each job's deliveries (`J`) in one batch's hand at a
+/// time — another batch that lists them leaves them — and each owner's (`O`) endpoint tried at most `cap` times at
+/// once ([`ENDPOINT_IN_FLIGHT`]), whichever batch started the tries. A slow endpoint then holds its own tries only:
+/// a batch that comes while they run leaves its owner's deliveries due and sends everyone else's (what the deliverer
+/// holds to: `engine::in_hand`; the fairness model checks it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Hand<J: Ord, O: Ord> {
+    jobs: std::collections::BTreeSet<J>,
+    /// Tries in flight, by owner; an owner with none has no entry.
+    tries: std::collections::BTreeMap<O, usize>,
+}
+
+impl<J: Ord, O: Ord> Default for Hand<J, O> {
+    fn default() -> Self {
+        Self {
+            jobs: Default::default(),
+            tries: Default::default(),
+        }
+    }
+}
+
+impl<J: Ord + Clone, O: Ord + Clone> Hand<J, O> {
+    /// Takes `job`'s deliveries for a batch, unless another batch has them.
+    pub fn take(&mut self, job: &J) -> bool {
+        self.jobs.insert(job.clone())
+    }
+
+    /// The batch is done with `job`'s deliveries.
+    pub fn release(&mut self, job: &J) {
+        self.jobs.remove(job);
+    }
+
+    /// Starts a try at `owner`'s endpoint, unless `cap` of them are in flight already.
+    pub fn start(&mut self, owner: &O, cap: usize) -> bool {
+        let tries = self.tries.entry(owner.clone()).or_default();
+        let started = *tries < cap;
+        *tries += usize::from(started);
+        if *tries == 0 {
+            self.tries.remove(owner);
+        }
+        started
+    }
+
+    /// A try at `owner`'s endpoint ended.
+    pub fn end(&mut self, owner: &O) {
+        if let Some(tries) = self.tries.get_mut(owner) {
+            *tries -= 1;
+            if *tries == 0 {
+                self.tries.remove(owner);
+            }
+        }
+    }
+
+    /// Whether nothing is held (no job, no try).
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.tries.is_empty()
+    }
+}
+
 /// Each owner's share of a batch of `limit` deliveries when `owners` owners have some due: an equal part, and at
 /// least [`ENDPOINT_IN_FLIGHT`] — a lone owner gets the whole batch, a crowd gets a few each. The stores list at
 /// most this many of each owner's due deliveries, soonest first, taken in rounds ([`fair_batch`]): one owner's

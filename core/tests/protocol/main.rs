@@ -328,8 +328,13 @@ fn the_shared_state_holds() {
     let checker = check_shared("deliveries, two owners", fairness(), None);
     assert_shared(
         &checker,
-        &[fairness::FIRST_BATCH, fairness::DELIVERED],
-        &[fairness::BOB_TRIED],
+        &[
+            fairness::FIRST_BATCH,
+            fairness::NOT_BLOCKED,
+            fairness::CAPPED,
+            fairness::DELIVERED,
+        ],
+        &[fairness::BOB_TRIED, fairness::SIDE_BY_SIDE],
     );
 }
 
@@ -376,17 +381,20 @@ fn each_broken_shared_variant_is_caught() {
             path.into_actions().len()
         );
     }
-    let model = fairness::Fairness {
-        bug: Some(fairness::Bug::SoonestFirst),
-        ..fairness()
-    };
-    let checker = check_shared("SoonestFirst", model, Some(fairness::FIRST_BATCH));
-    let path = (checker.discovery(fairness::FIRST_BATCH)).expect("SoonestFirst was not caught");
-    println!(
-        "SoonestFirst breaks {:?} at depth {}",
-        fairness::FIRST_BATCH,
-        path.into_actions().len()
-    );
+    for bug in fairness::Bug::ALL {
+        let property = fairness::caught_by(bug);
+        let model = fairness::Fairness {
+            bug: Some(bug),
+            ..fairness()
+        };
+        let checker = check_shared(&format!("{bug:?}"), model, Some(property));
+        let path = (checker.discovery(property))
+            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
+        println!(
+            "{bug:?} breaks {property:?} at depth {}",
+            path.into_actions().len()
+        );
+    }
 }
 
 /// Deeper bounds, and long random walks: `ONEJOB_MODEL=deep` (to `ONEJOB_MODEL_DEPTH` steps, 15 unless set) or
