@@ -33,6 +33,10 @@ use crate::store::StoreError;
         (status = 413, description = "body_too_large"),
         (status = 415, description = "unsupported_media_type"),
         (status = 422, description = "invalid_request, unknown_provider"),
+        (status = 429, description = "too_many_live_jobs, budget_exceeded: the attempt would make the job live again beyond the owner's limits (an operator acting for the owner too); nothing was written",
+         headers(("Retry-After" = u64, description = "Seconds until the attempt may be admitted"))),
+        (status = 503, description = "store_busy: other writers kept winning the owner's ledger; nothing was written, send it again",
+         headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ),
     security(("bearer" = []))
 )]

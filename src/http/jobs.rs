@@ -160,6 +160,8 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
         (status = 422, description = "invalid_request, unknown_contract, unknown_provider, invalid_input"),
         (status = 429, description = "too_many_live_jobs, too_many_creates, budget_exceeded: beyond one of the owner's limits; nothing was written",
          headers(("Retry-After" = u64, description = "Seconds until a create may be admitted again"))),
+        (status = 503, description = "store_busy: other writers kept winning the owner's ledger; nothing was written, send it again under the same key",
+         headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ),
     security(("bearer" = []))
 )]
