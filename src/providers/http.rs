@@ -375,10 +375,11 @@ pub(crate) fn unread(body: &str) -> String {
     format!("a body of {} bytes (in the operators' log)", body.len())
 }
 
-/// An address in a message: a URL, an IPv4 address (with its port), a bracketed IPv6 one.
+/// An address in a message: a URL, an IPv4 address (with its port), a bracketed IPv6 one, a host with its port
+/// (`proxy.corp.internal:3128`, `localhost:8080`).
 static ADDRESS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
     regex::Regex::new(
-        r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>]+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?"#,
+        r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>]+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?|\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{1,5}\b"#,
     )
     .expect("the address pattern compiles")
 });
