@@ -101,7 +101,8 @@ fn an_error_body_keeps_the_providers_message_and_no_address() {
     );
     let bracketed = r#"{"error": "upstream [fd00::1]:443 refused"}"#;
     assert_eq!(http::error_text(bracketed), "upstream [address] refused");
-    let hosts = r#"{"message": "no route to squid.corp.internal:3128 or localhost:8080 for gpt-4.1"}"#;
+    let hosts =
+        r#"{"message": "no route to squid.corp.internal:3128 or localhost:8080 for gpt-4.1"}"#;
     assert_eq!(
         http::error_text(hosts),
         "no route to [address] or [address] for gpt-4.1"
