@@ -361,11 +361,23 @@ pub(crate) fn error_text(body: &str) -> String {
         e => (e.get("message").or_else(|| e.get("detail"))).and_then(Value::as_str),
     });
     match message {
-        Some(message) => ADDRESS
-            .replace_all(&snippet(message), "[address]")
-            .into_owned(),
+        Some(message) => snippet(&without_addresses(message)),
         None => format!("{}, not the provider's JSON error", unread(body)),
     }
+}
+
+/// `message` with every word that names or holds an address replaced by `[address]`: what an owner may read of a
+/// provider's or a gateway's message. A word is cut out whole (`node_10.2.3.4`, `my_svc.corp.local:9000`), so
+/// no part of an address is left beside it.
+fn without_addresses(message: &str) -> String {
+    WORD.replace_all(message, |word: &regex::Captures<'_>| {
+        if ADDRESS.is_match(&word[0]) {
+            "[address]".to_owned()
+        } else {
+            word[0].to_owned()
+        }
+    })
+    .into_owned()
 }
 
 /// A body that is not what the provider's API sends, as an owner reads of it: its size only (its text, which may
@@ -375,18 +387,34 @@ pub(crate) fn unread(body: &str) -> String {
     format!("a body of {} bytes (in the operators' log)", body.len())
 }
 
-/// An address in a message: a URL, an IPv4 address (with its port), a bracketed IPv6 one, a host with its port
-/// (`proxy.corp.internal:3128`, `localhost:8080`).
+/// A word of a message: what lies between spaces, quotes, brackets of prose and separators.
+static WORD: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r#"[^\s"'<>(),;]+"#).expect("the word pattern compiles")
+});
+
+/// A word that names or holds an address: a URL (percent-encoded too), an IPv4 address anywhere in it, an IPv6 one
+/// (two colons between hex digits: bare, bracketed, with a zone or mapped), a name with its port (`redis:6379`,
+/// `proxy.corp.internal:3128`), a host name of three labels or more, `localhost`.
 static ADDRESS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
     regex::Regex::new(
-        r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>]+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?|\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{1,5}\b"#,
+        r"(?i)://|%3a%2f%2f|\d{1,3}(?:\.\d{1,3}){3}|[0-9a-f]*:[0-9a-f]*:|\w:\d{1,5}\b|^(?:[\w-]+\.){2,}[a-z]{2,}\.?$|\blocalhost\b",
     )
     .expect("the address pattern compiles")
 });
 
-/// The start of a text, for error messages.
+/// The start of a text, for error messages: its first 300 characters, less a word cut in two (the start of a key
+/// or of an address is never kept: what scrubs them finds them whole, or not at all).
 pub(crate) fn snippet(text: &str) -> String {
-    text.chars().take(300).collect()
+    let Some((end, _)) = text.char_indices().nth(300) else {
+        return text.to_owned();
+    };
+    let cut = &text[..end];
+    if text[end..].starts_with(char::is_whitespace) {
+        return cut.to_owned();
+    }
+    cut.trim_end_matches(|c: char| !c.is_whitespace())
+        .trim_end()
+        .to_owned()
 }
 
 /// One call of an HTTP provider, sent with `key`: the exchange, then `read` on a 2xx body; the reply scrubbed of

@@ -101,13 +101,35 @@ fn an_error_body_keeps_the_providers_message_and_no_address() {
     );
     let bracketed = r#"{"error": "upstream [fd00::1]:443 refused"}"#;
     assert_eq!(http::error_text(bracketed), "upstream [address] refused");
-    let hosts =
-        r#"{"message": "no route to squid.corp.internal:3128 or localhost:8080 for gpt-4.1"}"#;
-    assert_eq!(
-        http::error_text(hosts),
-        "no route to [address] or [address] for gpt-4.1"
-    );
-    assert_eq!(http::error_text(r#"{"detail": "Not found"}"#), "Not found");
+    for (leak, kept) in [
+        ("squid.corp.internal:3128", ""),
+        ("localhost:8080", ""),
+        ("fd00:ec2::254", ""),
+        ("2001:db8::1", ""),
+        ("[fe80::1%eth0]:8080", ""),
+        ("vllm-gpu-7:8000", ""),
+        ("redis:6379", ""),
+        ("my_svc.corp.local:9000", ""),
+        ("http%3A%2F%2F10.9.8.7%3A8080%2Fadmin", ""),
+        ("node_10.2.3.4", ""),
+        ("10.2.3.5x", ""),
+        ("::ffff:a01:101", ""),
+        ("internal.corp.example.", ""),
+        ("gpt-4.1", "gpt-4.1"),
+        ("claude-3-5-haiku", "claude-3-5-haiku"),
+    ] {
+        let body = json!({"error": {"message": format!("upstream {leak} refused")}}).to_string();
+        let expected = if kept.is_empty() { "[address]" } else { kept };
+        assert_eq!(
+            http::error_text(&body),
+            format!("upstream {expected} refused"),
+            "{leak}"
+        );
+    }
+    // Cut at 300 characters, a word cut in two is left out whole: no key's or address's start is kept.
+    let long =
+        json!({"error": format!("{} sk-secret-key-0123456789", "z".repeat(280))}).to_string();
+    assert_eq!(http::error_text(&long), "z".repeat(280));
     let page = "<html><body>squid at proxy.corp.internal:3128</body></html>";
     let kept = http::error_text(page);
     assert!(!kept.contains("corp") && !kept.contains("3128"), "{kept}");
