@@ -193,7 +193,7 @@ impl Providers {
             configs
                 .iter()
                 .map(|(name, config)| {
-                    let client = (config.kind.kind().client(parts))
+                    let client = (config.kind.client(parts))
                         .map_err(|kinds::NoAws| NoAwsSettings(name.clone()))?;
                     let configured = ConfiguredProvider {
                         config: config.clone(),

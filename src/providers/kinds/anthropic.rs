@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ClientParts, Kind, NoAws};
+use super::{ClientParts, Connect, Kind, NoAws};
 use crate::domain::CallReport;
 use crate::providers::http::RequestDefaults;
 use crate::providers::{
@@ -70,7 +70,9 @@ impl Kind for AnthropicSettings {
         }
         Ok(())
     }
+}
 
+impl Connect for AnthropicSettings {
     fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
         let defaults = RequestDefaults {
             path: "messages",

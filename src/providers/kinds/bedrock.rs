@@ -39,7 +39,7 @@ use aws_smithy_types::{Document, Number};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{ClientParts, Kind, NoAws};
+use super::{ClientParts, Connect, Kind, NoAws};
 use crate::domain::{CallReport, ErrorInfo};
 use crate::providers::http::{Meaning, meaning};
 use crate::providers::{
@@ -109,11 +109,6 @@ impl Kind for BedrockSettings {
         true
     }
 
-    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
-        let aws = parts.keys.aws().ok_or(NoAws)?;
-        Ok(Arc::new(BedrockProvider::new(self, aws)))
-    }
-
     /// What `bedrock:InvokeModel` must be granted on for this model, with `region` where the settings name none
     /// and `*` for the account: the model itself, or an inference profile and its model in every region the
     /// profile routes to. An ARN in the settings is granted as it is.
@@ -158,6 +153,13 @@ impl Kind for BedrockSettings {
             reqwest::Url::parse(url).map_err(|e| format!("endpoint_url: {e}"))?;
         }
         Ok(())
+    }
+}
+
+impl Connect for BedrockSettings {
+    fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
+        let aws = parts.keys.aws().ok_or(NoAws)?;
+        Ok(Arc::new(BedrockProvider::new(self, aws)))
     }
 }
 

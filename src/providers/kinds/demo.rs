@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{ClientParts, Kind, NoAws};
+use super::{ClientParts, Connect, Kind, NoAws};
 use crate::clock::Clock;
 use crate::domain::{CallReport, ErrorInfo};
 use crate::providers::{Provider, ProviderOutcome, ProviderRequest, Reply};
@@ -65,7 +65,9 @@ impl Kind for DemoSettings {
             ("delay_ms", json!(self.delay_ms)),
         ]
     }
+}
 
+impl Connect for DemoSettings {
     fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
         Ok(Arc::new(DemoProvider::new(self, parts.clock.clone())))
     }

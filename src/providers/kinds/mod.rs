@@ -54,6 +54,18 @@ impl ProviderKind {
     }
 }
 
+impl ProviderKind {
+    /// Its client, for a process that calls it (see [`Connect`]).
+    pub fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
+        match self {
+            Self::Demo(settings) => settings.client(parts),
+            Self::Openai(settings) => settings.client(parts),
+            Self::Anthropic(settings) => settings.client(parts),
+            Self::Bedrock(settings) => settings.client(parts),
+        }
+    }
+}
+
 /// What a process gives a kind to make its client with.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientParts<'a> {
@@ -120,8 +132,13 @@ pub trait Kind: Debug + Send + Sync {
     fn invoke_arns(&self, _region: &str) -> Vec<String> {
         Vec::new()
     }
+}
 
-    /// Its client, for a process that calls it.
+/// How a kind's client is made, for a process that calls it: a trait of its own, reached by [`ProviderKind::client`]'s
+/// static match, never through [`Kind`]'s vtable — so a binary that calls no provider (the api function) links no
+/// kind's client code (Bedrock's is the AWS SDK's: a Lambda package's size is its cold start).
+pub trait Connect {
+    /// Its client.
     fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws>;
 }
 

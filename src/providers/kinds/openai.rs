@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ClientParts, Kind, NoAws};
+use super::{ClientParts, Connect, Kind, NoAws};
 use crate::domain::CallReport;
 use crate::providers::http::RequestDefaults;
 use crate::providers::tokens::Encoding;
@@ -94,7 +94,9 @@ impl Kind for OpenAiSettings {
     fn check(&self) -> Result<(), String> {
         self.0.check()
     }
+}
 
+impl Connect for OpenAiSettings {
     fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
         let endpoint = HttpEndpoint::new(&self.0, self.defaults(), parts.keys, parts.http);
         Ok(Arc::new(OpenAiProvider::new(endpoint)))
