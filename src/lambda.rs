@@ -33,7 +33,6 @@ use crate::engine::{Engine, Parts};
 use crate::http::auth::Auth;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
-use crate::providers::keys::ProviderKeys;
 use crate::queue::Delivery;
 use crate::queue::sqs::SqsQueue;
 use crate::startup::{self, Process, Role, StartError};
@@ -152,10 +151,7 @@ pub async fn parts(
     aws: &SdkConfig,
     role: Role,
 ) -> Result<Parts, StartError> {
-    let keys = match role.calls_providers() {
-        true => startup::provider_keys(aws, settings.secret_arn.as_deref()).await?,
-        false => ProviderKeys::default().with_aws(aws.clone()),
-    };
+    let keys = role.keys(aws, settings.secret_arn.as_deref()).await?;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(aws), &settings.table)
         .arming_every_job(settings.config.event_bus.is_some());
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(aws), &settings.queue_url);

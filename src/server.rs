@@ -48,7 +48,7 @@ pub struct Running {
     sweeper: JoinHandle<()>,
 }
 
-/// Starts everything on `listener`, the engine of a process that does it all ([`Role::Local`]): attempts run on
+/// Starts everything on `listener`, the engine of a process that does it all ([`Role::LOCAL`]): attempts run on
 /// the in-process queue; the sweeper runs on `clock`, and delivers events to owners' endpoints and to the bus the
 /// config names (with `keys`' AWS settings).
 pub fn start(
@@ -64,7 +64,7 @@ pub fn start(
         source,
     })?;
     let (process, messages) = Process::local(store, clock);
-    let engine = Arc::new(startup::engine(config, Role::Local, keys, process)?);
+    let engine = Arc::new(startup::engine(config, Role::LOCAL, keys, process)?);
     let state = AppState {
         engine: engine.clone(),
         auth: Arc::new(Auth::Tokens(tokens)),

@@ -4,8 +4,12 @@
 //! the processes is said once, by their [`Role`]: whether they call the providers, and whether they deliver
 //! completion events.
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
@@ -14,10 +18,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::contracts::ContractError;
+use crate::domain::ProviderName;
 use crate::engine::{Engine, Parts};
 use crate::metrics::Metrics;
-use crate::providers::Providers;
 use crate::providers::keys::{KeysError, ProviderKeys};
+use crate::providers::{ProviderConfig, Providers};
 use crate::queue::local::LocalQueue;
 use crate::queue::{Delivery, Dispatcher};
 use crate::sinks::Sinks;
@@ -56,32 +61,128 @@ pub enum StartError {
     },
 }
 
-/// A process's part in a deployment, said once: whether it calls the providers, and whether it delivers completion
-/// events (every process arms them; the deliverer's claim sends each once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The api function: it describes the providers and calls none (no key read, no client's code), and delivers
-    /// nothing.
-    Api,
-    /// The worker function: it calls the providers, and delivers nothing.
-    Worker,
-    /// The sweeper function: it calls the providers (qualifying again) and delivers, to endpoints and the bus.
-    Sweeper,
-    /// `onejob serve`: the api, the worker and the sweeper in one process.
-    Local,
-    /// A command that qualifies or reports (`onejob qualify`, `onejob providers`, the bench): it calls the
-    /// providers, and delivers nothing.
-    Command,
+/// A process's part in a deployment, said once: how it makes its providers (their clients, or described), the bus
+/// it puts events on (with EventBridge's client where it delivers: every process arms the events, and the
+/// deliverer's claim sends each once), and how it reads its provider keys on AWS. Each is a function, not a flag,
+/// so a binary links only the code its role names: the api function carries no provider client's code, no
+/// Secrets Manager's and no EventBridge's (BENCHMARKS.md, section 5).
+#[derive(Clone, Copy)]
+pub struct Role {
+    name: &'static str,
+    providers: MakeProviders,
+    bus: MakeBus,
+    keys: ReadKeys,
 }
 
-impl Role {
-    pub fn calls_providers(self) -> bool {
-        self != Self::Api
-    }
+/// A role's providers, from the config's, with `keys`, on the clock.
+type MakeProviders = fn(
+    &BTreeMap<ProviderName, ProviderConfig>,
+    &ProviderKeys,
+    Arc<dyn Clock>,
+) -> Result<Providers, StartError>;
 
-    pub fn delivers(self) -> bool {
-        matches!(self, Self::Sweeper | Self::Local)
+/// A role's sink for the bus the config names, with `keys`' AWS settings, each put timed out after the duration.
+type MakeBus = fn(&str, &ProviderKeys, Duration) -> Result<BusSink, StartError>;
+
+/// A role's provider keys on AWS: those of the secret the ARN names ([`provider_keys`]), or none.
+type ReadKeys = for<'a> fn(&'a SdkConfig, Option<&'a str>) -> KeysRead<'a>;
+
+/// The reading of a role's provider keys.
+type KeysRead<'a> = Pin<Box<dyn Future<Output = Result<ProviderKeys, StartError>> + Send + 'a>>;
+
+impl Role {
+    /// The api function: it describes the providers and calls none (no key read, no client's code), and delivers
+    /// nothing.
+    pub const API: Self = Self {
+        name: "api",
+        providers: described,
+        bus: not_delivered,
+        keys: no_keys,
+    };
+    /// The worker function: it calls the providers, and delivers nothing.
+    pub const WORKER: Self = Self {
+        name: "worker",
+        providers: called,
+        bus: not_delivered,
+        keys: secret_keys,
+    };
+    /// The sweeper function: it calls the providers (qualifying again) and delivers, to endpoints and the bus.
+    pub const SWEEPER: Self = Self {
+        name: "sweeper",
+        providers: called,
+        bus: delivered,
+        keys: secret_keys,
+    };
+    /// `onejob serve`: the api, the worker and the sweeper in one process.
+    pub const LOCAL: Self = Self {
+        name: "local",
+        providers: called,
+        bus: delivered,
+        keys: secret_keys,
+    };
+    /// A command that qualifies or reports (`onejob qualify`, `onejob providers`, the bench): it calls the
+    /// providers, and delivers nothing.
+    pub const COMMAND: Self = Self {
+        name: "command",
+        providers: called,
+        bus: not_delivered,
+        keys: secret_keys,
+    };
+
+    /// The provider keys this role reads on AWS, `aws`'s settings with them: those of the secret `arn` names where
+    /// it calls the providers, else none.
+    pub async fn keys(
+        self,
+        aws: &SdkConfig,
+        arn: Option<&str>,
+    ) -> Result<ProviderKeys, StartError> {
+        (self.keys)(aws, arn).await
     }
+}
+
+impl std::fmt::Debug for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+fn called(
+    configs: &BTreeMap<ProviderName, ProviderConfig>,
+    keys: &ProviderKeys,
+    clock: Arc<dyn Clock>,
+) -> Result<Providers, StartError> {
+    Ok(Providers::from_config(configs, keys, clock)?)
+}
+
+fn described(
+    configs: &BTreeMap<ProviderName, ProviderConfig>,
+    _: &ProviderKeys,
+    _: Arc<dyn Clock>,
+) -> Result<Providers, StartError> {
+    Ok(Providers::described(configs))
+}
+
+/// The bus's sink without a client: this process arms its events, and never puts one.
+fn not_delivered(name: &str, _: &ProviderKeys, timeout: Duration) -> Result<BusSink, StartError> {
+    Ok(BusSink::new(name.to_owned(), None, timeout))
+}
+
+fn delivered(name: &str, keys: &ProviderKeys, timeout: Duration) -> Result<BusSink, StartError> {
+    let aws = keys
+        .aws()
+        .ok_or_else(|| StartError::NoAwsForBus(name.to_owned()))?;
+    let client = aws_sdk_eventbridge::Client::new(aws);
+    Ok(BusSink::new(name.to_owned(), Some(client), timeout))
+}
+
+fn no_keys<'a>(aws: &'a SdkConfig, _: Option<&'a str>) -> KeysRead<'a> {
+    Box::pin(std::future::ready(Ok(
+        ProviderKeys::default().with_aws(aws.clone())
+    )))
+}
+
+fn secret_keys<'a>(aws: &'a SdkConfig, arn: Option<&'a str>) -> KeysRead<'a> {
+    Box::pin(provider_keys(aws, arn))
 }
 
 /// Where a process keeps its jobs, sends its attempts and tells the time, and how it exports its metrics.
@@ -122,22 +223,11 @@ pub fn parts(
     process: Process,
 ) -> Result<Parts, StartError> {
     let contracts = config.contracts()?;
-    let providers = match role.calls_providers() {
-        true => Providers::from_config(&config.providers, keys, process.clock.clone())?,
-        false => Providers::described(&config.providers),
-    };
+    let providers = (role.providers)(&config.providers, keys, process.clock.clone())?;
     let events = config.engine_settings().events;
-    let bus = match (&events.bus, role.delivers()) {
-        (None, _) => None,
-        (Some(name), false) => Some(BusSink::new(name.clone(), None, events.timeout)),
-        (Some(name), true) => {
-            let aws = keys
-                .aws()
-                .ok_or_else(|| StartError::NoAwsForBus(name.clone()))?;
-            let client = aws_sdk_eventbridge::Client::new(aws);
-            Some(BusSink::new(name.clone(), Some(client), events.timeout))
-        }
-    };
+    let bus = (events.bus.as_deref())
+        .map(|name| (role.bus)(name, keys, events.timeout))
+        .transpose()?;
     let endpoint = EndpointSink::new(events.timeout, events.allow_private, process.clock.clone());
     Ok(Parts {
         store: process.store,

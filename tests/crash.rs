@@ -150,7 +150,7 @@ async fn a_kill_9_mid_storm_loses_no_acknowledged_create_and_duplicates_nothing(
     let config = Config::parse(CONFIG, "test").unwrap();
     let (process, _messages) = Process::local(store.clone(), clock.clone());
     let keys = ProviderKeys::default();
-    let mut engine = startup::engine(&config, Role::Command, &keys, process).unwrap();
+    let mut engine = startup::engine(&config, Role::COMMAND, &keys, process).unwrap();
     engine.settings.sweep_batch = 100_000;
     let conn = rusqlite::Connection::open(&db).unwrap();
     let started_past_lease = || -> i64 {

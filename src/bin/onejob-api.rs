@@ -5,6 +5,6 @@ use onejob::startup::Role;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    let (settings, engine) = lambda::start(Role::Api).await?;
+    let (settings, engine) = lambda::start(Role::API).await?;
     lambda_http::run(lambda::api(engine, &settings.config)).await
 }

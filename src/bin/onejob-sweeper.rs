@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let (_, engine) = lambda::start(Role::Sweeper).await?;
+    let (_, engine) = lambda::start(Role::SWEEPER).await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let engine = engine.clone();
         async move {

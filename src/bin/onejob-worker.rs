@@ -7,7 +7,7 @@ use onejob::startup::Role;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let (_, engine) = lambda::start(Role::Worker).await?;
+    let (_, engine) = lambda::start(Role::WORKER).await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let engine = engine.clone();
         async move {

@@ -47,7 +47,7 @@ async fn every_settled_job_goes_to_the_event_bus_once_whatever_its_endpoint_does
     }
 
     // The bus is not there yet: its tries fail and stay due; the endpoint's first try gets a 500.
-    let sweeper = lambda::engine(&f.settings, &f.functions_aws, Role::Sweeper)
+    let sweeper = lambda::engine(&f.settings, &f.functions_aws, Role::SWEEPER)
         .await
         .unwrap();
     sweep(&sweeper, None).await.unwrap();
@@ -155,7 +155,7 @@ async fn a_put_on_the_bus_that_fails_at_the_wire_is_delivered_at_least_once_unde
         let client =
             aws_sdk_eventbridge::Client::from_conf(config.interceptor(fault.clone()).build());
         // The sweeper's parts, its bus's client the one with the fault.
-        let mut parts = lambda::parts(&f.settings, &f.functions_aws, Role::Sweeper)
+        let mut parts = lambda::parts(&f.settings, &f.functions_aws, Role::SWEEPER)
             .await
             .unwrap();
         let timeout = f.settings.config.engine_settings().events.timeout;

@@ -79,7 +79,7 @@ async fn start(
 ) -> Arc<Engine> {
     let settings = Deployment::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
-    Arc::new(lambda::engine(&settings, &aws, Role::Worker).await.unwrap())
+    Arc::new(lambda::engine(&settings, &aws, Role::WORKER).await.unwrap())
 }
 
 /// The api function of the stack, started as on Lambda from `env`: its providers described, not called.
@@ -88,7 +88,7 @@ async fn start_api(
 ) -> Arc<Engine> {
     let settings = Deployment::from(&env).unwrap();
     let aws = lambda::aws_config(env).unwrap();
-    Arc::new(lambda::engine(&settings, &aws, Role::Api).await.unwrap())
+    Arc::new(lambda::engine(&settings, &aws, Role::API).await.unwrap())
 }
 
 /// `onejob ARGS` as a team runs it against the deployed stack (moto), with the stack's secret and Bedrock at

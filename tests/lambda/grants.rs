@@ -124,9 +124,9 @@ async fn every_request_each_function_makes_is_granted_to_its_role() {
         let settings = &settings;
         async move { lambda::engine(settings, &aws, role).await.unwrap() }
     };
-    let api = Arc::new(engine(&api_sent, Role::Api).await);
-    let worker = engine(&worker_sent, Role::Worker).await;
-    let sweeper = engine(&sweeper_sent, Role::Sweeper).await;
+    let api = Arc::new(engine(&api_sent, Role::API).await);
+    let worker = engine(&worker_sent, Role::WORKER).await;
+    let sweeper = engine(&sweeper_sent, Role::SWEEPER).await;
 
     // The api function through every route its document names, as an owner and as an operator.
     let owner = json!({"sub": "alice"});

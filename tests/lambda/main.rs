@@ -102,7 +102,7 @@ async fn functions_with(
     })
     .unwrap();
     let engine = Arc::new(
-        lambda::engine(&settings, &functions_aws, Role::Worker)
+        lambda::engine(&settings, &functions_aws, Role::WORKER)
             .await
             .unwrap(),
     );

@@ -19,7 +19,7 @@ fn engine(store: Arc<dyn JobStore>, files: &[PathBuf], fallback: ProviderConfig)
     let clock = clock();
     let (process, _) = Process::local(store, clock);
     let keys = ProviderKeys::default();
-    startup::engine(&config, Role::Command, &keys, process).unwrap()
+    startup::engine(&config, Role::COMMAND, &keys, process).unwrap()
 }
 
 /// A job on primary → fallback whose attempt 1 has ended, as the gate sees it.

@@ -62,7 +62,7 @@ impl Rig {
         let (process, messages) = Process::local(store.clone(), clock.clone());
         // With AWS settings, signing as the Bedrock stand-ins check: a provider may be of any kind.
         let keys = ProviderKeys::default().with_aws(super::stand_in::aws());
-        let engine = startup::engine(&config, Role::Command, &keys, process).unwrap();
+        let engine = startup::engine(&config, Role::COMMAND, &keys, process).unwrap();
         Self {
             engine: Arc::new(engine),
             store,

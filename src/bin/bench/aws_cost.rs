@@ -140,8 +140,8 @@ pub(super) async fn aws_cost(jobs: usize, model_seconds: f64) {
         config: instant_config(),
         secret_arn: None,
     };
-    let api = Arc::new(lambda::engine(&settings, &aws, Role::Api).await.unwrap());
-    let worker = lambda::engine(&settings, &aws, Role::Worker).await.unwrap();
+    let api = Arc::new(lambda::engine(&settings, &aws, Role::API).await.unwrap());
+    let worker = lambda::engine(&settings, &aws, Role::WORKER).await.unwrap();
     let token = "bench-token";
     let owner = Owner::parse("alice").unwrap();
     let app = router(AppState {

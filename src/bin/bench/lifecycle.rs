@@ -20,7 +20,7 @@ pub(super) async fn lifecycle(jobs: usize, concurrency: usize, preload_n: usize)
     checkpoint(&db);
     let config = instant_config();
     let (process, messages) = Process::local(store, Arc::new(SystemClock));
-    let engine = startup::engine(&config, Role::Command, &ProviderKeys::default(), process);
+    let engine = startup::engine(&config, Role::COMMAND, &ProviderKeys::default(), process);
     let engine = Arc::new(engine.unwrap());
     let worker = tokio::spawn(onejob::worker::run_local(
         engine.clone(),

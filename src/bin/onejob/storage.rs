@@ -78,7 +78,7 @@ impl Storage {
         let keys = provider_keys(&config).await?;
         let (store, place) = self.open(&config).await?;
         let (process, _) = Process::local(store, Arc::new(SystemClock));
-        let engine = startup::engine(&config, Role::Command, &keys, process)?;
+        let engine = startup::engine(&config, Role::COMMAND, &keys, process)?;
         Ok((engine, place))
     }
 }
