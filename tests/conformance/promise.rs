@@ -293,14 +293,7 @@ pub(crate) async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_an
     );
     let (job, message) = rig.create("echo-invalid").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
-    let error = rig
-        .job(&job)
-        .await
-        .attempt(1)
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rig.attempt_error(&job, 1).await;
     assert_eq!(error.code, "output_invalid");
     assert!(error.message.contains("Bearer [redacted]"), "{error:?}");
     assert!(!error.message.contains(&long), "{error:?}");
@@ -317,14 +310,7 @@ pub(crate) async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_an
     );
     let (job, message) = rig.create("placeholder-invalid").await;
     assert_eq!(rig.process(&message).await, Processed::Failed);
-    let error = rig
-        .job(&job)
-        .await
-        .attempt(1)
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rig.attempt_error(&job, 1).await;
     assert!(error.message.contains("Bearer onejob"), "{error:?}");
     let (job, message) = rig.create("placeholder-valid").await;
     assert_eq!(rig.process(&message).await, Processed::Succeeded);

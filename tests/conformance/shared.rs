@@ -373,26 +373,14 @@ pub(crate) async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobS
 pub(crate) async fn one_owners_slow_endpoint_never_delays_another_owners_events(
     store: Arc<dyn JobStore>,
 ) {
-    let alices = StandIn::answering(summary("heard")).await;
-    let never = Gate::new();
-    let bobs = StandIn::spawn(vec![], Reply::Held(never)).await;
-    let unused = StandIn::answering(summary("B")).await;
-    let rig = Rig::configured(
-        store,
-        openai(unused.base_url()),
-        openai(unused.base_url()),
-        |config| {
-            config.allow_private_endpoints = true;
-            config.event_timeout_ms = 200;
-        },
-    )
-    .sweeping(20);
-    let (alice, bob) = (
-        onejob::domain::Owner::parse("alice").unwrap(),
-        onejob::domain::Owner::parse("bob").unwrap(),
-    );
-    register(&rig, &alice, &alices).await;
-    register(&rig, &bob, &bobs).await;
+    let TwoEndpoints {
+        rig,
+        alice,
+        bob,
+        alices,
+        bobs,
+        ..
+    } = TwoEndpoints::with_bobs_held(store, 200, Gate::new()).await;
     for i in 0..50 {
         settle(&rig, &bob, &format!("bob-{i}")).await;
     }
@@ -418,26 +406,15 @@ pub(crate) async fn one_owners_slow_endpoint_never_delays_another_owners_events(
 /// endpoint's tries in flight, whichever batch started them.
 pub(crate) async fn a_slow_endpoints_tries_hold_up_no_other_batch(store: Arc<dyn JobStore>) {
     let in_flight = onejob::domain::event::ENDPOINT_IN_FLIGHT;
-    let alices = StandIn::answering(summary("heard")).await;
     let gate = Gate::new();
-    let bobs = StandIn::spawn(vec![], Reply::Held(gate.clone())).await;
-    let unused = StandIn::answering(summary("B")).await;
-    let rig = Rig::configured(
-        store,
-        openai(unused.base_url()),
-        openai(unused.base_url()),
-        |config| {
-            config.allow_private_endpoints = true;
-            config.event_timeout_ms = 60_000;
-        },
-    )
-    .sweeping(20);
-    let (alice, bob) = (
-        onejob::domain::Owner::parse("alice").unwrap(),
-        onejob::domain::Owner::parse("bob").unwrap(),
-    );
-    register(&rig, &alice, &alices).await;
-    register(&rig, &bob, &bobs).await;
+    let TwoEndpoints {
+        rig,
+        alice,
+        bob,
+        alices,
+        bobs,
+        ..
+    } = TwoEndpoints::with_bobs_held(store, 60_000, gate.clone()).await;
     for i in 0..10 {
         settle(&rig, &bob, &format!("bob-{i}")).await;
     }
@@ -462,6 +439,49 @@ pub(crate) async fn a_slow_endpoints_tries_hold_up_no_other_batch(store: Arc<dyn
     gate.open(json!({}));
     let first = first.await.unwrap().unwrap();
     assert!(first.counted >= in_flight, "{first:?}");
+}
+
+/// Two owners' endpoints on a rig that sweeps 20 events a batch: alice's answers at once, bob's holds every try
+/// until its gate opens.
+struct TwoEndpoints {
+    rig: Rig,
+    alice: onejob::domain::Owner,
+    bob: onejob::domain::Owner,
+    alices: StandIn,
+    bobs: StandIn,
+    /// The providers' stand-in (no attempt runs: the jobs are cancelled).
+    _providers: StandIn,
+}
+
+impl TwoEndpoints {
+    /// Each event's delivery times out after `event_timeout_ms`.
+    async fn with_bobs_held(store: Arc<dyn JobStore>, event_timeout_ms: u64, gate: Gate) -> Self {
+        let alices = StandIn::answering(summary("heard")).await;
+        let bobs = StandIn::spawn(vec![], Reply::Held(gate)).await;
+        let providers = StandIn::answering(summary("B")).await;
+        let rig = Rig::configured(
+            store,
+            openai(providers.base_url()),
+            openai(providers.base_url()),
+            |config| {
+                config.allow_private_endpoints = true;
+                config.event_timeout_ms = event_timeout_ms;
+            },
+        )
+        .sweeping(20);
+        let alice = onejob::domain::Owner::parse("alice").unwrap();
+        let bob = onejob::domain::Owner::parse("bob").unwrap();
+        register(&rig, &alice, &alices).await;
+        register(&rig, &bob, &bobs).await;
+        Self {
+            rig,
+            alice,
+            bob,
+            alices,
+            bobs,
+            _providers: providers,
+        }
+    }
 }
 
 /// Registers `receiver` as `owner`'s endpoint.

@@ -178,6 +178,16 @@ impl Rig {
             .unwrap()
     }
 
+    /// The error the job's attempt `number` ended with (it ended with one).
+    pub(crate) async fn attempt_error(&self, job: &Job, number: u32) -> onejob::domain::ErrorInfo {
+        let job = self.job(job).await;
+        let attempt = job.attempt(number).expect("the attempt is recorded");
+        attempt
+            .error
+            .clone()
+            .expect("the attempt ended with an error")
+    }
+
     /// Waits on the engine's change feed (not on time) until the job satisfies `ready`.
     pub(crate) async fn until(&self, job: &Job, ready: impl Fn(&Job) -> bool) -> Job {
         let mut changes = self.engine.watch(&job.id);

@@ -347,54 +347,43 @@ fn each_broken_shared_variant_is_caught() {
             bug: Some(bug),
             ..owners(limited)
         };
-        let checker = check_shared(&format!("{bug:?}"), model, Some(property));
-        let path = checker
-            .discovery(property)
-            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
-        println!(
-            "{bug:?} breaks {property:?} at depth {}",
-            path.into_actions().len()
-        );
+        assert_caught(&format!("{bug:?}"), model, property);
     }
     let model = slots::Slots {
         bug: Some(slots::Bug::FreeOnRefusedClaim),
         ..slots()
     };
-    let checker = check_shared("FreeOnRefusedClaim", model, Some(slots::IN_FLIGHT));
-    let path = (checker.discovery(slots::IN_FLIGHT)).expect("FreeOnRefusedClaim was not caught");
-    println!(
-        "FreeOnRefusedClaim breaks {:?} at depth {}",
-        slots::IN_FLIGHT,
-        path.into_actions().len()
-    );
+    assert_caught("FreeOnRefusedClaim", model, slots::IN_FLIGHT);
     for bug in providers::Bug::ALL {
-        let property = providers::caught_by(bug);
         let model = providers::Providers {
             bug: Some(bug),
             ..providers()
         };
-        let checker = check_shared(&format!("{bug:?}"), model, Some(property));
-        let path = (checker.discovery(property))
-            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
-        println!(
-            "{bug:?} breaks {property:?} at depth {}",
-            path.into_actions().len()
-        );
+        assert_caught(&format!("{bug:?}"), model, providers::caught_by(bug));
     }
     for bug in fairness::Bug::ALL {
-        let property = fairness::caught_by(bug);
         let model = fairness::Fairness {
             bug: Some(bug),
             ..fairness()
         };
-        let checker = check_shared(&format!("{bug:?}"), model, Some(property));
-        let path = (checker.discovery(property))
-            .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
-        println!(
-            "{bug:?} breaks {property:?} at depth {}",
-            path.into_actions().len()
-        );
+        assert_caught(&format!("{bug:?}"), model, fairness::caught_by(bug));
     }
+}
+
+/// Fails unless the checker finds `model` (a broken variant, `bug`) breaking `property`.
+fn assert_caught<M>(bug: &str, model: M, property: &'static str)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Clone + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + PartialEq + Send + Sync,
+{
+    let checker = check_shared(bug, model, Some(property));
+    let path = (checker.discovery(property))
+        .unwrap_or_else(|| panic!("{bug} was not caught by {property:?}"));
+    println!(
+        "{bug} breaks {property:?} at depth {}",
+        path.into_actions().len()
+    );
 }
 
 /// Deeper bounds, and long random walks: `ONEJOB_MODEL=deep` (to `ONEJOB_MODEL_DEPTH` steps, 15 unless set) or

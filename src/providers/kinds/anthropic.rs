@@ -4,11 +4,9 @@
 //! `x-api-key`. What each reply means is [`crate::providers::http::exchange`]'s, then [`read_answer`]'s for a 2xx
 //! body.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ClientParts, Connect, Kind, NoAws};
@@ -19,45 +17,19 @@ use crate::providers::{
     SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
 };
 
-/// An Anthropic endpoint: the keys every HTTP kind takes (but `max_completion_tokens` and `reasoning_effort`,
-/// which are OpenAI's).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(transparent)]
-pub struct AnthropicSettings(pub ProviderEndpoint);
-
-impl Deref for AnthropicSettings {
-    type Target = ProviderEndpoint;
-
-    fn deref(&self) -> &ProviderEndpoint {
-        &self.0
-    }
-}
-
-impl DerefMut for AnthropicSettings {
-    fn deref_mut(&mut self) -> &mut ProviderEndpoint {
-        &mut self.0
-    }
-}
+endpoint_settings!(
+    /// An Anthropic endpoint: the keys every HTTP kind takes (but `max_completion_tokens` and `reasoning_effort`,
+    /// which are OpenAI's).
+    AnthropicSettings
+);
 
 impl Kind for AnthropicSettings {
     fn name(&self) -> &'static str {
         "anthropic"
     }
 
-    fn model(&self) -> Option<&str> {
-        Some(&self.model)
-    }
-
     fn endpoint(&self) -> Option<&ProviderEndpoint> {
         Some(&self.0)
-    }
-
-    fn address(&self) -> Option<String> {
-        Some(self.base_url.clone())
-    }
-
-    fn identity(&self) -> Vec<(&'static str, Value)> {
-        self.0.identity()
     }
 
     fn check(&self) -> Result<(), String> {

@@ -11,6 +11,31 @@
 //! [`ProviderKind`] is the one place that names them all: `onejob.toml`'s `kind` key, and [`ProviderKind::kind`],
 //! which every other part of onejob asks. Adding a kind is a file here and a variant there (docs/layout.md).
 
+/// A kind's settings that are the keys every HTTP kind takes ([`ProviderEndpoint`]), its own checks aside: a
+/// newtype that reads (and writes) through to the endpoint.
+macro_rules! endpoint_settings {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub crate::providers::ProviderEndpoint);
+
+        impl std::ops::Deref for $name {
+            type Target = crate::providers::ProviderEndpoint;
+
+            fn deref(&self) -> &crate::providers::ProviderEndpoint {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut crate::providers::ProviderEndpoint {
+                &mut self.0
+            }
+        }
+    };
+}
+
 pub mod anthropic;
 pub mod bedrock;
 pub mod demo;
@@ -85,9 +110,9 @@ pub trait Kind: Debug + Send + Sync {
     /// Its `kind` key.
     fn name(&self) -> &'static str;
 
-    /// The model it is configured with (a demo provider has none).
+    /// The model it is configured with (a demo provider has none): an HTTP provider's endpoint's.
     fn model(&self) -> Option<&str> {
-        None
+        self.endpoint().map(|endpoint| endpoint.model.as_str())
     }
 
     /// The endpoint of an HTTP provider.
@@ -97,7 +122,7 @@ pub trait Kind: Debug + Send + Sync {
 
     /// Where its calls go, for operators: an HTTP provider's base URL, a Bedrock provider's region.
     fn address(&self) -> Option<String> {
-        None
+        self.endpoint().map(|endpoint| endpoint.base_url.clone())
     }
 
     /// Its context window where the config names none; `None` is unbounded.
@@ -112,9 +137,11 @@ pub trait Kind: Debug + Send + Sync {
 
     /// What a qualification is tied to beyond its kind, model and limits: where its calls go and how its requests
     /// are shaped where the config says (another shape is another provider, to be qualified again). Fields of its
-    /// fingerprint's identity, by name.
+    /// fingerprint's identity, by name: an HTTP provider's endpoint's.
     fn identity(&self) -> Vec<(&'static str, Value)> {
-        Vec::new()
+        self.endpoint()
+            .map(ProviderEndpoint::identity)
+            .unwrap_or_default()
     }
 
     /// The checks serde cannot make of its settings.

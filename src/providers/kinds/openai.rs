@@ -3,11 +3,9 @@
 //! `Idempotency-Key: <job id>:<attempt>`. What each reply means is [`crate::providers::http::exchange`]'s, then
 //! [`read_answer`]'s for a 2xx body.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ClientParts, Connect, Kind, NoAws};
@@ -19,24 +17,10 @@ use crate::providers::{
     SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
 };
 
-/// An OpenAI-compatible endpoint: the keys every HTTP kind takes.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(transparent)]
-pub struct OpenAiSettings(pub ProviderEndpoint);
-
-impl Deref for OpenAiSettings {
-    type Target = ProviderEndpoint;
-
-    fn deref(&self) -> &ProviderEndpoint {
-        &self.0
-    }
-}
-
-impl DerefMut for OpenAiSettings {
-    fn deref_mut(&mut self) -> &mut ProviderEndpoint {
-        &mut self.0
-    }
-}
+endpoint_settings!(
+    /// An OpenAI-compatible endpoint: the keys every HTTP kind takes.
+    OpenAiSettings
+);
 
 /// OpenAI's reasoning families: they take `max_completion_tokens` and no temperature but their default.
 fn is_reasoning_model(model: &str) -> bool {
@@ -71,24 +55,12 @@ impl Kind for OpenAiSettings {
         "openai"
     }
 
-    fn model(&self) -> Option<&str> {
-        Some(&self.model)
-    }
-
     fn endpoint(&self) -> Option<&ProviderEndpoint> {
         Some(&self.0)
     }
 
-    fn address(&self) -> Option<String> {
-        Some(self.base_url.clone())
-    }
-
     fn encoding(&self) -> Encoding {
         Encoding::of_openai_model(&self.model)
-    }
-
-    fn identity(&self) -> Vec<(&'static str, Value)> {
-        self.0.identity()
     }
 
     fn check(&self) -> Result<(), String> {

@@ -26,14 +26,7 @@ pub(crate) async fn refusals_the_input_caused_never_open_a_breaker(store: Arc<dy
     for i in 0..8 {
         let (job, message) = rig.create(&format!("refused-{i}")).await;
         assert_eq!(rig.process(&message).await, Processed::Failed);
-        let error = rig
-            .job(&job)
-            .await
-            .attempt(1)
-            .unwrap()
-            .error
-            .clone()
-            .unwrap();
+        let error = rig.attempt_error(&job, 1).await;
         assert_eq!(error.code, "provider_refused");
     }
     let (breaker, _) = store.breaker(&primary).await.unwrap();
