@@ -50,40 +50,6 @@ async fn rig(
     (faulty, rig)
 }
 
-/// Moves the clock past each backoff the step waits out between tries of its `call` — once per try, and never
-/// while the provider call, bounded by its own timeout on the same clock, is in flight — until the step is done.
-/// An advance can land just before the step registers its sleep; a step that then stays asleep for a while of real
-/// time (it would hang otherwise) gets one more. The real-time bound only turns a hang into a failure that says
-/// where the step stood.
-async fn drive_backoff<T>(
-    rig: &Rig,
-    faulty: &FaultyStore,
-    call: Call,
-    step: &tokio::task::JoinHandle<T>,
-) {
-    let mut woken_after = 0;
-    let started = std::time::Instant::now();
-    let mut last_advance = started;
-    while !step.is_finished() {
-        let tries = faulty.calls(call);
-        let asleep = rig.clock.sleepers() > 0;
-        let stalled = last_advance.elapsed() > std::time::Duration::from_millis(250);
-        if tries > 0 && asleep && (tries > woken_after || stalled) {
-            woken_after = tries;
-            last_advance = std::time::Instant::now();
-            rig.advance(2_000);
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(30),
-            "the step hangs: {tries} {call:?} tried, {} sleeps on the clock, {} claims, now {}",
-            rig.clock.sleepers(),
-            faulty.calls(Call::Claim),
-            rig.clock.now()
-        );
-        tokio::task::yield_now().await;
-    }
-}
-
 /// Creates the job under `key`.
 async fn create(rig: &mut Rig, key: &str) -> Job {
     let (job, _) = rig.create(key).await;
@@ -435,7 +401,8 @@ pub(crate) async fn an_answer_is_written_through_a_store_outage(store: Arc<dyn J
     let engine = rig.engine.clone();
     let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
     // Each backoff waits on the clock: move it whenever the step sleeps, until the step is done.
-    drive_backoff(&rig, &faulty, Call::Complete, &step).await;
+    rig.drive_backoff(&faulty, 2_000, Call::Complete, &step)
+        .await;
     assert_eq!(step.await.unwrap().unwrap(), Processed::Succeeded);
     assert!(faulty.spent());
     assert_eq!(faulty.calls(Call::Complete), 7);
@@ -461,7 +428,8 @@ pub(crate) async fn an_answer_the_store_never_takes_is_given_up_after_the_budget
     let engine = rig.engine.clone();
     let redelivered = message.clone();
     let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
-    drive_backoff(&rig, &faulty, Call::Complete, &step).await;
+    rig.drive_backoff(&faulty, 2_000, Call::Complete, &step)
+        .await;
     let outcome = step.await.unwrap();
     assert!(
         matches!(outcome, Err(StoreError::Backend(_))),
@@ -496,7 +464,8 @@ pub(crate) async fn an_event_the_store_would_not_arm_is_armed_by_the_redelivery(
     let engine = rig.engine.clone();
     let redelivered = message.clone();
     let step = tokio::spawn(async move { process_attempt(&engine, &message).await });
-    drive_backoff(&rig, &faulty, Call::ArmDeliveries, &step).await;
+    rig.drive_backoff(&faulty, 2_000, Call::ArmDeliveries, &step)
+        .await;
     let outcome = step.await.unwrap();
     assert!(
         matches!(outcome, Err(StoreError::Backend(_))),

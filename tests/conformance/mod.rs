@@ -162,10 +162,22 @@ macro_rules! conformance_suite {
             async fn $case() {
                 let fixture: Option<$crate::conformance::Fixture> = $fixture.await;
                 let Some(fixture) = fixture else { return };
-                $crate::conformance::$case(fixture.store.clone()).await;
+                $crate::conformance::bounded(stringify!($case), $crate::conformance::$case(fixture.store.clone())).await;
             }
         )*
     };
+}
+
+/// How long one case may take, in real time: the slowest take seconds (on moto), so one that takes minutes hangs.
+const CASE_BOUND: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `case` to its end, or fails naming it once it has run [`CASE_BOUND`]: a case that hangs (a step asleep on a
+/// clock nobody moves, a held reply never released) fails the suite there, with its name, instead of holding it
+/// until CI's own limit.
+pub(crate) async fn bounded(name: &str, case: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(CASE_BOUND, case).await.is_err() {
+        panic!("{name} did not end within {CASE_BOUND:?}: it hangs");
+    }
 }
 
 pub(crate) fn at(ms: i64) -> Timestamp {

@@ -219,8 +219,10 @@ pub(crate) async fn a_cancelled_attempts_answer_is_in_time_by_when_it_came(
     let completes = faulty.calls(Call::Complete);
     gate.open(summary("A, in time"));
     faulty.made(Call::Complete, completes + 2).await;
-    // The store is back only after the lease has ended.
-    rig.advance(rig.engine.lease().num_milliseconds() as u64);
+    // The store is back only after the lease has ended: the step's backoff is woken a lease later.
+    let lease = rig.engine.lease().num_milliseconds() as u64;
+    rig.drive_backoff(&faulty, lease, Call::Complete, &step)
+        .await;
     assert_eq!(step.await.unwrap(), Processed::Succeeded);
     let done = rig.job(&job).await;
     assert_eq!(

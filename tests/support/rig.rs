@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::{Duration, TimeZone, Utc};
-use onejob::clock::ManualClock;
+use onejob::clock::{Clock, ManualClock};
 use onejob::config::Config;
 use onejob::domain::{
     AttemptRef, ContractRef, Fingerprint, IdempotencyKey, Job, NewJob, Owner, ProviderName,
@@ -21,6 +21,8 @@ use onejob::worker::{Processed, process_attempt, process_message};
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
+
+use crate::support::faulty::{Call, FaultyStore};
 
 /// An engine on `store`, with providers `primary` and `fallback`, its queue left for the test to drive.
 pub(crate) struct Rig {
@@ -186,6 +188,41 @@ impl Rig {
             .error
             .clone()
             .expect("the attempt ended with an error")
+    }
+
+    /// Moves the clock `ms` on past each backoff `step` waits out between tries of its `call` on `faulty` — once per
+    /// try, and never while the provider call, bounded by its own timeout on the same clock, is in flight — until
+    /// the step is done. An advance can land just before the step registers its sleep; a step that then stays
+    /// asleep for a while of real time (it would hang otherwise) gets one more. The real-time bound only turns a
+    /// hang into a failure that says where the step stood.
+    pub(crate) async fn drive_backoff<T>(
+        &self,
+        faulty: &FaultyStore,
+        ms: u64,
+        call: Call,
+        step: &JoinHandle<T>,
+    ) {
+        let mut woken_after = 0;
+        let started = std::time::Instant::now();
+        let mut last_advance = started;
+        while !step.is_finished() {
+            let tries = faulty.calls(call);
+            let asleep = self.clock.sleepers() > 0;
+            let stalled = last_advance.elapsed() > StdDuration::from_millis(250);
+            if tries > 0 && asleep && (tries > woken_after || stalled) {
+                woken_after = tries;
+                last_advance = std::time::Instant::now();
+                self.advance(ms);
+            }
+            assert!(
+                started.elapsed() < StdDuration::from_secs(30),
+                "the step hangs: {tries} {call:?} tried, {} sleeps on the clock, {} claims, now {}",
+                self.clock.sleepers(),
+                faulty.calls(Call::Claim),
+                self.clock.now()
+            );
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Waits on the engine's change feed (not on time) until the job satisfies `ready`.
