@@ -12,6 +12,25 @@ use crate::domain::{
 };
 use crate::store::StoreError;
 
+/// Who writes an attempt's answer: the step's token (every try of the write carries it), and whether the answer
+/// was found by asking the provider (the reconciler) rather than heard by the worker that made the call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answerer<'a> {
+    pub token: &'a WriteToken,
+    pub by_lookup: bool,
+}
+
+impl Answerer<'_> {
+    /// The stamp of one try of the answer's write, at `now`.
+    fn stamp(&self, now: Timestamp) -> Stamp {
+        let stamp = Stamp::new(self.token.clone(), now);
+        match self.by_lookup {
+            true => stamp.looked_up(),
+            false => stamp,
+        }
+    }
+}
+
 impl Engine {
     /// A worker takes the attempt a message names (`queued` → `started`), as the step that `token` stands for,
     /// tried again while the store fails until `until` (the message's own time: an invocation's deadline, within
@@ -70,16 +89,16 @@ impl Engine {
         number: u32,
         result: Value,
         report: CallReport,
-        token: &WriteToken,
+        by: Answerer<'_>,
         until: Timestamp,
     ) -> Result<Completion, AnswerLost> {
         // Every try is stamped with the time the answer came: a cancelled attempt's answer is in time, or not, by
         // when it arrived, however long its write takes to land.
         let answered_at = self.clock.now();
         let written = self
-            .persist("completion", token, until, |stamp| {
+            .persist("completion", by.token, until, |_| {
                 let (result, report) = (result.clone(), report.clone());
-                let stamp = Stamp::new(stamp.token, answered_at);
+                let stamp = by.stamp(answered_at);
                 async move {
                     self.store
                         .complete_attempt(job_id, number, result, report, &stamp)
@@ -136,12 +155,13 @@ impl Engine {
         number: u32,
         error: ErrorInfo,
         report: CallReport,
-        token: &WriteToken,
+        by: Answerer<'_>,
         until: Timestamp,
     ) -> Result<Job, AnswerLost> {
         let written = self
-            .persist("failure", token, until, |stamp| {
+            .persist("failure", by.token, until, |stamp| {
                 let (error, report) = (error.clone(), report.clone());
+                let stamp = by.stamp(stamp.now);
                 async move {
                     let failover = Failover {
                         retry: Some(self.retry_policy(job, number)),

@@ -32,6 +32,9 @@ pub(super) enum Wrote {
     Late(u32),
     /// Attempt `n` was cancelled by this write; failover was queued in the same write.
     AttemptCancelled(u32),
+    /// `unknown` attempt `n` was cleared by the reconciler without an answer (a lookup that found none, or its
+    /// provider's policy); its retry or failover was queued in the same write.
+    Cleared(u32),
     /// The job was cancelled by this write.
     JobCancelled,
     /// Nothing new: the write found the job as it wanted it (a replay, a cancel of what was cancelled). Its
@@ -50,7 +53,8 @@ impl Wrote {
             | Self::Lost(n)
             | Self::Failed(n)
             | Self::Late(n)
-            | Self::AttemptCancelled(n) => Some(n),
+            | Self::AttemptCancelled(n)
+            | Self::Cleared(n) => Some(n),
             Self::Created | Self::Added | Self::JobCancelled | Self::Nothing => None,
         }
     }
@@ -83,31 +87,34 @@ impl Engine {
                 self.metrics.billed(job, n, "failed");
             }
             Wrote::Late(n) => self.metrics.billed(job, n, "failed"),
-            Wrote::AttemptCancelled(_) => count(AttemptState::Cancelled),
+            Wrote::AttemptCancelled(_) | Wrote::Cleared(_) => count(AttemptState::Cancelled),
             Wrote::Created | Wrote::Added | Wrote::JobCancelled | Wrote::Nothing => {}
         }
-        if matches!(
-            wrote,
-            Wrote::Won(_) | Wrote::Failed(_) | Wrote::AttemptCancelled(_) | Wrote::JobCancelled
-        ) {
+        // What left `unknown` with this write, by what.
+        let cleared = wrote
+            .attempt()
+            .and_then(|n| job.attempt(n))
+            .and_then(|a| a.cleared.map(|c| (a.number, c.by)));
+        if let (Some((n, by)), false) = (cleared, matches!(wrote, Wrote::Late(_))) {
+            self.metrics.unknown_cleared(job, n, by);
+        }
+        let ends = |wrote| {
+            matches!(
+                wrote,
+                Wrote::Won(_) | Wrote::Failed(_) | Wrote::AttemptCancelled(_) | Wrote::Cleared(_)
+            )
+        };
+        if ends(wrote) || wrote == Wrote::JobCancelled {
             self.metrics.ended(job);
         }
-        if matches!(
-            wrote,
-            Wrote::Created | Wrote::Added | Wrote::Failed(_) | Wrote::AttemptCancelled(_)
-        ) {
+        if ends(wrote) && !matches!(wrote, Wrote::Won(_))
+            || matches!(wrote, Wrote::Created | Wrote::Added)
+        {
             self.dispatch_queued(job).await;
         }
         self.changes
             .changed(&job.id, || job.is_final().then(|| job.clone()));
-        let may_end = matches!(
-            wrote,
-            Wrote::Won(_)
-                | Wrote::Failed(_)
-                | Wrote::AttemptCancelled(_)
-                | Wrote::JobCancelled
-                | Wrote::Nothing
-        );
+        let may_end = ends(wrote) || matches!(wrote, Wrote::JobCancelled | Wrote::Nothing);
         if may_end && job.live_attempt().is_none() {
             self.free_place(job).await;
         }

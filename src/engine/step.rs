@@ -26,6 +26,7 @@ use crate::queue::Message;
 use crate::store::StoreError;
 
 use super::AnswerLost;
+use super::attempts::Answerer;
 
 /// What one step did with one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,6 +158,7 @@ impl Engine {
                     message: sent,
                     token: &token,
                     deadline,
+                    by_lookup: false,
                 };
                 let processed = step.fail(error, report).await;
                 self.free_slot(sent).await;
@@ -178,7 +180,7 @@ impl Engine {
         let Some(provider) = self.providers.get(&attempt.provider) else {
             return Err(no_longer("unknown_provider", &attempt.provider));
         };
-        let key = format!("{}:{}", job.id, number);
+        let key = super::reconcile::attempt_key(job, number);
         let prepared = checks::prepare(contract, provider, &job.input, key)
             .map_err(|e| (e, CallReport::default()))?;
         if let Admission::Skip { until } = self.admit(&attempt.provider).await {
@@ -212,13 +214,7 @@ impl Engine {
     /// The second half of a worker's step: what it heard of the provider, written — the answer first, then what it
     /// told of the provider — and the call slot freed.
     pub async fn settle(&self, claimed: Claimed, heard: Heard) -> Result<Processed, StoreError> {
-        let step = Step {
-            engine: self,
-            job: &claimed.job,
-            message: &claimed.message,
-            token: &claimed.token,
-            deadline: claimed.deadline,
-        };
+        let step = claimed.step(self, false);
         let processed = match heard {
             Heard::Reply(reply) => step.answer(&claimed, reply).await,
             Heard::Silence(Ok(())) => {
@@ -230,6 +226,54 @@ impl Engine {
         };
         self.free_slot(&claimed.message).await;
         processed
+    }
+}
+
+impl Claimed {
+    /// An `unknown` attempt of `job` whose provider the reconciler asks about its call, as if its worker had
+    /// claimed it: what an answer found is written through, under a token of its own. It holds no call slot.
+    pub(super) fn asked(
+        job: Job,
+        message: Message,
+        deadline: Option<Timestamp>,
+        provider: ConfiguredProvider,
+        prepared: Prepared,
+    ) -> Self {
+        let token = WriteToken::new();
+        Self {
+            job,
+            message,
+            token,
+            deadline,
+            provider,
+            prepared,
+        }
+    }
+
+    fn step<'a>(&'a self, engine: &'a Engine, by_lookup: bool) -> Step<'a> {
+        Step {
+            engine,
+            job: &self.job,
+            message: &self.message,
+            token: &self.token,
+            deadline: self.deadline,
+            by_lookup,
+        }
+    }
+}
+
+impl Engine {
+    /// An answer the reconciler found by asking the provider about `claimed`'s call ([`Claimed::asked`]): a late
+    /// answer, written as one — held to the contract, a result by compare-and-swap (it wins, or is discarded), a
+    /// failure with its failover — and its cost spent if its write landed. It tells nothing of the provider's
+    /// health now, and frees no call slot (the reconciler took none).
+    pub(super) async fn settle_found(
+        &self,
+        claimed: &Claimed,
+        mut reply: Reply,
+    ) -> Result<Processed, StoreError> {
+        reply.health = Health::Silent;
+        claimed.step(self, true).answer(claimed, reply).await
     }
 }
 
@@ -246,9 +290,18 @@ struct Step<'a> {
     message: &'a Message,
     token: &'a WriteToken,
     deadline: Option<Timestamp>,
+    /// The answer it writes was found by asking the provider (the reconciler's), not heard by the worker.
+    by_lookup: bool,
 }
 
 impl Step<'_> {
+    fn answerer(&self) -> Answerer<'_> {
+        Answerer {
+            token: self.token,
+            by_lookup: self.by_lookup,
+        }
+    }
+
     fn number(&self) -> u32 {
         self.message.attempt.number
     }
@@ -288,8 +341,16 @@ impl Step<'_> {
                 (marked, None)
             }
         };
-        self.advise(health, model.as_deref(), broke.as_ref(), Some(&spent))
-            .await;
+        // What the call cost is spent by the write that recorded its answer: a write refused (another step wrote
+        // this answer first) spends nothing.
+        let landed = !matches!(processed, Ok(Processed::Dropped));
+        (self.advise(
+            health,
+            model.as_deref(),
+            broke.as_ref(),
+            landed.then_some(&spent),
+        ))
+        .await;
         processed
     }
 
@@ -374,7 +435,7 @@ impl Step<'_> {
                 self.number(),
                 output,
                 report,
-                self.token,
+                self.answerer(),
                 until,
             )
             .await;
@@ -397,7 +458,14 @@ impl Step<'_> {
         tracing::warn!(code = %error.code, message = %error.message, "attempt failed");
         let until = self.engine.answer_deadline(self.deadline);
         let written = (self.engine)
-            .fail(self.job, self.number(), error, report, self.token, until)
+            .fail(
+                self.job,
+                self.number(),
+                error,
+                report,
+                self.answerer(),
+                until,
+            )
             .await;
         match written {
             Ok(_) => Ok(Processed::Failed),

@@ -18,8 +18,8 @@ use super::body::{Key, MaybeKey, SentKey, StrictJson};
 use super::error::ApiError;
 use super::usage::BillView;
 use crate::domain::{
-    Attempt, AttemptState, Bill, CallReport, ErrorInfo, Intervention, Job, JobId, JobStatus,
-    Timestamp,
+    Attempt, AttemptState, Bill, CallReport, ClearedBy, ErrorInfo, Intervention, Job, JobId,
+    JobStatus, Timestamp,
 };
 use crate::engine::{Actor, Engine, Intake};
 use crate::requests::CreateJobRequest;
@@ -85,6 +85,18 @@ pub struct AttemptView {
     /// A retry's earliest start (the provider's `Retry-After`, or a backoff): no worker starts it before.
     #[schema(format = DateTime)]
     pub not_before: Option<String>,
+    /// How it left `unknown`, and when: its late answer, the reconciler's lookup at its provider, its provider's
+    /// retry policy (possibly paid twice), or a person. Absent while it is unknown, and for an attempt that never
+    /// was.
+    pub cleared: Option<ClearedView>,
+}
+
+/// How and when an attempt left `unknown`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClearedView {
+    pub by: ClearedBy,
+    #[schema(format = DateTime)]
+    pub at: String,
 }
 
 pub(super) fn rfc3339(t: Timestamp) -> String {
@@ -132,6 +144,10 @@ impl From<&Attempt> for AttemptView {
             report: a.report.clone(),
             retry_of: a.retry_of,
             not_before: a.not_before.map(rfc3339),
+            cleared: (a.cleared).map(|c| ClearedView {
+                by: c.by,
+                at: rfc3339(c.at),
+            }),
         }
     }
 }

@@ -15,7 +15,9 @@ use std::time::Duration;
 use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
-use crate::domain::{AttemptState, ContractRef, Job, JobStatus, Owner, ProviderName, SinkKind};
+use crate::domain::{
+    AttemptState, ClearedBy, ContractRef, Job, JobStatus, Owner, ProviderName, SinkKind,
+};
 use prometheus::Prometheus;
 
 /// One metric: its name, whether it is a histogram (else a counter) and its Prometheus buckets, its unit, its
@@ -114,6 +116,11 @@ const SLOT_WAITS: MetricSpec = counter(
     &["provider"],
     "Messages put off, their attempt left queued without a try, while every call slot of the provider was taken.",
 );
+const UNKNOWN_CLEARED: MetricSpec = counter(
+    "onejob_unknown_cleared_total",
+    &["provider", "by"],
+    "Unknown attempts cleared: by a late answer, a lookup at the provider, the provider's retry policy (possibly paid twice), or a person.",
+);
 const CREATE_SECONDS: MetricSpec = histogram(
     "onejob_create_seconds",
     SECONDS,
@@ -176,7 +183,7 @@ const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
 );
 
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 17] = [
+pub const METRICS: [MetricSpec; 18] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
@@ -185,6 +192,7 @@ pub const METRICS: [MetricSpec; 17] = [
     BREAKER_TRIPS,
     BREAKER_WAITS,
     SLOT_WAITS,
+    UNKNOWN_CLEARED,
     CREATE_SECONDS,
     QUEUE_WAIT_SECONDS,
     PROVIDER_CALL_SECONDS,
@@ -407,6 +415,12 @@ impl Metrics {
     /// An attempt on `provider` was left queued, its message put off, while every call slot was taken.
     pub fn slot_wait(&self, provider: &ProviderName) {
         self.counter(&SLOT_WAITS, &[provider.as_str()]).increment(1);
+    }
+
+    /// Attempt `number` of `job` left `unknown`, `by` what.
+    pub fn unknown_cleared(&self, job: &Job, number: u32, by: ClearedBy) {
+        self.counter(&UNKNOWN_CLEARED, &[provider_of(job, number), by.as_str()])
+            .increment(1);
     }
 
     /// A call to `provider` (model `model`, as configured) ended `outcome` after `took`.

@@ -39,6 +39,11 @@ pub struct ProviderEndpoint {
     /// openai: the `reasoning_effort` of a reasoning model (`minimal`, `low`, `medium`, `high`). Its reasoning is
     /// spent from the contract's output budget.
     pub reasoning_effort: Option<String>,
+    /// openai: `true` has every call stored by the provider (`store`), under the attempt's identity
+    /// (`metadata.onejob_attempt`), so that an attempt whose answer was lost is looked up instead of bought again.
+    /// OpenAI keeps stored completions 30 days; a server that stores nothing must leave it unset. Not part of the
+    /// request's shape: it changes no answer.
+    pub store: Option<bool>,
     /// Fields added as they are to every request's body (a server's own options). onejob's own fields (the model,
     /// the messages, the budget, the temperature, the output format) are set by the keys above, not here.
     #[serde(default)]
@@ -63,8 +68,10 @@ impl TokenLimitField {
 }
 
 /// The body fields onejob sets itself, which `body` may not name.
-const OWN_BODY_FIELDS: [&str; 11] = [
+const OWN_BODY_FIELDS: [&str; 13] = [
     "model",
+    "store",
+    "metadata",
     "messages",
     "system",
     "max_tokens",
@@ -114,7 +121,7 @@ impl ProviderEndpoint {
             .find(|k| OWN_BODY_FIELDS.contains(&k.as_str()))
         {
             return Err(format!(
-                "body.{own} is onejob's own field: use token_limit_field, send_temperature or reasoning_effort"
+                "body.{own} is onejob's own field: use token_limit_field, send_temperature, reasoning_effort or store"
             ));
         }
         for name in self.api_key_header.iter().chain(self.headers.keys()) {
@@ -227,11 +234,53 @@ impl HttpEndpoint {
         kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
         read: fn(&str) -> Reply,
     ) -> Reply {
-        let mut call = self
-            .http
-            .post(self.url.clone())
+        let call = (self.http.post(self.url.clone()))
             .header("Idempotency-Key", idempotency_key)
             .json(body);
+        let (sent, key) = self.send(call, kind_key).await;
+        let reply = sent.map_or_else(|reply| reply, |text| read(&text));
+        match &key {
+            Some(key) => reply.scrubbed(key),
+            None => reply,
+        }
+    }
+
+    /// A question about a call made before: a `GET` of the call's URL with `query` added, sent as a call is (the
+    /// config's headers, the key), its 2xx body read by `read`. What went wrong on the way is the lookup's failure,
+    /// to be asked again later.
+    pub async fn look_up(
+        &self,
+        query: &[(&str, &str)],
+        kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
+        read: fn(&str) -> Lookup,
+    ) -> Lookup {
+        let mut url = self.url.clone();
+        url.query_pairs_mut().extend_pairs(query);
+        let (sent, key) = self.send(self.http.get(url), kind_key).await;
+        let looked = match sent {
+            Ok(text) => read(&text),
+            Err(reply) => Lookup::Failed(match reply.outcome {
+                ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) => error,
+                ProviderOutcome::Answered(_) => ErrorInfo::new("bad_response", "no lookup answer"),
+            }),
+        };
+        match (looked, &key) {
+            (Lookup::Found(reply), Some(key)) => Lookup::Found(reply.scrubbed(key)),
+            (Lookup::Failed(mut error), Some(key)) => {
+                error.message = key.scrub(&error.message);
+                Lookup::Failed(error)
+            }
+            (looked, _) => looked,
+        }
+    }
+
+    /// Sends `call` with the config's headers and the key: its 2xx body, or the reply anything else already is
+    /// ([`exchange`]), and the key it went with. A key refused has the secret read again before the next call.
+    async fn send(
+        &self,
+        mut call: reqwest::RequestBuilder,
+        kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
+    ) -> (Result<String, Reply>, Option<Secret>) {
         for (name, value) in &self.headers {
             call = call.header(name, value);
         }
@@ -242,11 +291,11 @@ impl HttpEndpoint {
                 None => kind_key(call, secret.expose()),
             };
         }
-        let reply = answer(call, key.as_ref(), read).await;
-        if reply.key_refused {
+        let sent = exchange(call).await;
+        if sent.as_ref().is_err_and(|reply| reply.key_refused) {
             self.key.refused();
         }
-        reply
+        (sent, key)
     }
 }
 
@@ -415,21 +464,4 @@ pub(crate) fn snippet(text: &str) -> String {
     cut.trim_end_matches(|c: char| !c.is_whitespace())
         .trim_end()
         .to_owned()
-}
-
-/// One call of an HTTP provider, sent with `key`: the exchange, then `read` on a 2xx body; the reply scrubbed of
-/// the key.
-async fn answer(
-    call: reqwest::RequestBuilder,
-    key: Option<&Secret>,
-    read: fn(&str) -> Reply,
-) -> Reply {
-    let reply = match exchange(call).await {
-        Ok(text) => read(&text),
-        Err(reply) => reply,
-    };
-    match key {
-        Some(key) => reply.scrubbed(key),
-        None => reply,
-    }
 }

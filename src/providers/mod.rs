@@ -34,6 +34,10 @@ use keys::{KeySource, ProviderKeys, Secret};
 pub const SYSTEM_PROMPT: &str =
     "Answer with one JSON object that matches the given JSON Schema, and nothing else.";
 
+/// The metadata key a call carries the attempt's identity (`<job id>:<attempt>`) under, where its provider keeps
+/// metadata: OpenAI's stored completions (listed by it), Bedrock's invocation log.
+pub const ATTEMPT_METADATA: &str = "onejob_attempt";
+
 /// Everything a provider needs for one attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderRequest {
@@ -131,10 +135,33 @@ impl From<ProviderOutcome> for Reply {
     }
 }
 
+/// What a provider said when asked about a call made before under `request`'s identity.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// The call was made and answered: its answer, already paid for, read as a call's reply is.
+    Found(Reply),
+    /// The provider keeps no call under that identity — yet: whether that means the work was not done is the
+    /// reconciler's to judge, by how long ago the call started.
+    NotFound,
+    /// The question went unanswered (a key refused, a 5xx, a lost connection, a body not the API's): asked again
+    /// at a later sweep.
+    Failed(ErrorInfo),
+}
+
 #[async_trait]
 pub trait Provider: Send + Sync + Debug {
     /// One call. It may take forever: the caller bounds it with the provider's timeout.
     async fn call(&self, request: &ProviderRequest) -> Reply;
+
+    /// Asks the provider about the call made before under `request`'s identity (its idempotency key), for a kind
+    /// that [can be asked](Kind::can_be_asked). It never makes the call: at most one paid call per attempt. It may
+    /// take forever too: the caller bounds it with the provider's timeout.
+    async fn look_up(&self, _request: &ProviderRequest) -> Lookup {
+        Lookup::Failed(ErrorInfo::new(
+            "not_asked",
+            "this provider cannot be asked about its calls",
+        ))
+    }
 }
 
 /// A configured provider: its settings, its client, and its fingerprint.

@@ -37,18 +37,31 @@ pub struct ProviderLimits {
     /// The most calls in flight to this provider at once, across every worker and function: beyond it an attempt
     /// waits, queued, without a try (a burst queues instead of earning 429s). None: no cap.
     pub max_in_flight: Option<u32>,
+    /// What clears an `unknown` attempt of a provider that cannot be asked about its calls (see
+    /// [`super::Kind::can_be_asked`]): unset, a person (`hold`); set, the reconciler retries it this long after its
+    /// time-out (and never while a worker may still hear its late answer), accepting a possible second paid call.
+    pub unknown_retry_after_ms: Option<u64>,
+    /// For a provider that can be asked: how long after a call started the provider's "no such call" is taken as
+    /// the work not done (before, the call may still be running, or its record not yet written). Default 15
+    /// minutes: past the longest a provider keeps a request running.
+    pub lookup_absent_after_ms: u64,
 }
 
 impl ProviderLimits {
     /// The table keys that are limits; the others belong to the kind.
-    const KEYS: [&str; 6] = [
+    const KEYS: [&str; 8] = [
         "context_window",
         "timeout_ms",
         "late_result_ms",
         "retries",
         "retry_within_ms",
         "max_in_flight",
+        "unknown_retry_after_ms",
+        "lookup_absent_after_ms",
     ];
+
+    /// The default of `lookup_absent_after_ms`: 15 minutes.
+    pub const LOOKUP_ABSENT_AFTER_MS: u64 = 900_000;
 }
 
 impl Default for ProviderLimits {
@@ -60,6 +73,8 @@ impl Default for ProviderLimits {
             retries: None,
             retry_within_ms: None,
             max_in_flight: None,
+            unknown_retry_after_ms: None,
+            lookup_absent_after_ms: Self::LOOKUP_ABSENT_AFTER_MS,
         }
     }
 }
@@ -159,6 +174,18 @@ impl ProviderConfig {
         if self.context_window() == Some(0) {
             return Err("context_window must be above 0".into());
         }
+        if self.limits.unknown_retry_after_ms.is_some() && self.kind.kind().can_be_asked() {
+            return Err(
+                "unknown_retry_after_ms is for a provider that cannot be asked about its calls: this one is asked \
+                 (store = true), and its unknown attempts clear by what it answers"
+                    .into(),
+            );
+        }
+        if self.limits.lookup_absent_after_ms < self.timeout_ms() {
+            return Err(
+                "lookup_absent_after_ms must be at least timeout_ms: until then the call may still be running".into(),
+            );
+        }
         if self.limits.max_in_flight == Some(0) {
             return Err("max_in_flight of 0 lets no call through: leave it out for no cap".into());
         }
@@ -176,7 +203,8 @@ mod tests {
 
     #[test]
     fn every_kind_takes_every_limit_and_only_its_own_keys() {
-        let limits = "context_window = 100\ntimeout_ms = 1\nlate_result_ms = 2\nretries = 3\nretry_within_ms = 4";
+        let limits = "context_window = 100\ntimeout_ms = 1\nlate_result_ms = 2\nretries = 3\nretry_within_ms = 4\n\
+                      unknown_retry_after_ms = 5\nlookup_absent_after_ms = 6";
         let expected = ProviderLimits {
             context_window: Some(100),
             timeout_ms: 1,
@@ -184,6 +212,8 @@ mod tests {
             retries: Some(3),
             retry_within_ms: Some(4),
             max_in_flight: None,
+            unknown_retry_after_ms: Some(5),
+            lookup_absent_after_ms: 6,
         };
         for kind in [
             "kind = \"demo\"\nbehavior = \"fail\"",

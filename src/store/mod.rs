@@ -19,9 +19,9 @@ use serde_json::Value;
 use chrono::Duration;
 
 use crate::domain::{
-    Applied, AttemptCancel, AttemptRef, Breaker, CallReport, Completion, Deliveries, Endpoint,
-    ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner,
-    OwnerLedger, OwnerLimits, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp,
+    Applied, AttemptCancel, AttemptRef, Breaker, CallReport, ClearedBy, Completion, Deliveries,
+    Endpoint, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob,
+    Owner, OwnerLedger, OwnerLimits, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp,
     Transition, WriteToken,
 };
 
@@ -383,6 +383,25 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
             Applied::AttemptCancelled(cancel) => Some(cancel),
             _ => None,
         })
+    }
+
+    /// An `unknown` attempt → `cancelled`, cleared `by` the reconciler without an answer, and in the same write
+    /// its retry or the failover `failover` allows ([`Job::clear_unknown`]).
+    async fn clear_unknown(
+        &self,
+        id: &JobId,
+        number: u32,
+        by: ClearedBy,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<Job, StoreError> {
+        let failover = failover.clone();
+        let clear = Transition::ClearUnknown {
+            number,
+            by,
+            failover,
+        };
+        Ok(self.apply(id, JobWrite::engine(clear, stamp)).await?.1)
     }
 
     /// Records that a `queued` attempt was handed to the queue again at `now`.

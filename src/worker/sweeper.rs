@@ -1,5 +1,6 @@
 //! The sweeper step, run every few seconds by the local server (and by a scheduled Lambda): `started` attempts
-//! whose lease expired become `unknown` (never `failed`: the provider may have done the work), `queued` attempts
+//! whose lease expired become `unknown` (never `failed`: the provider may have done the work), `unknown` attempts are
+//! cleared where their provider can be asked or has a retry policy (`engine::reconcile`), `queued` attempts
 //! that nobody claimed are dispatched again (the claim drops any duplicate), and jobs past their retention go. If the
 //! deployment asks for it (`requalify_stale`), one provider whose qualification passed and that production suspects,
 //! or that grew too old, is qualified again per sweep, if it can end by the sweep's deadline. Completion events that are due go out.
@@ -18,6 +19,9 @@ use crate::store::StoreError;
 pub struct Swept {
     /// `started` attempts past their lease, now `unknown`.
     pub expired: usize,
+    /// `unknown` attempts cleared without a person: by an answer found at their provider, its word that it has
+    /// none, or its retry policy.
+    pub cleared: usize,
     /// `queued` attempts dispatched again (each at most once per `redispatch_after`).
     pub redispatched: usize,
     /// Jobs past their retention deleted (SQLite; DynamoDB's TTL deletes by itself).
@@ -43,6 +47,7 @@ pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept
         })
     })
     .await?;
+    swept.cleared = reconcile(engine, for_attempts).await?;
     swept.redispatched = in_batches(engine, for_attempts, no_floor, || {
         one_by_one(engine.stale_queued(), |attempt| async move {
             engine.redispatch(&attempt).await
@@ -78,6 +83,7 @@ pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept
     if swept != Swept::default() {
         tracing::info!(
             expired = swept.expired,
+            cleared = swept.cleared,
             redispatched = swept.redispatched,
             purged = swept.purged,
             requalified = swept.requalified,
@@ -115,6 +121,20 @@ where
         match deadline {
             Some(deadline) if more && now + longest + Duration::seconds(1) <= deadline => {}
             _ => return Ok(counted),
+        }
+    }
+}
+
+/// The reconciler's pages of `unknown` jobs: one without a `deadline`, else page after page while there are more
+/// and time is left. How many attempts it cleared.
+async fn reconcile(engine: &Engine, deadline: Option<Timestamp>) -> Result<usize, StoreError> {
+    let (mut cursor, mut cleared) = (None, 0);
+    loop {
+        let page = engine.reconcile_page(cursor.as_ref(), deadline).await?;
+        cleared += page.cleared;
+        match (page.next, deadline) {
+            (Some(next), Some(deadline)) if engine.clock.now() < deadline => cursor = Some(next),
+            _ => return Ok(cleared),
         }
     }
 }

@@ -354,7 +354,7 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
     let events = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('endpoints', 'deliveries') ORDER BY name",

@@ -27,6 +27,7 @@ pub(crate) enum Call {
     Complete,
     Fail,
     CancelAttempt,
+    ClearUnknown,
     Redispatch,
     CancelJob,
     ExpiredLeases,
@@ -53,7 +54,7 @@ pub(crate) enum Call {
 
 impl Call {
     /// The calls that write.
-    pub(crate) const WRITES: [Call; 9] = [
+    pub(crate) const WRITES: [Call; 10] = [
         Call::Create,
         Call::AddAttempt,
         Call::Claim,
@@ -61,6 +62,7 @@ impl Call {
         Call::Complete,
         Call::Fail,
         Call::CancelAttempt,
+        Call::ClearUnknown,
         Call::Redispatch,
         Call::CancelJob,
     ];
@@ -385,6 +387,7 @@ impl JobStore for FaultyStore {
             Transition::Complete { .. } => Call::Complete,
             Transition::Fail { .. } => Call::Fail,
             Transition::CancelAttempt { .. } => Call::CancelAttempt,
+            Transition::ClearUnknown { .. } => Call::ClearUnknown,
             Transition::Redispatch { .. } => Call::Redispatch,
             Transition::CancelJob => Call::CancelJob,
         };

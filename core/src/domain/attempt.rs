@@ -99,6 +99,50 @@ pub struct Attempt {
     /// The token of the attempt cancel that cancelled it by hand, kept when a late answer moves it on: that cancel
     /// sent again answers as it did.
     pub cancelled_by: Option<WriteToken>,
+    /// How it left `unknown`, and when: what a person reads of an ambiguity that cleared (`None` while it is
+    /// unknown, and for an attempt that never was).
+    pub cleared: Option<Cleared>,
+}
+
+/// How an `unknown` attempt came to leave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClearedBy {
+    /// Its provider answered after all, within the worker's late window.
+    LateAnswer,
+    /// The reconciler asked its provider: an answer found (already paid for), or the provider's word that it has
+    /// none (the work was not done, so a retry costs no second call).
+    Lookup,
+    /// Its provider cannot be asked, and its `unknown_retry_after_ms` ran out: retried, accepting a possible
+    /// second paid call (the attempt counts as possibly paid on the bill).
+    Policy,
+    /// An owner or an operator cancelled it (or the job).
+    Person,
+}
+
+impl ClearedBy {
+    pub const ALL: [Self; 4] = [Self::LateAnswer, Self::Lookup, Self::Policy, Self::Person];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LateAnswer => "late_answer",
+            Self::Lookup => "lookup",
+            Self::Policy => "policy",
+            Self::Person => "person",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
+/// How and when an attempt left `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Cleared {
+    pub by: ClearedBy,
+    #[schema(value_type = String, format = DateTime)]
+    pub at: Timestamp,
 }
 
 /// Names one attempt: what a queue message carries, and what the sweeper finds.
@@ -129,6 +173,14 @@ impl Attempt {
             writer: None,
             request: None,
             cancelled_by: None,
+            cleared: None,
+        }
+    }
+
+    /// Records that it leaves `unknown` (if it is there) by `by`, at `at`.
+    pub(super) fn clear(&mut self, by: ClearedBy, at: Timestamp) {
+        if self.state == AttemptState::Unknown {
+            self.cleared = Some(Cleared { by, at });
         }
     }
 

@@ -11,7 +11,7 @@
 use chrono::{Duration, DurationRound};
 use serde_json::Value;
 
-use super::attempt::{Attempt, AttemptState};
+use super::attempt::{Attempt, AttemptState, ClearedBy};
 use super::failover::{Failover, FailoverDecision};
 use super::fingerprint::Fingerprint;
 use super::ids::{ContractRef, IdempotencyKey, JobId, Owner, ProviderName, WriteToken};
@@ -339,6 +339,7 @@ impl Job {
             return Err(attempt.refuse(AttemptState::Failed));
         }
         let was_started = attempt.state == AttemptState::Started;
+        attempt.clear(stamp.answer_clears(), stamp.now);
         attempt.state = AttemptState::Failed;
         attempt.error = Some(error.bounded());
         attempt.report = report.into_option();
@@ -392,6 +393,7 @@ impl Job {
         }
         let in_time = attempt.state != AttemptState::Cancelled
             || attempt.lease_expires_at.is_some_and(|end| now < end);
+        attempt.clear(stamp.answer_clears(), now);
         // The loser's usage is kept too: its call was paid for.
         attempt.report = report.into_option();
         attempt.finished_at = Some(now);
@@ -450,6 +452,7 @@ impl Job {
         if !attempt.state.is_live() {
             return Err(attempt.refuse(AttemptState::Cancelled));
         }
+        attempt.clear(ClearedBy::Person, stamp.now);
         attempt.state = AttemptState::Cancelled;
         attempt.finished_at = Some(stamp.now);
         attempt.writer = Some(stamp.token.clone());
@@ -458,6 +461,43 @@ impl Job {
         self.updated_at = stamp.now;
         self.record(stamp, "attempt_cancelled", Some(number));
         Ok(AttemptCancel::Cancelled)
+    }
+
+    /// An `unknown` attempt cleared without its answer — the reconciler's: `unknown` → `cancelled`, `by` a lookup
+    /// that found the provider has no answer for it (the work was not done), or by the provider's policy
+    /// (`unknown_retry_after_ms`: it may have been done, and paid). Its provider is then tried again in the same
+    /// write, as a retry of it, while the retry policy, the attempt limit and the owner's budget allow; else
+    /// failover decides. A late answer of it still wins until its lease ends (invariant 12), never after.
+    pub fn clear_unknown(
+        &mut self,
+        number: u32,
+        by: ClearedBy,
+        failover: &Failover,
+        stamp: &Stamp,
+    ) -> Result<(), Refusal> {
+        if self.already(number, AttemptState::Cancelled, stamp) {
+            return Ok(());
+        }
+        self.ensure_open()?;
+        let attempt = self.attempt_mut(number)?;
+        attempt.expect(AttemptState::Unknown, AttemptState::Cancelled)?;
+        attempt.clear(by, stamp.now);
+        attempt.state = AttemptState::Cancelled;
+        attempt.finished_at = Some(stamp.now);
+        attempt.writer = Some(stamp.token.clone());
+        let retries = self.retry_chain(number).map(|(_, retries)| retries);
+        let again = failover.budget.is_none()
+            && self.status() == JobStatus::Failed
+            && self.attempts.len() < failover.max_attempts as usize
+            && (failover.retry)
+                .zip(retries)
+                .is_some_and(|(policy, retries)| retries < policy.max_retries);
+        match again {
+            true => self.queue_retry(number, stamp.now, stamp),
+            false => self.fail_over(failover, stamp),
+        }
+        self.updated_at = stamp.now;
+        Ok(())
     }
 
     /// The owner gives up on the job: version bumped, every live attempt cancelled, later results discarded.
@@ -475,6 +515,7 @@ impl Job {
             _ => {}
         }
         for attempt in self.attempts.iter_mut().filter(|a| a.state.is_live()) {
+            attempt.clear(ClearedBy::Person, stamp.now);
             attempt.state = AttemptState::Cancelled;
             attempt.finished_at = Some(stamp.now);
         }

@@ -37,7 +37,7 @@ pub mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use attempt::{Attempt, AttemptRef, AttemptState};
+pub use attempt::{Attempt, AttemptRef, AttemptState, Cleared, ClearedBy};
 pub use bill::{Bill, Price, PriceTable, Share, amount};
 pub use breaker::{Admission, Breaker, BreakerPolicy, BreakerState, Health};
 pub use event::{Deliveries, Endpoint, EventDelivery, SinkKind};

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::attempt::ClearedBy;
 use super::failover::Failover;
 use super::ids::ProviderName;
 use super::job::Job;
@@ -41,6 +42,13 @@ pub enum Transition {
     },
     /// A live attempt resolved out of band, with failover ([`Job::cancel_attempt`]).
     CancelAttempt { number: u32, failover: Failover },
+    /// An `unknown` attempt cleared by the reconciler without an answer, then retried or failed over
+    /// ([`Job::clear_unknown`]).
+    ClearUnknown {
+        number: u32,
+        by: ClearedBy,
+        failover: Failover,
+    },
     /// A `queued` attempt handed to the queue again ([`Job::redispatch`]).
     Redispatch { number: u32 },
     /// The owner gives up on the job ([`Job::cancel`]).
@@ -56,6 +64,7 @@ pub enum Applied {
     Completed(Completion),
     Failed,
     AttemptCancelled(AttemptCancel),
+    Cleared,
     Redispatched,
     JobCancelled(JobCancel),
 }
@@ -95,6 +104,13 @@ impl Transition {
             Self::CancelAttempt { number, failover } => job
                 .cancel_attempt(*number, failover, stamp)
                 .map(Applied::AttemptCancelled),
+            Self::ClearUnknown {
+                number,
+                by,
+                failover,
+            } => job
+                .clear_unknown(*number, *by, failover, stamp)
+                .map(|()| Applied::Cleared),
             Self::Redispatch { number } => job
                 .redispatch(*number, stamp.now)
                 .map(|()| Applied::Redispatched),
@@ -110,6 +126,7 @@ impl Transition {
             | Self::Complete { number, .. }
             | Self::Fail { number, .. }
             | Self::CancelAttempt { number, .. }
+            | Self::ClearUnknown { number, .. }
             | Self::Redispatch { number } => Some(*number),
             Self::AddAttempt { .. } | Self::CancelJob => None,
         }

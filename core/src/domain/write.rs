@@ -1,7 +1,7 @@
 //! What every transition is given and answers: the writer's [`Stamp`], a typed [`Refusal`], and what each
 //! transition did.
 
-use super::attempt::AttemptState;
+use super::attempt::{AttemptState, ClearedBy};
 use super::ids::WriteToken;
 use super::limits::LimitReached;
 use super::status::JobStatus;
@@ -75,6 +75,9 @@ pub struct Stamp {
     pub request: Option<WriteToken>,
     /// The operator this write acts for, on an owner's behalf: the job records what it did and who.
     pub operator: Option<String>,
+    /// Whether the answer this write records was found by asking the provider (the reconciler), rather than heard
+    /// by the worker that made the call: an `unknown` attempt it moves on is cleared by a lookup.
+    pub by_lookup: bool,
 }
 
 impl Stamp {
@@ -84,6 +87,23 @@ impl Stamp {
             now,
             request: None,
             operator: None,
+            by_lookup: false,
+        }
+    }
+
+    /// This stamp, for a write of an answer the reconciler found by asking the provider.
+    pub fn looked_up(self) -> Self {
+        Self {
+            by_lookup: true,
+            ..self
+        }
+    }
+
+    /// How an `unknown` attempt that this write answers is cleared: by a lookup, or by the late answer itself.
+    pub(super) fn answer_clears(&self) -> ClearedBy {
+        match self.by_lookup {
+            true => ClearedBy::Lookup,
+            false => ClearedBy::LateAnswer,
         }
     }
 

@@ -37,8 +37,8 @@ impl Kind for AnthropicSettings {
         if self.token_limit_field == Some(TokenLimitField::MaxCompletionTokens) {
             return Err("token_limit_field: anthropic takes max_tokens only".into());
         }
-        if self.reasoning_effort.is_some() {
-            return Err("reasoning_effort is an openai key".into());
+        if self.reasoning_effort.is_some() || self.store.is_some() {
+            return Err("reasoning_effort and store are openai keys".into());
         }
         Ok(())
     }

@@ -232,6 +232,9 @@ impl Provider for BedrockProvider {
             .inference_config(inference.build())
             .tool_config(tools)
             .set_additional_model_request_fields(self.fields.clone())
+            // The attempt's identity, in the invocation log (where the deployment keeps one): Converse keeps no
+            // call to be asked about.
+            .request_metadata(crate::providers::ATTEMPT_METADATA, &request.idempotency_key)
             .send()
             .await;
         match sent {

@@ -149,6 +149,13 @@ pub trait Kind: Debug + Send + Sync {
         Ok(())
     }
 
+    /// Whether the provider keeps each call under the attempt's identity and can be asked about it afterwards
+    /// ([`crate::providers::Provider::look_up`]): the reconciler clears its `unknown` attempts by asking, never
+    /// by calling again.
+    fn can_be_asked(&self) -> bool {
+        false
+    }
+
     /// Whether its calls are signed with the process's AWS credentials.
     fn signs_with_aws(&self) -> bool {
         false

@@ -13,8 +13,8 @@ use crate::domain::CallReport;
 use crate::providers::http::RequestDefaults;
 use crate::providers::tokens::Encoding;
 use crate::providers::{
-    HttpEndpoint, Provider, ProviderEndpoint, ProviderOutcome, ProviderRequest, Reply,
-    SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
+    ATTEMPT_METADATA, HttpEndpoint, Lookup, Provider, ProviderEndpoint, ProviderOutcome,
+    ProviderRequest, Reply, SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
 };
 
 endpoint_settings!(
@@ -66,23 +66,29 @@ impl Kind for OpenAiSettings {
     fn check(&self) -> Result<(), String> {
         self.0.check()
     }
+
+    fn can_be_asked(&self) -> bool {
+        self.store == Some(true)
+    }
 }
 
 impl Connect for OpenAiSettings {
     fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
         let endpoint = HttpEndpoint::new(&self.0, self.defaults(), parts.keys, parts.http);
-        Ok(Arc::new(OpenAiProvider::new(endpoint)))
+        Ok(Arc::new(OpenAiProvider::new(endpoint, self.can_be_asked())))
     }
 }
 
 #[derive(Debug)]
 pub struct OpenAiProvider {
     endpoint: HttpEndpoint,
+    /// Whether each call is stored under the attempt's identity, to be looked up ([`Kind::can_be_asked`]).
+    store: bool,
 }
 
 impl OpenAiProvider {
-    pub fn new(endpoint: HttpEndpoint) -> Self {
-        Self { endpoint }
+    pub fn new(endpoint: HttpEndpoint, store: bool) -> Self {
+        Self { endpoint, store }
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
@@ -97,7 +103,12 @@ impl OpenAiProvider {
                 "json_schema": {"name": request.contract.name(), "schema": request.output_schema},
             },
         });
-        self.endpoint.body(own, request)
+        let mut body = self.endpoint.body(own, request);
+        if self.store {
+            body["store"] = json!(true);
+            body["metadata"] = json!({ ATTEMPT_METADATA: request.idempotency_key });
+        }
+        body
     }
 }
 
@@ -109,6 +120,33 @@ impl Provider for OpenAiProvider {
         (self.endpoint)
             .call(&request.idempotency_key, &body, bearer, read_answer)
             .await
+    }
+
+    /// The stored completion the call made under the attempt's identity: `GET …/chat/completions` filtered by its
+    /// metadata (OpenAI's list of stored chat completions).
+    async fn look_up(&self, request: &ProviderRequest) -> Lookup {
+        let filter = format!("metadata[{ATTEMPT_METADATA}]");
+        let query = [
+            (filter.as_str(), request.idempotency_key.as_str()),
+            ("limit", "1"),
+        ];
+        let bearer = |call: reqwest::RequestBuilder, key: &str| call.bearer_auth(key);
+        self.endpoint.look_up(&query, bearer, read_stored).await
+    }
+}
+
+/// A list of stored chat completions: the first one's answer, read as a call's, or none.
+fn read_stored(text: &str) -> Lookup {
+    let listed = serde_json::from_str::<Value>(text).ok();
+    match listed.as_ref().and_then(|l| l["data"].as_array()) {
+        Some(data) => match data.first() {
+            Some(completion) => Lookup::Found(read_answer(&completion.to_string())),
+            None => Lookup::NotFound,
+        },
+        None => Lookup::Failed(crate::domain::ErrorInfo::new(
+            "bad_response",
+            format!("not a list of chat completions: {}", unread(text)),
+        )),
     }
 }
 

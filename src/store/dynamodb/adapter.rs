@@ -357,6 +357,7 @@ impl JobStore for DynamoStore {
             Transition::AddAttempt { .. }
             | Transition::Fail { .. }
             | Transition::CancelAttempt { .. }
+            | Transition::ClearUnknown { .. }
             | Transition::CancelJob => {
                 return self
                     .read_then_write(id, owner, stamp.now, None, domain)

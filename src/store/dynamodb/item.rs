@@ -9,7 +9,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S, B, S | the intent (the fingerprint's 32 bytes; its hex text on items written before) |
 //! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, cleared?: {by, at}}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
@@ -37,8 +37,9 @@ use super::codec::{Packed, fingerprint_bytes, json_text_option as json_opt};
 use super::update::{Sweep, sweep_key, sweep_kind};
 use super::{DynamoError, Item};
 use crate::domain::{
-    Attempt, AttemptState, CallReport, ContractRef, ErrorInfo, Fingerprint, IdempotencyKey,
-    Intervention, Job, JobId, JobStatus, Owner, ProviderName, Timestamp, WriteToken,
+    Attempt, AttemptState, CallReport, Cleared, ClearedBy, ContractRef, ErrorInfo, Fingerprint,
+    IdempotencyKey, Intervention, Job, JobId, JobStatus, Owner, ProviderName, Timestamp,
+    WriteToken,
 };
 use crate::store::StoreError;
 
@@ -117,6 +118,16 @@ struct AttemptItem {
     request: Option<WriteToken>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cancelled_by: Option<WriteToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cleared: Option<ClearedItem>,
+}
+
+/// How an attempt left `unknown` ([`Cleared`]), its time in milliseconds as every other.
+#[derive(Debug, Serialize, Deserialize)]
+struct ClearedItem {
+    by: ClearedBy,
+    #[serde(with = "ts_milliseconds")]
+    at: Timestamp,
 }
 
 /// The result slot: taken once, by a result (`attempt` > 0) or by the job's cancel (`attempt` 0).
@@ -274,6 +285,7 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         writer: a.writer.clone(),
         request: a.request.clone(),
         cancelled_by: a.cancelled_by.clone(),
+        cleared: (a.cleared).map(|Cleared { by, at }| ClearedItem { by, at }),
     }
 }
 
@@ -307,12 +319,17 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
             .map_err(|e| bad(&format!("attempts.{key}"), &e))?;
         let state = read_state(&a.state, number, completed_by, cancelled_at)
             .ok_or_else(|| bad(&format!("attempts.{key}.state"), &a.state))?;
-        let finished_at = match cancelled_at {
-            // The job was cancelled while this attempt was live.
-            Some(when) if state == AttemptState::Cancelled && a.state != state.as_str() => {
-                Some(when)
-            }
-            _ => a.finished_at,
+        // The job was cancelled while this attempt was live: by a person, then, if it was `unknown`.
+        let cancelled_with_job =
+            cancelled_at.filter(|_| state == AttemptState::Cancelled && a.state != state.as_str());
+        let finished_at = cancelled_with_job.or(a.finished_at);
+        let cleared = match (a.cleared, cancelled_with_job) {
+            (Some(ClearedItem { by, at }), _) => Some(Cleared { by, at }),
+            (None, Some(at)) if a.state == AttemptState::Unknown.as_str() => Some(Cleared {
+                by: ClearedBy::Person,
+                at,
+            }),
+            (None, _) => None,
         };
         attempts.push(Attempt {
             number,
@@ -332,6 +349,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
             writer: a.writer,
             request: a.request,
             cancelled_by: a.cancelled_by,
+            cleared,
         });
     }
     attempts.sort_by_key(|a| a.number);

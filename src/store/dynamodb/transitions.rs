@@ -58,14 +58,12 @@ pub(super) fn complete(
     stamp: &Stamp,
 ) -> AttemptUpdate {
     let mut u = AttemptUpdate::new(number, stamp);
-    // A claimed attempt that is still live: no other attempt is, so the job's sweep entry is this attempt's
-    // own. Any other case (an attempt cancelled meanwhile, never claimed, or this write landed before) is
-    // decided by the domain on the item the failed condition returns.
-    u.condition(
-        "attribute_exists(#attempts.#n.seen_version) AND #attempts.#n.#state IN (:started, :unknown)",
-    );
+    // A claimed attempt that is still `started`: no other attempt is live, so the job's sweep entry is this
+    // attempt's own. Any other case (an `unknown` attempt, whose answer records how it cleared; an attempt
+    // cancelled meanwhile, never claimed, or this write landed before) is decided by the domain on the item the
+    // failed condition returns.
+    u.condition("attribute_exists(#attempts.#n.seen_version) AND #attempts.#n.#state = :started");
     u.value(":started", s(AttemptState::Started.as_str()));
-    u.value(":unknown", s(AttemptState::Unknown.as_str()));
     // The compare-and-swap: the slot is taken only if it is free; a loser leaves it as it was.
     u.set("slot = if_not_exists(slot, :mine)");
     u.value(":mine", Slot::result(number, result.clone(), stamp.now));

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::SqliteError;
 use crate::domain::{
-    Attempt, AttemptRef, AttemptState, ContractRef, Fingerprint, IdempotencyKey, Job, JobId, Owner,
-    ProviderName, Timestamp, WriteToken,
+    Attempt, AttemptRef, AttemptState, Cleared, ClearedBy, ContractRef, Fingerprint,
+    IdempotencyKey, Job, JobId, Owner, ProviderName, Timestamp, WriteToken,
 };
 use crate::store::{Cursor, JobPage, StoreError};
 
@@ -24,7 +24,7 @@ pub(super) const JOB_ROW_BARE: &str = "id, owner, idempotency_key, fingerprint, 
                            cancelled_by, interventions, seq";
 pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of, \
-                               request, cancelled_by";
+                               request, cancelled_by, cleared_by, cleared_at";
 
 /// The condition that finds the job whose id is parameter `p`, through `jobs_by_id`: that index is ordered by how
 /// the id ends — `_` and its job's creation time in base 36 (`substr(id, 37)`; empty for the ids from before
@@ -172,7 +172,8 @@ pub(super) fn write_back(
                 let changed = tx.prepare_cached(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
-                                         writer = ?9, not_before = ?13, cancelled_by = ?14 \
+                                         writer = ?9, not_before = ?13, cancelled_by = ?14, \
+                                         cleared_by = ?15, cleared_at = ?16 \
                      WHERE job = ?10 AND number = ?11 AND state = ?12")?
         .execute(params![
                         attempt.state.as_str(),
@@ -189,6 +190,8 @@ pub(super) fn write_back(
                         old.state.as_str(),
                         attempt.not_before.map(|t| t.timestamp_millis()),
                         attempt.cancelled_by.as_ref().map(WriteToken::as_str),
+                        attempt.cleared.map(|c| c.by.as_str()),
+                        attempt.cleared.map(|c| c.at.timestamp_millis()),
                     ])?;
                 if changed != 1 {
                     return Err(SqliteError::GuardFailed("attempts").into());
@@ -207,7 +210,7 @@ fn interventions(job: &Job) -> Option<String> {
 
 fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"))?
         .execute(params![
             seq,
             a.number,
@@ -227,6 +230,8 @@ fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), Sto
             a.retry_of,
             a.request.as_ref().map(WriteToken::as_str),
             a.cancelled_by.as_ref().map(WriteToken::as_str),
+            a.cleared.map(|c| c.by.as_str()),
+            a.cleared.map(|c| c.at.timestamp_millis()),
         ])?;
     Ok(())
 }
@@ -407,6 +412,8 @@ struct AttemptRow {
     retry_of: Option<u32>,
     request: Option<String>,
     cancelled_by: Option<String>,
+    cleared_by: Option<String>,
+    cleared_at: Option<i64>,
 }
 
 impl AttemptRow {
@@ -429,6 +436,8 @@ impl AttemptRow {
             retry_of: row.get(14)?,
             request: row.get(15)?,
             cancelled_by: row.get(16)?,
+            cleared_by: row.get(17)?,
+            cleared_at: row.get(18)?,
         })
     }
 
@@ -454,6 +463,13 @@ impl AttemptRow {
             writer: self.writer.as_deref().map(token).transpose()?,
             request: self.request.as_deref().map(token).transpose()?,
             cancelled_by: self.cancelled_by.as_deref().map(token).transpose()?,
+            cleared: match (self.cleared_by, self.cleared_at) {
+                (Some(by), Some(at)) => Some(Cleared {
+                    by: ClearedBy::parse(&by).ok_or_else(|| corrupt("cleared_by", &by))?,
+                    at: millis(at)?,
+                }),
+                _ => None,
+            },
         })
     }
 }

@@ -55,6 +55,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     retry_of         INTEGER,
     request          TEXT,
     cancelled_by     TEXT,
+    cleared_by       TEXT,
+    cleared_at       INTEGER,
     PRIMARY KEY (job, number)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS qualifications (
@@ -221,8 +223,14 @@ CREATE INDEX IF NOT EXISTS jobs_needing_a_person ON jobs (updated_at DESC, id DE
 /// What version 9 changed in version 8: operators' acts on a job are kept with it.
 const SCHEMA_8_TO_9: &str = "ALTER TABLE jobs ADD COLUMN interventions TEXT;";
 
+/// What version 10 added to version 9: how an `unknown` attempt cleared, and when.
+const SCHEMA_9_TO_10: &str = "
+ALTER TABLE attempts ADD COLUMN cleared_by TEXT;
+ALTER TABLE attempts ADD COLUMN cleared_at INTEGER;
+";
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 9;
+const SCHEMA_VERSION: i64 = 10;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -235,16 +243,19 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             tx.execute_batch(INDEXES)?;
             tx.execute_batch(EVENTS)?;
         }
-        // Up to version 5 the tables are made again, as they are now; versions 6 to 8 gain the columns since.
+        // Up to version 5 the tables are made again, as they are now; versions 6 to 9 gain the columns since.
         1..=5 => from_before_events(&tx, version)?,
-        6..=8 => {
+        6..=9 => {
             if version == 6 {
                 from_before_events(&tx, version)?;
             }
             if version <= 7 {
                 tx.execute_batch(SCHEMA_7_TO_8)?;
             }
-            tx.execute_batch(SCHEMA_8_TO_9)?;
+            if version <= 8 {
+                tx.execute_batch(SCHEMA_8_TO_9)?;
+            }
+            tx.execute_batch(SCHEMA_9_TO_10)?;
         }
         SCHEMA_VERSION => {}
         newer => {

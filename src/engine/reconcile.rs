@@ -1,0 +1,225 @@
+//! The reconciler: what clears an `unknown` attempt without a person. Each sweep reads the jobs that need a person
+//! (`unknown` first come, newest first) and, for each `unknown` attempt no worker can still hear an answer for
+//! (its lease ended):
+//!
+//! - its provider [can be asked](crate::providers::Kind::can_be_asked): asked about the call, never called again.
+//!   An answer found is a late answer, written as one (it wins the slot by compare-and-swap, or is discarded); the
+//!   provider's "no such call" clears the attempt once the call is old enough that it cannot still be running
+//!   (`lookup_absent_after_ms`), and its provider is tried again: the work was not done, so no second call is paid;
+//!   a question unanswered is asked again at the next sweep.
+//! - its provider sets `unknown_retry_after_ms`: that long after its time-out the attempt is cleared by policy and
+//!   tried again, accepting a possible second paid call (on the bill: possibly paid).
+//! - otherwise it stays `unknown` for a person (`hold`).
+//!
+//! Every write goes through the same guarded transitions as a worker's: a clear the domain refuses (a late answer,
+//! a person, got there first) is no error.
+
+use chrono::Duration;
+
+use super::follow_up::Wrote;
+use super::{Claimed, Engine, Processed};
+use crate::domain::{
+    Attempt, AttemptRef, AttemptState, ClearedBy, Failover, Job, Timestamp, WriteToken,
+};
+use crate::providers::checks;
+use crate::providers::{ConfiguredProvider, Lookup, ProviderOutcome};
+use crate::queue::Message;
+use crate::store::{Cursor, StoreError};
+
+/// What one page of the reconciler came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Attempts cleared: by an answer found, a lookup that found none, or policy.
+    pub cleared: usize,
+    /// Where the next page starts, if there is one.
+    pub next: Option<Cursor>,
+}
+
+/// What the reconciler may do about one `unknown` attempt now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Ask its provider.
+    Ask,
+    /// Clear it by its provider's policy.
+    Policy,
+    /// Nothing yet, or nothing ever (`hold`: a person's).
+    Wait,
+}
+
+impl Engine {
+    /// One page of `unknown` jobs, from `cursor`, each attempt cleared as far as it can be now.
+    pub async fn reconcile_page(
+        &self,
+        cursor: Option<&Cursor>,
+        deadline: Option<Timestamp>,
+    ) -> Result<Reconciled, StoreError> {
+        let page = self
+            .needing_a_person(
+                Some(crate::domain::JobStatus::Unknown),
+                self.settings.sweep_batch,
+                cursor,
+            )
+            .await?;
+        let mut done = Reconciled {
+            cleared: 0,
+            next: page.next_cursor,
+        };
+        for job in page.jobs {
+            if deadline.is_some_and(|deadline| self.clock.now() >= deadline) {
+                break;
+            }
+            let Some(attempt) = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown)
+            else {
+                continue;
+            };
+            let number = attempt.number;
+            let cleared = match self.due(attempt) {
+                Due::Ask => self.ask(&job, number, deadline).await?,
+                Due::Policy => self.clear(&job, number, ClearedBy::Policy).await?,
+                Due::Wait => false,
+            };
+            done.cleared += usize::from(cleared);
+        }
+        Ok(done)
+    }
+
+    /// What may be done about `attempt` now: nothing while a worker may still hear its answer (its lease); then
+    /// ask its provider if it can be asked, or clear it by policy once its time has come.
+    fn due(&self, attempt: &Attempt) -> Due {
+        let now = self.clock.now();
+        if attempt.lease_expires_at.is_some_and(|end| now < end) {
+            return Due::Wait;
+        }
+        let Some(provider) = self.providers.get(&attempt.provider) else {
+            return Due::Wait;
+        };
+        if provider.config.kind.kind().can_be_asked() {
+            return Due::Ask;
+        }
+        let Some(after) = provider.config.limits.unknown_retry_after_ms else {
+            return Due::Wait;
+        };
+        let timed_out = call_start(attempt) + provider.config.timeout();
+        match now >= timed_out + ms(after) {
+            true => Due::Policy,
+            false => Due::Wait,
+        }
+    }
+
+    /// Asks the provider of attempt `number` about its call, bounded by the provider's timeout, and writes what
+    /// it learns. Whether the attempt was cleared.
+    async fn ask(
+        &self,
+        job: &Job,
+        number: u32,
+        deadline: Option<Timestamp>,
+    ) -> Result<bool, StoreError> {
+        let attempt = job.attempt(number).expect("the unknown attempt");
+        let (Some(contract), Some(provider)) = (
+            self.contracts.get(&job.contract),
+            self.providers.get(&attempt.provider),
+        ) else {
+            return Ok(false);
+        };
+        let prepared = match checks::prepare(
+            contract,
+            provider,
+            &job.input,
+            attempt_key(job, number),
+        ) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                tracing::warn!(job_id = %job.id, attempt = number, code = %error.code, "the attempt's request cannot be made again to ask about it");
+                return Ok(false);
+            }
+        };
+        let left = deadline.map_or(Duration::MAX, |deadline| deadline - self.clock.now());
+        let looked = tokio::select! {
+            looked = provider.client.look_up(&prepared.request) => looked,
+            () = self.clock.sleep(provider.config.timeout().min(left)) => Lookup::Failed(crate::domain::ErrorInfo::new(
+                "timeout",
+                "the provider did not answer the lookup in time",
+            )),
+        };
+        match looked {
+            Lookup::Found(reply) if !matches!(reply.outcome, ProviderOutcome::Lost(_)) => {
+                tracing::info!(job_id = %job.id, attempt = number, "found the unknown attempt's answer at its provider");
+                let message =
+                    Message::new(attempt_ref(job, number), Some(attempt.provider.clone()));
+                let claimed =
+                    Claimed::asked(job.clone(), message, deadline, provider.clone(), prepared);
+                let processed = self.settle_found(&claimed, reply).await?;
+                Ok(processed != Processed::Dropped)
+            }
+            Lookup::NotFound if self.absent(attempt, provider) => {
+                tracing::info!(job_id = %job.id, attempt = number, "the provider has no such call: the work was not done");
+                self.clear(job, number, ClearedBy::Lookup).await
+            }
+            Lookup::NotFound => Ok(false),
+            Lookup::Found(reply) => {
+                tracing::warn!(job_id = %job.id, attempt = number, ?reply, "the lookup's answer was lost: asked again at the next sweep");
+                Ok(false)
+            }
+            Lookup::Failed(error) => {
+                tracing::warn!(job_id = %job.id, attempt = number, code = %error.code, message = %error.message, "the provider could not be asked: asked again at the next sweep");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Whether the provider's "no such call" about `attempt` means the work was not done: the call started long
+    /// enough ago that it cannot still be running, nor its record still be on its way.
+    fn absent(&self, attempt: &Attempt, provider: &ConfiguredProvider) -> bool {
+        let after = ms(provider.config.limits.lookup_absent_after_ms);
+        self.clock.now() >= call_start(attempt) + after
+    }
+
+    /// Clears `unknown` attempt `number` of `job` without an answer, `by` a lookup or policy, its retry or failover
+    /// queued in the same write and dispatched after it. Whether this write cleared it (a late answer or a person
+    /// may have got there first).
+    async fn clear(&self, job: &Job, number: u32, by: ClearedBy) -> Result<bool, StoreError> {
+        let token = WriteToken::new();
+        let written = self
+            .persist("clear", &token, self.write_deadline(), |stamp| async move {
+                let failover = Failover {
+                    retry: Some(self.retry_policy(job, number)),
+                    jitter_permille: fastrand::u16(0..=1000),
+                    ..self.failover(job).await?
+                };
+                (self.store)
+                    .clear_unknown(&job.id, number, by, &failover, &stamp)
+                    .await
+            })
+            .await;
+        match written {
+            Ok(after) => {
+                tracing::warn!(job_id = %job.id, attempt = number, by = by.as_str(), "unknown attempt cleared");
+                self.follow_up(&after, Wrote::Cleared(number)).await?;
+                Ok(true)
+            }
+            Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The identity attempt `number` of `job` carries to its provider (`Idempotency-Key`, metadata): `<job id>:<n>`.
+pub(super) fn attempt_key(job: &Job, number: u32) -> String {
+    format!("{}:{}", job.id, number)
+}
+
+fn attempt_ref(job: &Job, number: u32) -> AttemptRef {
+    AttemptRef {
+        job_id: job.id.clone(),
+        number,
+    }
+}
+
+/// When the attempt's call started (its claim), or at the latest could have.
+fn call_start(attempt: &Attempt) -> Timestamp {
+    attempt.started_at.unwrap_or(attempt.created_at)
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX / 1_000_000))
+}
