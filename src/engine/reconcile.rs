@@ -83,6 +83,18 @@ impl Engine {
         Ok(done)
     }
 
+    /// Whether `job` waits on an `unknown` attempt that the reconciler clears by itself (its provider can be asked,
+    /// or has a retry policy): no person is needed for it.
+    pub fn clears_itself(&self, job: &Job) -> bool {
+        let unknown = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
+        unknown
+            .and_then(|a| self.providers.get(&a.provider))
+            .is_some_and(|p| {
+                p.config.kind.kind().can_be_asked()
+                    || p.config.limits.unknown_retry_after_ms.is_some()
+            })
+    }
+
     /// What may be done about `attempt` now: nothing while a worker may still hear its answer (its lease); then
     /// ask its provider if it can be asked, or clear it by policy once its time has come.
     fn due(&self, attempt: &Attempt) -> Due {

@@ -25,6 +25,8 @@ pub struct UsageRow {
     pub failed: Share,
     /// Attempts whose cost is not known (no answer yet), and attempts that reported usage with no price.
     pub unknown_attempts: u32,
+    /// Attempts cleared by their provider's retry policy with no answer since (possibly paid twice).
+    pub possibly_paid_attempts: u32,
     pub unpriced_attempts: u32,
 }
 
@@ -127,6 +129,7 @@ impl Engine {
                         discarded: Share::default(),
                         failed: Share::default(),
                         unknown_attempts: 0,
+                        possibly_paid_attempts: 0,
                         unpriced_attempts: 0,
                     });
                 row.jobs += 1;
@@ -134,6 +137,7 @@ impl Engine {
                 row.discarded = row.discarded.plus(&bill.discarded);
                 row.failed = row.failed.plus(&bill.failed);
                 row.unknown_attempts += bill.unknown.len() as u32;
+                row.possibly_paid_attempts += bill.possibly_paid.len() as u32;
                 row.unpriced_attempts += bill.unpriced.len() as u32;
             }
             match page.next_cursor {

@@ -1,5 +1,7 @@
-//! The operators' view: every owner's jobs that need a person (`unknown`: an attempt may still be working;
-//! `failed`), the latest to need one first. An operator acts on one through the job endpoints themselves
+//! The operators' view: every owner's jobs that need a person (`unknown`: an attempt may still be working, and
+//! neither its provider can be asked about it nor a retry policy clears it; `failed`), the latest to need one
+//! first. A page may hold fewer jobs than its limit (those the reconciler clears by itself are left out); its
+//! `next_cursor` goes on. An operator acts on one through the job endpoints themselves
 //! (`/v1/jobs/{id}/attempts`, `…/cancel`), on its owner's behalf; the job records who did what.
 
 use axum::Json;
@@ -71,6 +73,7 @@ pub async fn needing_a_person(
     let now = engine.clock.now();
     Ok(Json(JobList {
         jobs: (page.jobs.iter())
+            .filter(|job| !engine.clears_itself(job))
             .map(|job| JobView::new(job, now, engine.currency()))
             .collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),

@@ -59,6 +59,9 @@ pub struct BillView {
     /// Attempts whose call may have been billed but whose usage is not known: `unknown`, in flight, or cancelled
     /// after their call began. Their cost is known only if their answer arrives; it is not zero.
     pub unknown_attempts: Vec<u32>,
+    /// Attempts whose `unknown` was cleared by their provider's retry policy, with no answer since: their call
+    /// may have been billed as well as the retry's.
+    pub possibly_paid_attempts: Vec<u32>,
     /// Attempts that reported usage with no price configured for their provider: tokens counted, cost not.
     pub unpriced_attempts: Vec<u32>,
     /// Whether `total` is the whole cost (nothing unknown, nothing unpriced).
@@ -74,6 +77,7 @@ impl BillView {
             discarded: ShareView::from(&bill.discarded),
             failed: ShareView::from(&bill.failed),
             unknown_attempts: bill.unknown.clone(),
+            possibly_paid_attempts: bill.possibly_paid.clone(),
             unpriced_attempts: bill.unpriced.clone(),
             complete: bill.complete(),
         }
@@ -106,6 +110,7 @@ pub struct UsageRowView {
     pub discarded: ShareView,
     pub failed: ShareView,
     pub unknown_attempts: u32,
+    pub possibly_paid_attempts: u32,
     pub unpriced_attempts: u32,
 }
 
@@ -120,6 +125,7 @@ impl From<&UsageRow> for UsageRowView {
             discarded: ShareView::from(&row.discarded),
             failed: ShareView::from(&row.failed),
             unknown_attempts: row.unknown_attempts,
+            possibly_paid_attempts: row.possibly_paid_attempts,
             unpriced_attempts: row.unpriced_attempts,
         }
     }

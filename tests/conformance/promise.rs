@@ -4,7 +4,9 @@
 //! not charged a try; a cancelled attempt's answer is in time by when it came.
 
 mod providers;
+mod reconcile;
 pub(crate) use providers::*;
+pub(crate) use reconcile::*;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -121,10 +121,26 @@ pub(crate) enum Reply {
     Unavailable(u64),
     /// Nothing until the gate opens, then the gate's answer.
     Held(Gate),
+    /// Does the work — answers this JSON, kept as a stored completion when the call asked for `store` — then
+    /// loses the answer on the way back, as the [`Loss`] says.
+    AfterWork(Value, Loss),
+    /// Loses the call before doing any work (nothing is stored), as the [`Loss`] says.
+    BeforeWork(Loss),
 
     /// As OpenAI's reasoning models answer: 400 `unsupported_parameter` to a body with `max_tokens`, 400
     /// `unsupported_value` to a temperature other than 1, else this JSON.
     Reasoning(Value),
+}
+
+/// How an answer is lost on its way back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// The connection closes without a word.
+    Dropped,
+    /// A 500 instead of the answer.
+    ServerError,
+    /// No answer ever: the call hangs until the caller gives up.
+    Never,
 }
 
 /// Holds a [`Reply::Held`] answer back until the test opens it.
@@ -157,6 +173,12 @@ struct Script {
     /// Used once the script is spent.
     otherwise: Reply,
     calls: watch::Sender<Vec<Call>>,
+    /// The chat completions done for calls that asked for `store`, as OpenAI keeps them (with their `metadata`).
+    stored: Mutex<Vec<Value>>,
+    /// The queries of the stored completions it was asked (`GET /v1/chat/completions`): never calls.
+    lookups: Mutex<Vec<String>>,
+    /// Whether a lookup is answered 500.
+    lookups_fail: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -261,11 +283,15 @@ impl StandIn {
             replies: Mutex::new(replies.into()),
             otherwise,
             calls: watch::Sender::new(Vec::new()),
+            stored: Mutex::new(Vec::new()),
+            lookups: Mutex::new(Vec::new()),
+            lookups_fail: std::sync::atomic::AtomicBool::new(false),
         });
         let app = axum::Router::new()
             .route(
                 "/v1/chat/completions",
-                post(|state, uri, headers, body| respond(Wire::OpenAi, state, uri, headers, body)),
+                post(|state, uri, headers, body| respond(Wire::OpenAi, state, uri, headers, body))
+                    .get(list_stored),
             )
             .route(
                 "/v1/messages",
@@ -304,6 +330,21 @@ impl StandIn {
         self.script.calls.borrow().len()
     }
 
+    /// The calls whose work was done and stored (what the provider billed, where the call asked for `store`).
+    pub(crate) fn stored_count(&self) -> usize {
+        self.script.stored.lock().unwrap().len()
+    }
+
+    /// The lookups it was asked, by their query.
+    pub(crate) fn lookups(&self) -> Vec<String> {
+        self.script.lookups.lock().unwrap().clone()
+    }
+
+    /// From now on every lookup is answered 500 (`false`: answered again).
+    pub(crate) fn fail_lookups(&self, fail: bool) {
+        (self.script.lookups_fail).store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Waits (on the stand-in's own notice, not on time) until it has received `n` calls.
     pub(crate) async fn received(&self, n: usize) {
         let mut calls = self.script.calls.subscribe();
@@ -311,6 +352,75 @@ impl StandIn {
             .await
             .unwrap_or_else(|_| panic!("the stand-in never received {n} calls"))
             .unwrap();
+    }
+}
+
+/// OpenAI's list of stored chat completions, filtered by every `metadata[KEY]=VALUE` of the query, oldest first,
+/// at most `limit` (default 20).
+async fn list_stored(
+    State(script): State<Arc<Script>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    script.lookups.lock().unwrap().push(query.clone());
+    if script
+        .lookups_fail
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "lookups are down").into_response();
+    }
+    let url = reqwest::Url::parse(&format!("http://stand-in/?{query}")).unwrap();
+    let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+    let wanted: Vec<(&str, &str)> = (pairs.iter())
+        .filter_map(|(k, v)| {
+            let key = k.strip_prefix("metadata[")?.strip_suffix(']')?;
+            Some((key, v.as_str()))
+        })
+        .collect();
+    let limit = (pairs.iter())
+        .find(|(k, _)| k == "limit")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(20);
+    let stored = script.stored.lock().unwrap();
+    let found: Vec<&Value> = (stored.iter())
+        .filter(|c| wanted.iter().all(|(k, v)| c["metadata"][*k] == *v))
+        .collect();
+    let data: Vec<&Value> = found.iter().take(limit).copied().collect();
+    Json(json!({
+        "object": "list",
+        "data": data,
+        "first_id": data.first().map(|c| c["id"].clone()),
+        "last_id": data.last().map(|c| c["id"].clone()),
+        "has_more": found.len() > limit,
+    }))
+    .into_response()
+}
+
+/// The call's answer, kept as a stored completion (with the call's `metadata`) if it was an OpenAI call that asked
+/// for `store`, as OpenAI keeps it.
+fn done(script: &Script, wire: Wire, sent: &Value, mut answer: Value) -> Value {
+    if wire == Wire::OpenAi && sent["store"] == true {
+        let mut stored = script.stored.lock().unwrap();
+        answer["id"] = json!(format!("chatcmpl-stand-in-{}", stored.len() + 1));
+        let mut kept = answer.clone();
+        kept["metadata"] = sent["metadata"].clone();
+        stored.push(kept);
+    }
+    answer
+}
+
+/// The answer lost on its way back, as `loss` says.
+async fn lost(loss: Loss) -> Response {
+    match loss {
+        // The connection's task ends without a response: hyper closes it, and the caller reads no answer. (No panic
+        // message: the unwind carries none.)
+        Loss::Dropped => std::panic::resume_unwind(Box::new("the connection is dropped")),
+        Loss::ServerError => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the server failed after the work",
+        )
+            .into_response(),
+        Loss::Never => std::future::pending().await,
     }
 }
 
@@ -356,7 +466,25 @@ async fn respond(
         .pop_front()
         .unwrap_or_else(|| script.otherwise.clone());
     match reply {
-        Reply::Answer(output) => Json(answer(wire, Answer::Json(output), honest)).into_response(),
+        Reply::Answer(output) => {
+            let done = done(
+                &script,
+                wire,
+                &sent,
+                answer(wire, Answer::Json(output), honest),
+            );
+            Json(done).into_response()
+        }
+        Reply::AfterWork(output, loss) => {
+            done(
+                &script,
+                wire,
+                &sent,
+                answer(wire, Answer::Json(output), honest),
+            );
+            lost(loss).await
+        }
+        Reply::BeforeWork(loss) => lost(loss).await,
         Reply::Prose(text) => Json(answer(wire, Answer::Prose(text), honest)).into_response(),
         Reply::Truncated(output) => Json(answer(wire, Answer::Json(output), 1)).into_response(),
         Reply::EchoKey(width) => {
@@ -430,7 +558,13 @@ async fn respond(
                 .unwrap()
                 .clone()
                 .unwrap();
-            Json(answer(wire, Answer::Json(output), honest)).into_response()
+            let done = done(
+                &script,
+                wire,
+                &sent,
+                answer(wire, Answer::Json(output), honest),
+            );
+            Json(done).into_response()
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::attempt::{Attempt, AttemptState};
+use super::attempt::{Attempt, AttemptState, ClearedBy};
 use super::ids::ProviderName;
 use super::job::Job;
 use super::report::CallReport;
@@ -161,6 +161,9 @@ pub struct Bill {
     /// Attempts whose call may have been billed and whose usage is not known: `unknown`, in flight, or cancelled
     /// after their call began with no answer since. Their cost is known only if their answer arrives.
     pub unknown: Vec<u32>,
+    /// Attempts cleared by their provider's retry policy (`unknown_retry_after_ms`) with no answer since: their
+    /// call may have been billed as well as the retry's. Their cost is known only if their answer arrives.
+    pub possibly_paid: Vec<u32>,
     /// Attempts that reported usage no price was configured for: tokens counted, cost not.
     pub unpriced: Vec<u32>,
 }
@@ -178,6 +181,13 @@ impl Bill {
                 // A cancelled attempt whose provider answered without a result after all: what it said is kept.
                 AttemptState::Cancelled if attempt.error.is_some() => bill.failed.add(report),
                 AttemptState::Unknown | AttemptState::Started => bill.unknown.push(attempt.number),
+                // The provider, asked, had no such call: nothing was done, nothing billed.
+                AttemptState::Cancelled if cleared(attempt, ClearedBy::Lookup) => {}
+                AttemptState::Cancelled
+                    if called(attempt) && cleared(attempt, ClearedBy::Policy) =>
+                {
+                    bill.possibly_paid.push(attempt.number);
+                }
                 AttemptState::Cancelled if called(attempt) => bill.unknown.push(attempt.number),
                 AttemptState::Cancelled | AttemptState::Queued => {}
             }
@@ -195,10 +205,15 @@ impl Bill {
         self.won.plus(&self.discarded).plus(&self.failed)
     }
 
-    /// Whether the total is the whole cost: no attempt's cost is unknown or unpriced.
+    /// Whether the total is the whole cost: no attempt's cost is unknown, possibly paid or unpriced.
     pub fn complete(&self) -> bool {
-        self.unknown.is_empty() && self.unpriced.is_empty()
+        self.unknown.is_empty() && self.possibly_paid.is_empty() && self.unpriced.is_empty()
     }
+}
+
+/// Whether the attempt left `unknown` by `by`.
+fn cleared(attempt: &Attempt, by: ClearedBy) -> bool {
+    attempt.cleared.is_some_and(|c| c.by == by)
 }
 
 /// Whether a cancelled attempt's call had begun (it was claimed) with no answer recorded since.

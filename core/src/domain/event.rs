@@ -343,6 +343,7 @@ pub fn body(job: &Job, event: &EventDelivery, currency: &str) -> serde_json::Val
                 "output_tokens": total.output_tokens,
                 "discarded_cost": amount(bill.discarded.cost_nanos),
                 "unknown_attempts": bill.unknown,
+                "possibly_paid_attempts": bill.possibly_paid,
                 "complete": bill.complete(),
             },
         },

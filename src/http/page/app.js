@@ -328,6 +328,9 @@ function renderBill(bill) {
   $("job-bill").tBodies[0].replaceChildren(row("kept", bill.won), row("discarded", bill.discarded),
     row("failed", bill.failed), row("total", bill.total));
   const notes = [];
+  if (bill.possibly_paid_attempts.length) {
+    notes.push(`Attempt ${bill.possibly_paid_attempts.join(", ")}: retried by the provider's policy while its answer was unknown, so it may have been billed as well as the retry.`);
+  }
   if (bill.unknown_attempts.length) {
     notes.push(`Attempt ${bill.unknown_attempts.join(", ")}: no answer yet, so its cost is not known (it may have been billed).`);
   }
@@ -411,11 +414,20 @@ function lanes(job, limits) {
     else if (a.state === "discarded") {
       outcome = job.completed_by ? `discarded — lost to #${job.completed_by}` : "discarded — job cancelled";
     } else if (a.error) outcome = `${a.state}: ${a.error.code}`;
+    if (a.cleared) {
+      const how = {
+        late_answer: "its late answer",
+        lookup: "asking the provider",
+        policy: "the provider's retry policy (may be paid twice)",
+        person: "a person",
+      }[a.cleared.by] ?? a.cleared.by;
+      outcome += ` · unknown cleared by ${how} at ${new Date(a.cleared.at).toLocaleTimeString()}`;
+    }
     const elapsed = `${((finished - (started ?? created)) / 1000).toFixed(1)} s`;
     return el("div", {
       className: `lane ${a.state}${winner ? " winner" : ""}`,
       role: "listitem",
-      dataset: { attempt: String(a.number), state: a.state },
+      dataset: { attempt: String(a.number), state: a.state, cleared: a.cleared?.by ?? "" },
       "aria-label": `Attempt ${a.number} on ${a.provider}: ${a.state}${winner ? ", winner" : ""}`,
     },
     el("span", { className: "who" }, `#${a.number} ${a.provider}${a.retry_of ? ` (retry of #${a.retry_of})` : ""}`),

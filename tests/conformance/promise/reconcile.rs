@@ -1,0 +1,316 @@
+//! The reconciler, on every store: an `unknown` attempt clears without a person — by asking a provider that keeps
+//! its calls (never by calling it again), or by a provider's stated retry policy — through the same guarded
+//! transitions as a worker's answer. Exact counts throughout: calls made, calls whose work was done (the stand-in's
+//! stored completions: what the provider billed), lookups asked.
+
+use onejob::domain::ClearedBy;
+use onejob::providers::{ProviderConfig, ProviderKind};
+
+use super::*;
+use crate::support::stand_in::{Loss, anthropic};
+
+/// An openai provider at `base_url` that stores its calls, to be asked about them.
+fn storing(base_url: String) -> ProviderConfig {
+    let mut config = openai(base_url);
+    let ProviderKind::Openai(settings) = &mut config.kind else {
+        unreachable!("an openai provider")
+    };
+    settings.store = Some(true);
+    config
+}
+
+/// The attempt's state and how it left `unknown`.
+fn cleared(job: &Job, number: u32) -> (AttemptState, Option<ClearedBy>) {
+    let attempt = job.attempt(number).unwrap();
+    (attempt.state, attempt.cleared.map(|c| c.by))
+}
+
+/// Runs the attempt `message` names to `unknown`: at once for a lost answer, after the time-out and the late
+/// window for one that never comes.
+async fn to_unknown(
+    rig: &Rig,
+    provider: &StandIn,
+    job: &Job,
+    message: &onejob::domain::AttemptRef,
+    loss: Loss,
+) {
+    if loss == Loss::Never {
+        let calls = provider.call_count();
+        let step = rig.process_in_background(message);
+        provider.received(calls + 1).await;
+        rig.advance(TIMEOUT_MS);
+        rig.until(job, |j| {
+            j.attempt(message.number).unwrap().state == AttemptState::Unknown
+        })
+        .await;
+        rig.advance(LATE_MS);
+        assert_eq!(step.await.unwrap(), Processed::Unknown);
+    } else {
+        assert_eq!(rig.process(message).await, Processed::Unknown, "{loss:?}");
+    }
+}
+
+/// The lease of every attempt, in milliseconds: until it ends, a worker may still hear the answer.
+fn lease_ms(rig: &Rig) -> u64 {
+    rig.engine.lease().num_milliseconds() as u64
+}
+
+/// The work was done and its answer lost — the connection dropped, a 500 after the work, no answer ever: the
+/// reconciler finds the stored answer once no worker can still hear it, and writes it as a late answer. One call,
+/// one billed, the fallback never called, no second attempt; the attempt says it was cleared by a lookup.
+pub(crate) async fn a_lost_answer_is_found_at_the_provider_not_bought_again(
+    store: Arc<dyn JobStore>,
+) {
+    for loss in [Loss::Dropped, Loss::ServerError, Loss::Never] {
+        let primary = StandIn::spawn(
+            vec![Reply::AfterWork(summary("found"), loss)],
+            Reply::Answer(summary("bought again")),
+        )
+        .await;
+        let fallback = StandIn::answering(summary("B")).await;
+        let mut rig = Rig::new(
+            store.clone(),
+            storing(primary.base_url()),
+            openai(fallback.base_url()),
+        );
+        record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
+        let (job, message) = rig.create(&format!("found-{loss:?}")).await;
+        to_unknown(&rig, &primary, &job, &message, loss).await;
+        // A worker may still hear the answer until the lease ends: nobody asks before.
+        assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+        assert!(
+            primary.lookups().is_empty(),
+            "{loss:?}: asked within the lease"
+        );
+        rig.advance(lease_ms(&rig));
+        assert_eq!(
+            sweep(&rig.engine, None).await.unwrap().cleared,
+            1,
+            "{loss:?}"
+        );
+        let done = rig.job(&job).await;
+        assert_eq!(done.status(), JobStatus::Succeeded, "{loss:?}");
+        assert_eq!(done.result, Some(summary("found")));
+        assert_eq!(
+            cleared(&done, 1),
+            (AttemptState::Succeeded, Some(ClearedBy::Lookup))
+        );
+        assert_eq!(done.attempts.len(), 1, "{loss:?}: no second attempt");
+        assert!(rig.no_message());
+        assert_eq!(
+            (
+                primary.call_count(),
+                primary.stored_count(),
+                fallback.call_count()
+            ),
+            (1, 1, 0),
+            "{loss:?}"
+        );
+        let asked = primary.lookups();
+        assert_eq!(asked.len(), 1, "{loss:?}: {asked:?}");
+        assert!(
+            asked[0].contains(&format!("metadata%5Bonejob_attempt%5D={}%3A1", job.id)),
+            "{asked:?}"
+        );
+        let call = &primary.calls()[0].body;
+        assert_eq!(call["store"], true);
+        assert_eq!(call["metadata"]["onejob_attempt"], format!("{}:1", job.id));
+        // Nothing left for a person, nothing more for the reconciler.
+        assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+        assert_eq!(
+            rig.metric(
+                "onejob_unknown_cleared_total",
+                &[("by", "lookup"), ("provider", "primary")]
+            ),
+            1.0
+        );
+    }
+}
+
+/// The call was lost before any work: the provider has no such call. Until the call is old enough that it cannot
+/// still be running, that proves nothing and the attempt waits; then it is cleared by the lookup and its provider is
+/// tried again, as a retry of it — two calls, one billed, the intent answered.
+pub(crate) async fn a_call_the_provider_never_did_is_tried_again_once_its_absence_is_sure(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::spawn(
+        vec![Reply::BeforeWork(Loss::Dropped)],
+        Reply::Answer(summary("A")),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        storing(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("never-did").await;
+    to_unknown(&rig, &primary, &job, &message, Loss::Dropped).await;
+    rig.advance(lease_ms(&rig));
+    assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+    assert_eq!(primary.lookups().len(), 1);
+    let waiting = rig.job(&job).await;
+    assert_eq!(cleared(&waiting, 1), (AttemptState::Unknown, None));
+    // Absence is sure 15 minutes after the call started.
+    let absent_ms = ProviderConfig::of(ProviderKind::Demo(Default::default()))
+        .limits
+        .lookup_absent_after_ms;
+    rig.advance(absent_ms - lease_ms(&rig));
+    assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 1);
+    let cleared_job = rig.job(&job).await;
+    assert_eq!(
+        cleared(&cleared_job, 1),
+        (AttemptState::Cancelled, Some(ClearedBy::Lookup))
+    );
+    let retry = cleared_job.attempt(2).unwrap();
+    assert_eq!(
+        (retry.state, retry.provider.as_str(), retry.retry_of),
+        (AttemptState::Queued, "primary", Some(1))
+    );
+    // Not paid: the bill counts no unknown cost for it.
+    assert!(onejob::domain::Bill::of(&cleared_job).unknown.is_empty());
+    let second = rig.message().await;
+    assert_eq!(second.number, 2, "dispatched at once");
+    assert_eq!(rig.process(&second).await, Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(done.result, Some(summary("A")));
+    assert_eq!(
+        (
+            primary.call_count(),
+            primary.stored_count(),
+            fallback.call_count()
+        ),
+        (2, 1, 0)
+    );
+}
+
+/// A provider that cannot be asked (no stored calls): without a policy its `unknown` waits for a person, in the
+/// operators' list; with `unknown_retry_after_ms` it is tried again that long after its time-out, recorded as
+/// cleared by policy and possibly paid on the bill — and never before the lease ends.
+pub(crate) async fn an_unknown_no_provider_can_answer_waits_for_its_policy_or_a_person(
+    store: Arc<dyn JobStore>,
+) {
+    // Longer than the lease (the longest listen of any provider configured, and its margin).
+    let retry_after_ms = 600_000;
+    for policy in [Some(retry_after_ms), None] {
+        let primary = StandIn::spawn(
+            vec![Reply::AfterWork(summary("lost"), Loss::Dropped)],
+            Reply::Answer(summary("again")),
+        )
+        .await;
+        let mut config = anthropic(primary.base_url());
+        config.limits.unknown_retry_after_ms = policy;
+        let fallback = StandIn::answering(summary("B")).await;
+        let mut rig = Rig::new(store.clone(), config, openai(fallback.base_url()));
+        let (job, message) = rig.create(&format!("policy-{policy:?}")).await;
+        to_unknown(&rig, &primary, &job, &message, Loss::Dropped).await;
+        assert_eq!(
+            rig.engine.clears_itself(&rig.job(&job).await),
+            policy.is_some()
+        );
+        rig.advance(lease_ms(&rig));
+        let early = sweep(&rig.engine, None).await.unwrap().cleared;
+        assert_eq!(
+            early,
+            0,
+            "{:#?} at {}",
+            rig.job(&job).await,
+            rig.clock.now()
+        );
+        rig.advance(retry_after_ms + TIMEOUT_MS);
+        let swept = sweep(&rig.engine, None).await.unwrap();
+        let after = rig.job(&job).await;
+        if policy.is_none() {
+            assert_eq!(swept.cleared, 0);
+            assert_eq!(cleared(&after, 1), (AttemptState::Unknown, None));
+            assert_eq!(primary.call_count(), 1);
+            let listed = rig
+                .engine
+                .needing_a_person(Some(JobStatus::Unknown), 100, None)
+                .await
+                .unwrap();
+            assert!(listed.jobs.iter().any(|j| j.id == job.id));
+            continue;
+        }
+        assert_eq!(swept.cleared, 1);
+        assert_eq!(
+            cleared(&after, 1),
+            (AttemptState::Cancelled, Some(ClearedBy::Policy))
+        );
+        let bill = onejob::domain::Bill::of(&after);
+        assert_eq!(
+            (bill.possibly_paid.clone(), bill.unknown.clone()),
+            (vec![1], vec![])
+        );
+        assert!(!bill.complete());
+        let second = rig.message().await;
+        assert_eq!(second.number, 2);
+        assert_eq!(rig.process(&second).await, Processed::Succeeded);
+        assert_eq!(rig.job(&job).await.result, Some(summary("again")));
+        assert_eq!((primary.call_count(), fallback.call_count()), (2, 0));
+    }
+}
+
+/// Two sweepers (two processes) ask about the same `unknown` attempt at once: both find the answer, one write
+/// clears it and the other finds it cleared — one result, one attempt, one clearing counted.
+pub(crate) async fn two_reconcilers_clear_an_unknown_once(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(
+        vec![Reply::AfterWork(summary("found"), Loss::Dropped)],
+        Reply::Answer(summary("bought again")),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let process = || {
+        Rig::new(
+            store.clone(),
+            storing(primary.base_url()),
+            openai(fallback.base_url()),
+        )
+    };
+    let (mut first, second) = (process(), process());
+    let (job, message) = first.create("two-sweepers").await;
+    to_unknown(&first, &primary, &job, &message, Loss::Dropped).await;
+    for rig in [&first, &second] {
+        rig.advance(lease_ms(rig));
+    }
+    let (a, b) = tokio::join!(sweep(&first.engine, None), sweep(&second.engine, None));
+    assert_eq!(a.unwrap().cleared + b.unwrap().cleared, 1);
+    let done = first.job(&job).await;
+    assert_eq!(done.result, Some(summary("found")));
+    assert_eq!(done.attempts.len(), 1);
+    assert_eq!(primary.call_count(), 1);
+    let counted = |rig: &Rig| rig.metric("onejob_unknown_cleared_total", &[("by", "lookup")]);
+    assert_eq!(counted(&first) + counted(&second), 1.0);
+}
+
+/// A lookup the provider does not answer (a 500) changes nothing and calls nothing; the next sweep asks again and
+/// finds the answer.
+pub(crate) async fn a_lookup_that_fails_is_asked_again_and_never_calls(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(
+        vec![Reply::AfterWork(summary("found"), Loss::ServerError)],
+        Reply::Answer(summary("bought again")),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        storing(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("lookup-fails").await;
+    to_unknown(&rig, &primary, &job, &message, Loss::ServerError).await;
+    rig.advance(lease_ms(&rig));
+    primary.fail_lookups(true);
+    for _ in 0..2 {
+        assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+    }
+    assert_eq!(
+        cleared(&rig.job(&job).await, 1),
+        (AttemptState::Unknown, None)
+    );
+    primary.fail_lookups(false);
+    assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 1);
+    assert_eq!(rig.job(&job).await.result, Some(summary("found")));
+    assert_eq!(primary.lookups().len(), 3);
+    assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
+}
