@@ -303,9 +303,11 @@ impl HttpEndpoint {
 /// - refused or unreachable: nothing was sent, so nothing was done → failed (`connection_failed`);
 /// - lost after sending, or while reading the answer → lost (`connection_lost`): the attempt becomes unknown;
 /// - an error status, by [`meaning`]: lost where the work may have been done (a gateway's time-out, a provider's
-///   5xx), else failed, with `Retry-After` kept in the report. `rate_limited`, `provider_unavailable` and
-///   `connection_failed` say the work was not done: the engine may queue a retry on the same provider, as a new
-///   attempt, never a hidden loop.
+///   5xx), else failed, with the wait it asked for kept in the report (`retry-after-ms`, else `Retry-After`).
+///   `rate_limited`, `provider_unavailable` and `connection_failed` say the work was not done: the engine may queue
+///   a retry on the same provider, as a new attempt, never a hidden loop — unless the provider said
+///   `x-should-retry: false` (OpenAI's, Anthropic's: an exhausted quota, say), which makes it `provider_refused`,
+///   for failover, its effect on the breaker unchanged.
 pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Reply> {
     let response = match call.send().await {
         Ok(response) => response,
@@ -315,7 +317,9 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
         Err(e) => return Err(ProviderOutcome::Lost(transport_error("connection_lost", &e)).into()),
     };
     let status = response.status();
-    let retry_after_s = retry_after_s(response.headers().get(reqwest::header::RETRY_AFTER));
+    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok());
+    let wait_ms = retry_wait_ms(header("retry-after"), header("retry-after-ms"));
+    let no_retry = header("x-should-retry").is_some_and(|v| v.trim().eq_ignore_ascii_case("false"));
     let text = (response.text().await).map_err(|e| {
         Reply::from(ProviderOutcome::Lost(transport_error(
             "connection_lost",
@@ -331,12 +335,17 @@ pub(crate) async fn exchange(call: reqwest::RequestBuilder) -> Result<String, Re
             format!("HTTP {status}: {}", error_text(&text)),
         ))
         .into()),
-        Meaning::Failed(code) => Err(refused(
-            code,
-            status.as_u16(),
-            &error_text(&text),
-            retry_after_s,
-        )),
+        Meaning::Failed(code) if no_retry && crate::domain::failover::NOT_DONE.contains(&code) => {
+            let mut reply = refused(
+                "provider_refused",
+                status.as_u16(),
+                &error_text(&text),
+                wait_ms,
+            );
+            reply.health = Health::of_refusal(status.as_u16(), code);
+            Err(reply)
+        }
+        Meaning::Failed(code) => Err(refused(code, status.as_u16(), &error_text(&text), wait_ms)),
     }
 }
 
@@ -365,25 +374,37 @@ pub(crate) fn meaning(status: u16) -> Meaning {
     }
 }
 
-/// A `Retry-After` header's wait in whole seconds, rounded up: never sooner than asked.
-pub(crate) fn retry_after_s(header: Option<&reqwest::header::HeaderValue>) -> Option<u64> {
-    header
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| crate::retry::retry_after(v, std::time::SystemTime::now()))
-        .map(|wait| wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+/// How long a provider asked to be left alone, in milliseconds, rounded up (never sooner than asked): its
+/// `retry-after-ms` (OpenAI's and Anthropic's, to the millisecond), else its `Retry-After` (seconds, or a date).
+pub(crate) fn retry_wait_ms(
+    retry_after: Option<&str>,
+    retry_after_ms: Option<&str>,
+) -> Option<u64> {
+    let precise = retry_after_ms
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .map(|ms| ms.ceil().min(u64::MAX as f64) as u64);
+    precise.or_else(|| {
+        let wait = crate::retry::retry_after(retry_after?, std::time::SystemTime::now())?;
+        Some(u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX))
+    })
 }
 
-/// A definite failure the provider answered with `status` and `text`: the code, the `Retry-After` it asked for
-/// (kept in the report and said in the message), and whether it refused the key.
-pub(crate) fn refused(code: &str, status: u16, text: &str, retry_after_s: Option<u64>) -> Reply {
+/// A definite failure the provider answered with `status` and `text`: the code, the wait it asked for (kept in the
+/// report, in whole seconds rounded up and in milliseconds, and said in the message), and whether it refused the
+/// key.
+pub(crate) fn refused(code: &str, status: u16, text: &str, wait_ms: Option<u64>) -> Reply {
     let mut message = format!("HTTP {status}: {text}");
-    if let Some(seconds) = retry_after_s {
-        message.push_str(&format!(" (Retry-After: {seconds} s)"));
+    match wait_ms {
+        Some(ms) if ms % 1000 == 0 => message.push_str(&format!(" (Retry-After: {} s)", ms / 1000)),
+        Some(ms) => message.push_str(&format!(" (retry after {ms} ms)")),
+        None => {}
     }
     let mut reply = Reply::new(
         ProviderOutcome::Failed(ErrorInfo::new(code, message)),
         CallReport {
-            retry_after_s,
+            retry_after_s: wait_ms.map(|ms| ms.div_ceil(1000)),
+            retry_after_ms: wait_ms,
             ..CallReport::default()
         },
     );

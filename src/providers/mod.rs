@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::clock::Clock;
 use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, Health, ProviderName};
 pub use http::HttpEndpoint;
-pub(crate) use http::{refused, retry_after_s, snippet, unread};
+pub(crate) use http::{refused, retry_wait_ms, snippet, unread};
 use keys::{KeySource, ProviderKeys, Secret};
 
 /// The system prompt of every HTTP provider: the contract's prompt says what to do, this says how to answer.

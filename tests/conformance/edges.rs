@@ -190,6 +190,7 @@ pub(crate) async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobSt
         reasoning_tokens: Some(u64::MAX),
         cost_nanos: Some(u64::MAX),
         retry_after_s: Some(u64::MAX),
+        retry_after_ms: Some(u64::MAX),
         note: Some("n".repeat(100_000)),
     };
     let mut t = 1;

@@ -114,6 +114,7 @@ macro_rules! conformance_suite {
             a_gateway_timeout_is_unknown_and_the_fallback_is_not_paid,
             the_loser_of_a_race_won_by_a_cancelled_attempt_ends_unknown,
             a_rate_limited_provider_is_retried_not_before_its_retry_after,
+            a_providers_retry_hints_are_honoured,
             a_fallback_that_answers_as_another_model_loses_its_standing_at_once,
             a_breaker_opened_by_five_failures_is_shared_and_probed_after_its_cooldown,
             a_clean_breaker_and_evidence_are_read_once_per_window_and_a_failure_always_reads,

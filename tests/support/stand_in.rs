@@ -119,6 +119,8 @@ pub(crate) enum Reply {
     RateLimited(u64),
     /// 503 with `Retry-After: <seconds>`.
     Unavailable(u64),
+    /// This status with these headers (OpenAI's and Anthropic's `retry-after-ms`, `x-should-retry`).
+    Headed(u16, &'static [(&'static str, &'static str)]),
     /// Nothing until the gate opens, then the gate's answer.
     Held(Gate),
     /// Does the work — answers this JSON, kept as a stored completion when the call asked for `store` — then
@@ -485,6 +487,14 @@ async fn respond(
             lost(loss).await
         }
         Reply::BeforeWork(loss) => lost(loss).await,
+        Reply::Headed(status, headers) => {
+            let mut response =
+                (StatusCode::from_u16(status).unwrap(), "told how to retry").into_response();
+            for (name, value) in headers {
+                response.headers_mut().insert(*name, value.parse().unwrap());
+            }
+            response
+        }
         Reply::Prose(text) => Json(answer(wire, Answer::Prose(text), honest)).into_response(),
         Reply::Truncated(output) => Json(answer(wire, Answer::Json(output), 1)).into_response(),
         Reply::EchoKey(width) => {

@@ -152,13 +152,15 @@ impl Job {
         if retries >= policy.max_retries {
             return None;
         }
-        let asked = failed.report.as_ref().and_then(|r| r.retry_after_s);
+        let asked = (failed.report.as_ref()).and_then(|r| {
+            (r.retry_after_ms).or_else(|| r.retry_after_s.map(|s| s.saturating_mul(1000)))
+        });
         let wait = match asked {
             // Past the window, a wait needs no exact size: it is refused below either way.
-            Some(seconds) => Duration::seconds(
-                i64::try_from(seconds)
+            Some(ms) => Duration::milliseconds(
+                i64::try_from(ms)
                     .unwrap_or(i64::MAX)
-                    .min(policy.within.num_seconds() + 1),
+                    .min(policy.within.num_milliseconds() + 1000),
             ),
             None => {
                 let ceiling = (policy.base * 2i32.saturating_pow(retries.min(30))).min(policy.cap);

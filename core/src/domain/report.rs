@@ -69,6 +69,9 @@ pub struct CallReport {
     /// retry is a new attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_s: Option<u64>,
+    /// The same wait to the millisecond, where the provider said it so (`retry-after-ms`): what a retry waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
     /// What onejob noticed about the call without failing it: a reported prompt far smaller than typical text of
     /// its size (see `providers::tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -343,16 +343,8 @@ fn refusal(error: SdkError<ConverseError, aws_smithy_runtime_api::http::Response
                     Meaning::Failed(code) => code,
                 },
             };
-            let retry_after = raw
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.parse().ok());
-            crate::providers::refused(
-                code,
-                status,
-                &message,
-                crate::providers::retry_after_s(retry_after.as_ref()),
-            )
+            let wait_ms = crate::providers::retry_wait_ms(raw.headers().get("retry-after"), None);
+            crate::providers::refused(code, status, &message, wait_ms)
         }
         // Anything after the request went out may have been done, whatever the SDK calls it: a timeout, a
         // connection lost, an answer cut off or unreadable (`ResponseError`).

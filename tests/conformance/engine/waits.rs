@@ -170,3 +170,62 @@ pub(crate) async fn a_rate_limited_provider_is_retried_not_before_its_retry_afte
     assert_eq!((primary.call_count(), fallback.call_count()), (3, 0));
     assert!(rig.no_message());
 }
+
+/// A provider's own retry hints (OpenAI's, Anthropic's): `retry-after-ms` is waited to the millisecond, and
+/// `x-should-retry: false` on a 429 or a 503 (an exhausted quota) is no retry — the job fails over at once, and the
+/// provider's breaker hears of a failing provider all the same; on a 500 it changes nothing: the work may have been
+/// done, so the attempt is `unknown`.
+pub(crate) async fn a_providers_retry_hints_are_honoured(store: Arc<dyn JobStore>) {
+    let primary = StandIn::spawn(
+        vec![
+            Reply::Headed(429, &[("retry-after-ms", "1500"), ("retry-after", "2")]),
+            Reply::Answer(summary("A")),
+            Reply::Headed(429, &[("x-should-retry", "false")]),
+            Reply::Headed(503, &[("x-should-retry", "false")]),
+            Reply::Headed(500, &[("x-should-retry", "false")]),
+        ],
+        Reply::Answer(summary("unused")),
+    )
+    .await;
+    let fallback = answering("B").await;
+    let mut rig = rig(store, &primary, &fallback).await;
+    let (job, first) = rig.create("retry-after-ms").await;
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let after = rig.job(&job).await;
+    let (failed, retry) = (after.attempt(1).unwrap(), after.attempt(2).unwrap());
+    assert_eq!(
+        retry.not_before,
+        Some(failed.finished_at.unwrap() + chrono::Duration::milliseconds(1_500))
+    );
+    assert_eq!(failed.report.as_ref().unwrap().retry_after_ms, Some(1_500));
+    rig.advance(1_500);
+    let second = rig.message().await;
+    assert_eq!(rig.process(&second).await, Processed::Succeeded);
+
+    for (key, status) in [("quota-429", 429), ("quota-503", 503)] {
+        let (job, message) = rig.create(key).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed, "{status}");
+        let after = rig.job(&job).await;
+        assert_eq!(
+            after.attempt(1).unwrap().error.as_ref().unwrap().code,
+            "provider_refused",
+            "{status}"
+        );
+        let next = after.attempt(2).unwrap();
+        assert_eq!(
+            (next.provider.as_str(), next.retry_of),
+            ("fallback", None),
+            "{status}: failed over, not retried"
+        );
+        let fallen = rig.message().await;
+        assert_eq!(rig.process(&fallen).await, Processed::Succeeded);
+    }
+    let (job, message) = rig.create("error-500").await;
+    assert_eq!(rig.process(&message).await, Processed::Unknown);
+    assert_eq!(state(&rig.job(&job).await, 1), AttemptState::Unknown);
+    assert!(rig.no_message());
+    assert_eq!((primary.call_count(), fallback.call_count()), (5, 2));
+    let primary_name = ProviderName::parse("primary").unwrap();
+    let (breaker, _) = rig.store.breaker(&primary_name).await.unwrap();
+    assert_eq!(breaker.failures.len(), 3, "{breaker:?}");
+}
