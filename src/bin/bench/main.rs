@@ -13,6 +13,9 @@
 //!   prices, beside Step Functions Standard.
 //! - `write-units`: DynamoDB write capacity units of one job's lifecycle at a 1 KiB and a 64 KiB input of prose
 //!   and of base64, by the documented sizing rules (`onejob::store::dynamodb::write_units`).
+//! - `faults`: per provider fault (healthy, slow, a 500 or a dropped connection after the work, a 429), billed calls
+//!   per intent, intents answered, jobs left for a person and time to an answer, for each way onejob clears an
+//!   `unknown` (hold, lookup, policy) and for the OpenAI SDK's default retries, against one stand-in on loopback.
 //! - Each takes `--preload N`: that many jobs in the store before measuring (scale of cost).
 
 use std::path::PathBuf;
@@ -29,6 +32,7 @@ use serde_json::json;
 
 mod aws_cost;
 mod dynamo_cost;
+mod faults;
 mod lambda_init;
 mod lifecycle;
 mod storm;
@@ -95,6 +99,13 @@ enum Scenario {
         #[arg(long, default_value_t = 2.0)]
         model_seconds: f64,
     },
+    /// Provider faults side by side: onejob's ways to clear an unknown (hold, lookup, policy) and the OpenAI
+    /// SDK's default retries, against one stand-in provider on loopback.
+    Faults {
+        /// Intents per cell.
+        #[arg(long, default_value_t = 20)]
+        intents: usize,
+    },
     /// Cold starts of Lambda bootstraps against a runtime API stand-in: size and init time of each.
     LambdaInit {
         /// The `bootstrap` binaries (e.g. target/lambda/*/bootstrap, built for this machine).
@@ -133,6 +144,7 @@ async fn main() {
             jobs,
             model_seconds,
         } => aws_cost::aws_cost(jobs, model_seconds).await,
+        Scenario::Faults { intents } => faults::faults(intents).await,
         Scenario::LambdaInit { bootstraps, runs } => lambda_init::measure(&bootstraps, runs).await,
         Scenario::Serve { target, db } => serve(target, &db).await,
     }
