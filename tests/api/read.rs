@@ -275,6 +275,21 @@ async fn the_page_is_served_with_its_assets_and_a_strict_policy() {
                 .starts_with("default-src 'self'"),
             "{path}"
         );
-        assert!(response.text().await.unwrap().contains(marker), "{path}");
+        let plain = response.text().await.unwrap();
+        assert!(plain.contains(marker), "{path}");
+        // A browser takes it gzipped (the binary keeps it so): the same text.
+        let gzipped = reqwest::Client::new()
+            .get(format!("http://{}{path}", app.addr))
+            .header("accept-encoding", "gzip, deflate, br")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(gzipped.headers()["content-encoding"], "gzip", "{path}");
+        let packed = gzipped.bytes().await.unwrap();
+        assert!(packed.len() < plain.len(), "{path}");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&packed[..]), &mut text)
+            .unwrap();
+        assert_eq!(text, plain, "{path}");
     }
 }
