@@ -1,12 +1,12 @@
-//! The reconciler: what clears an `unknown` attempt without a person. Each sweep reads the jobs that need a person
-//! (`unknown` first come, newest first) and, for each `unknown` attempt no worker can still hear an answer for
-//! (its lease ended):
+//! The reconciler: what clears an `unknown` attempt without a person. Each sweep reads the `unknown` jobs, newest
+//! first, and for each `unknown` attempt no worker can still hear an answer for (its lease ended):
 //!
-//! - its provider [can be asked](crate::providers::Kind::can_be_asked): asked about the call, never called again.
-//!   An answer found is a late answer, written as one (it wins the slot by compare-and-swap, or is discarded); the
-//!   provider's "no such call" clears the attempt once the call is old enough that it cannot still be running
-//!   (`lookup_absent_after_ms`), and its provider is tried again: the work was not done, so no second call is paid;
-//!   a question unanswered is asked again at the next sweep.
+//! - its provider [can be asked](crate::providers::Kind::can_be_asked): a worker is sent to ask it about the call
+//!   ([`crate::queue::Message::look_up`]: the workers are what talks to providers, side by side), never to call it
+//!   again. An answer found is a late answer, written as one (it wins the slot by compare-and-swap, or is
+//!   discarded); the provider's "no such call" clears the attempt once the call is old enough that it cannot still
+//!   be running (`lookup_absent_after_ms`), and its provider is tried again: the work was not done, so no second
+//!   call is paid; a question unanswered is asked again at the next sweep.
 //! - its provider sets `unknown_retry_after_ms`: that long after its time-out the attempt is cleared by policy and
 //!   tried again, accepting a possible second paid call (on the bill: possibly paid).
 //! - otherwise it stays `unknown` for a person (`hold`).
@@ -29,7 +29,9 @@ use crate::store::{Cursor, StoreError};
 /// What one page of the reconciler came to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reconciled {
-    /// Attempts cleared: by an answer found, a lookup that found none, or policy.
+    /// Lookups sent to the workers.
+    pub asked: usize,
+    /// Attempts cleared by policy.
     pub cleared: usize,
     /// Where the next page starts, if there is one.
     pub next: Option<Cursor>,
@@ -61,8 +63,8 @@ impl Engine {
             )
             .await?;
         let mut done = Reconciled {
-            cleared: 0,
             next: page.next_cursor,
+            ..Reconciled::default()
         };
         for job in page.jobs {
             if deadline.is_some_and(|deadline| self.clock.now() >= deadline) {
@@ -73,14 +75,50 @@ impl Engine {
                 continue;
             };
             let number = attempt.number;
-            let cleared = match self.due(attempt) {
-                Due::Ask => self.ask(&job, number, deadline).await?,
-                Due::Policy => self.clear(&job, number, ClearedBy::Policy).await?,
-                Due::Wait => false,
-            };
-            done.cleared += usize::from(cleared);
+            match self.due(attempt) {
+                Due::Ask => {
+                    let question = Message::look_up(attempt_ref(&job, number));
+                    match self.dispatcher.dispatch(&question, Duration::zero()).await {
+                        Ok(()) => done.asked += 1,
+                        Err(e) => {
+                            tracing::warn!(job_id = %job.id, attempt = number, error = %e, "the lookup could not be sent: the next sweep sends it");
+                        }
+                    }
+                }
+                Due::Policy => {
+                    let cleared = self.clear(&job, number, ClearedBy::Policy).await?;
+                    done.cleared += usize::from(cleared.is_some());
+                }
+                Due::Wait => {}
+            }
         }
         Ok(done)
+    }
+
+    /// A worker's lookup of `attempt` ([`Message::look_up`]): if it is still `unknown` and due to be asked, its
+    /// provider is asked about its call, and what it says written. What came of it: the found answer's
+    /// [`Processed`], [`Processed::Cleared`] (the provider had no such call, and it is tried again), or
+    /// [`Processed::Unknown`] (nothing learned yet); [`Processed::Dropped`] for an attempt no longer to ask about.
+    pub async fn look_up(
+        &self,
+        attempt: &AttemptRef,
+        deadline: Option<Timestamp>,
+    ) -> Result<Processed, StoreError> {
+        let Some(job) = self
+            .store
+            .read_job(&attempt.job_id, self.clock.now())
+            .await?
+        else {
+            return Ok(Processed::Dropped);
+        };
+        let due = job
+            .attempt(attempt.number)
+            .filter(|a| a.state == AttemptState::Unknown)
+            .map(|a| self.due(a));
+        match due {
+            Some(Due::Ask) => self.ask(&job, attempt.number, deadline).await,
+            _ => Ok(Processed::Dropped),
+        }
     }
 
     /// Whether `job` waits on an `unknown` attempt that the reconciler clears by itself (its provider can be asked,
@@ -119,19 +157,19 @@ impl Engine {
     }
 
     /// Asks the provider of attempt `number` about its call, bounded by the provider's timeout, and writes what
-    /// it learns. Whether the attempt was cleared.
+    /// it learns.
     async fn ask(
         &self,
         job: &Job,
         number: u32,
         deadline: Option<Timestamp>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Processed, StoreError> {
         let attempt = job.attempt(number).expect("the unknown attempt");
         let (Some(contract), Some(provider)) = (
             self.contracts.get(&job.contract),
             self.providers.get(&attempt.provider),
         ) else {
-            return Ok(false);
+            return Ok(Processed::Dropped);
         };
         let prepared = match checks::prepare(
             contract,
@@ -142,7 +180,7 @@ impl Engine {
             Ok(prepared) => prepared,
             Err(error) => {
                 tracing::warn!(job_id = %job.id, attempt = number, code = %error.code, "the attempt's request cannot be made again to ask about it");
-                return Ok(false);
+                return Ok(Processed::Dropped);
             }
         };
         let left = deadline.map_or(Duration::MAX, |deadline| deadline - self.clock.now());
@@ -160,21 +198,21 @@ impl Engine {
                     Message::new(attempt_ref(job, number), Some(attempt.provider.clone()));
                 let claimed =
                     Claimed::asked(job.clone(), message, deadline, provider.clone(), prepared);
-                let processed = self.settle_found(&claimed, reply).await?;
-                Ok(processed != Processed::Dropped)
+                self.settle_found(&claimed, reply).await
             }
             Lookup::NotFound if self.absent(attempt, provider) => {
                 tracing::info!(job_id = %job.id, attempt = number, "the provider has no such call: the work was not done");
-                self.clear(job, number, ClearedBy::Lookup).await
+                let cleared = self.clear(job, number, ClearedBy::Lookup).await?;
+                Ok(cleared.map_or(Processed::Dropped, |_| Processed::Cleared))
             }
-            Lookup::NotFound => Ok(false),
+            Lookup::NotFound => Ok(Processed::Unknown),
             Lookup::Found(reply) => {
                 tracing::warn!(job_id = %job.id, attempt = number, ?reply, "the lookup's answer was lost: asked again at the next sweep");
-                Ok(false)
+                Ok(Processed::Unknown)
             }
             Lookup::Failed(error) => {
                 tracing::warn!(job_id = %job.id, attempt = number, code = %error.code, message = %error.message, "the provider could not be asked: asked again at the next sweep");
-                Ok(false)
+                Ok(Processed::Unknown)
             }
         }
     }
@@ -187,9 +225,14 @@ impl Engine {
     }
 
     /// Clears `unknown` attempt `number` of `job` without an answer, `by` a lookup or policy, its retry or failover
-    /// queued in the same write and dispatched after it. Whether this write cleared it (a late answer or a person
-    /// may have got there first).
-    async fn clear(&self, job: &Job, number: u32, by: ClearedBy) -> Result<bool, StoreError> {
+    /// queued in the same write and dispatched after it. The job after it, if this write cleared it (a late answer
+    /// or a person may have got there first).
+    async fn clear(
+        &self,
+        job: &Job,
+        number: u32,
+        by: ClearedBy,
+    ) -> Result<Option<Job>, StoreError> {
         let token = WriteToken::new();
         let written = self
             .persist("clear", &token, self.write_deadline(), |stamp| async move {
@@ -207,9 +250,9 @@ impl Engine {
             Ok(after) => {
                 tracing::warn!(job_id = %job.id, attempt = number, by = by.as_str(), "unknown attempt cleared");
                 self.follow_up(&after, Wrote::Cleared(number)).await?;
-                Ok(true)
+                Ok(Some(after))
             }
-            Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(false),
+            Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -39,8 +39,12 @@ pub enum Processed {
     Discarded { winner: Option<u32> },
     /// A definite failure; failover queued the next attempt or gave the job its error.
     Failed,
-    /// No answer in time (or the connection was lost after sending): the attempt is `unknown`.
+    /// No answer in time (or the connection was lost after sending): the attempt is `unknown`. For a lookup:
+    /// nothing learned yet, it stays `unknown`.
     Unknown,
+    /// A lookup found the provider had no such call: the `unknown` attempt was cleared, and its provider is tried
+    /// again.
+    Cleared,
     /// The attempt's provider takes no call now — its breaker is open and nothing else may take the job, or every
     /// one of its call slots is taken: the attempt stays `queued`, unclaimed, and its message comes back. No try is
     /// charged.

@@ -29,11 +29,27 @@ pub struct Message {
     pub attempt: AttemptRef,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ProviderName>,
+    /// The reconciler's: ask the attempt's provider about its call, which is `unknown` (never call it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub look_up: bool,
 }
 
 impl Message {
     pub fn new(attempt: AttemptRef, provider: Option<ProviderName>) -> Self {
-        Self { attempt, provider }
+        Self {
+            attempt,
+            provider,
+            look_up: false,
+        }
+    }
+
+    /// The reconciler's question about `attempt`'s call, for a worker to ask its provider.
+    pub fn look_up(attempt: AttemptRef) -> Self {
+        Self {
+            attempt,
+            provider: None,
+            look_up: true,
+        }
     }
 }
 

@@ -64,6 +64,9 @@ pub async fn process_message(
     sent: &Message,
     deadline: Option<Timestamp>,
 ) -> Result<Processed, StoreError> {
+    if sent.look_up {
+        return engine.look_up(&sent.attempt, deadline).await;
+    }
     let claimed = match engine.begin(sent, deadline).await? {
         Begun::Done(processed) => return Ok(processed),
         Begun::Claimed(claimed) => *claimed,

@@ -19,8 +19,9 @@ use crate::store::StoreError;
 pub struct Swept {
     /// `started` attempts past their lease, now `unknown`.
     pub expired: usize,
-    /// `unknown` attempts cleared without a person: by an answer found at their provider, its word that it has
-    /// none, or its retry policy.
+    /// `unknown` attempts whose provider a worker was sent to ask about their call (`Message::look_up`).
+    pub asked: usize,
+    /// `unknown` attempts cleared by their provider's retry policy.
     pub cleared: usize,
     /// `queued` attempts dispatched again (each at most once per `redispatch_after`).
     pub redispatched: usize,
@@ -47,7 +48,7 @@ pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept
         })
     })
     .await?;
-    swept.cleared = reconcile(engine, for_attempts).await?;
+    (swept.asked, swept.cleared) = reconcile(engine, for_attempts).await?;
     swept.redispatched = in_batches(engine, for_attempts, no_floor, || {
         one_by_one(engine.stale_queued(), |attempt| async move {
             engine.redispatch(&attempt).await
@@ -83,6 +84,7 @@ pub async fn sweep(engine: &Engine, deadline: Option<Timestamp>) -> Result<Swept
     if swept != Swept::default() {
         tracing::info!(
             expired = swept.expired,
+            asked = swept.asked,
             cleared = swept.cleared,
             redispatched = swept.redispatched,
             purged = swept.purged,
@@ -126,15 +128,18 @@ where
 }
 
 /// The reconciler's pages of `unknown` jobs: one without a `deadline`, else page after page while there are more
-/// and time is left. How many attempts it cleared.
-async fn reconcile(engine: &Engine, deadline: Option<Timestamp>) -> Result<usize, StoreError> {
-    let (mut cursor, mut cleared) = (None, 0);
+/// and time is left. How many lookups it sent, and how many attempts it cleared by policy.
+async fn reconcile(
+    engine: &Engine,
+    deadline: Option<Timestamp>,
+) -> Result<(usize, usize), StoreError> {
+    let (mut cursor, mut asked, mut cleared) = (None, 0, 0);
     loop {
         let page = engine.reconcile_page(cursor.as_ref(), deadline).await?;
-        cleared += page.cleared;
+        (asked, cleared) = (asked + page.asked, cleared + page.cleared);
         match (page.next, deadline) {
             (Some(next), Some(deadline)) if engine.clock.now() < deadline => cursor = Some(next),
-            _ => return Ok(cleared),
+            _ => return Ok((asked, cleared)),
         }
     }
 }

@@ -153,6 +153,21 @@ impl Rig {
         tokio::spawn(async move { process_message(&engine, &message, None).await.unwrap() })
     }
 
+    /// Sweeps, then runs the lookups the sweep sent to the workers (`Message::look_up`), each as a worker would:
+    /// what each came to.
+    pub(crate) async fn reconcile(&mut self) -> Vec<Processed> {
+        let swept = onejob::worker::sweeper::sweep(&self.engine, None)
+            .await
+            .unwrap();
+        let mut done = Vec::new();
+        for _ in 0..swept.asked {
+            let message = self.queue.try_recv().expect("a lookup sent").message;
+            assert!(message.look_up, "{message:?}");
+            done.push(process_message(&self.engine, &message, None).await.unwrap());
+        }
+        done
+    }
+
     pub(crate) fn no_message(&mut self) -> bool {
         self.queue.try_recv().is_err()
     }

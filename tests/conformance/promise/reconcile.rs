@@ -77,17 +77,13 @@ pub(crate) async fn a_lost_answer_is_found_at_the_provider_not_bought_again(
         let (job, message) = rig.create(&format!("found-{loss:?}")).await;
         to_unknown(&rig, &primary, &job, &message, loss).await;
         // A worker may still hear the answer until the lease ends: nobody asks before.
-        assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+        assert_eq!(rig.reconcile().await, []);
         assert!(
             primary.lookups().is_empty(),
             "{loss:?}: asked within the lease"
         );
         rig.advance(lease_ms(&rig));
-        assert_eq!(
-            sweep(&rig.engine, None).await.unwrap().cleared,
-            1,
-            "{loss:?}"
-        );
+        assert_eq!(rig.reconcile().await, [Processed::Succeeded], "{loss:?}");
         let done = rig.job(&job).await;
         assert_eq!(done.status(), JobStatus::Succeeded, "{loss:?}");
         assert_eq!(done.result, Some(summary("found")));
@@ -116,7 +112,7 @@ pub(crate) async fn a_lost_answer_is_found_at_the_provider_not_bought_again(
         assert_eq!(call["store"], true);
         assert_eq!(call["metadata"]["onejob_attempt"], format!("{}:1", job.id));
         // Nothing left for a person, nothing more for the reconciler.
-        assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+        assert_eq!(rig.reconcile().await, []);
         assert_eq!(
             rig.metric(
                 "onejob_unknown_cleared_total",
@@ -147,7 +143,7 @@ pub(crate) async fn a_call_the_provider_never_did_is_tried_again_once_its_absenc
     let (job, message) = rig.create("never-did").await;
     to_unknown(&rig, &primary, &job, &message, Loss::Dropped).await;
     rig.advance(lease_ms(&rig));
-    assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+    assert_eq!(rig.reconcile().await, [Processed::Unknown]);
     assert_eq!(primary.lookups().len(), 1);
     let waiting = rig.job(&job).await;
     assert_eq!(cleared(&waiting, 1), (AttemptState::Unknown, None));
@@ -156,7 +152,7 @@ pub(crate) async fn a_call_the_provider_never_did_is_tried_again_once_its_absenc
         .limits
         .lookup_absent_after_ms;
     rig.advance(absent_ms - lease_ms(&rig));
-    assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 1);
+    assert_eq!(rig.reconcile().await, [Processed::Cleared]);
     let cleared_job = rig.job(&job).await;
     assert_eq!(
         cleared(&cleared_job, 1),
@@ -251,8 +247,8 @@ pub(crate) async fn an_unknown_no_provider_can_answer_waits_for_its_policy_or_a_
     }
 }
 
-/// Two sweepers (two processes) ask about the same `unknown` attempt at once: both find the answer, one write
-/// clears it and the other finds it cleared — one result, one attempt, one clearing counted.
+/// Two processes' sweepers and workers ask about the same `unknown` attempt at once: both may find the answer, one
+/// write clears it and the other finds it cleared — one result, one attempt, one clearing counted.
 pub(crate) async fn two_reconcilers_clear_an_unknown_once(store: Arc<dyn JobStore>) {
     let primary = StandIn::spawn(
         vec![Reply::AfterWork(summary("found"), Loss::Dropped)],
@@ -267,14 +263,16 @@ pub(crate) async fn two_reconcilers_clear_an_unknown_once(store: Arc<dyn JobStor
             openai(fallback.base_url()),
         )
     };
-    let (mut first, second) = (process(), process());
+    let (mut first, mut second) = (process(), process());
     let (job, message) = first.create("two-sweepers").await;
     to_unknown(&first, &primary, &job, &message, Loss::Dropped).await;
     for rig in [&first, &second] {
         rig.advance(lease_ms(rig));
     }
-    let (a, b) = tokio::join!(sweep(&first.engine, None), sweep(&second.engine, None));
-    assert_eq!(a.unwrap().cleared + b.unwrap().cleared, 1);
+    let (a, b) = tokio::join!(first.reconcile(), second.reconcile());
+    let mut outcomes = [a, b].concat();
+    outcomes.sort_by_key(|p| format!("{p:?}"));
+    assert_eq!(outcomes, [Processed::Dropped, Processed::Succeeded]);
     let done = first.job(&job).await;
     assert_eq!(done.result, Some(summary("found")));
     assert_eq!(done.attempts.len(), 1);
@@ -302,14 +300,14 @@ pub(crate) async fn a_lookup_that_fails_is_asked_again_and_never_calls(store: Ar
     rig.advance(lease_ms(&rig));
     primary.fail_lookups(true);
     for _ in 0..2 {
-        assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 0);
+        assert_eq!(rig.reconcile().await, [Processed::Unknown]);
     }
     assert_eq!(
         cleared(&rig.job(&job).await, 1),
         (AttemptState::Unknown, None)
     );
     primary.fail_lookups(false);
-    assert_eq!(sweep(&rig.engine, None).await.unwrap().cleared, 1);
+    assert_eq!(rig.reconcile().await, [Processed::Succeeded]);
     assert_eq!(rig.job(&job).await.result, Some(summary("found")));
     assert_eq!(primary.lookups().len(), 3);
     assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
