@@ -85,13 +85,10 @@ pub struct AttemptView {
     /// A retry's earliest start (the provider's `Retry-After`, or a backoff): no worker starts it before.
     #[schema(format = DateTime)]
     pub not_before: Option<String>,
-    /// How it left `unknown`, and when: its late answer, the reconciler's lookup at its provider, its provider's
-    /// retry policy (possibly paid twice), or a person. Absent while it is unknown, and for an attempt that never
-    /// was.
+    /// How and when it left `unknown`.
     pub cleared: Option<ClearedView>,
 }
 
-/// How and when an attempt left `unknown`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClearedView {
     pub by: ClearedBy,

@@ -59,8 +59,7 @@ pub struct BillView {
     /// Attempts whose call may have been billed but whose usage is not known: `unknown`, in flight, or cancelled
     /// after their call began. Their cost is known only if their answer arrives; it is not zero.
     pub unknown_attempts: Vec<u32>,
-    /// Attempts whose `unknown` was cleared by their provider's retry policy, with no answer since: their call
-    /// may have been billed as well as the retry's.
+    /// Retried by policy while unknown: possibly billed too.
     pub possibly_paid_attempts: Vec<u32>,
     /// Attempts that reported usage with no price configured for their provider: tokens counted, cost not.
     pub unpriced_attempts: Vec<u32>,

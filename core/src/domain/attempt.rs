@@ -138,10 +138,9 @@ impl ClearedBy {
 }
 
 /// How and when an attempt left `unknown`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cleared {
     pub by: ClearedBy,
-    #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
 }
 
