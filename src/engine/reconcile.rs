@@ -198,7 +198,7 @@ impl Engine {
                     Message::new(attempt_ref(job, number), Some(attempt.provider.clone()));
                 let claimed =
                     Claimed::asked(job.clone(), message, deadline, provider.clone(), prepared);
-                self.settle_found(&claimed, reply).await
+                self.settle_found(&claimed, *reply).await
             }
             Lookup::NotFound if self.absent(attempt, provider) => {
                 tracing::info!(job_id = %job.id, attempt = number, "the provider has no such call: the work was not done");

@@ -104,7 +104,7 @@ impl Claimed {
 #[derive(Debug)]
 pub enum Heard {
     /// The provider's reply, in time or within the late window.
-    Reply(Reply),
+    Reply(Box<Reply>),
     /// Nothing, within the time-out and the late window; whether the attempt's time-out was written.
     Silence(Result<(), StoreError>),
 }
@@ -220,7 +220,7 @@ impl Engine {
     pub async fn settle(&self, claimed: Claimed, heard: Heard) -> Result<Processed, StoreError> {
         let step = claimed.step(self, false);
         let processed = match heard {
-            Heard::Reply(reply) => step.answer(&claimed, reply).await,
+            Heard::Reply(reply) => step.answer(&claimed, *reply).await,
             Heard::Silence(Ok(())) => {
                 // No answer at all: the provider's health, for its breaker (the time-out is written already).
                 step.advise(Health::Failing, None, None, None).await;

@@ -265,7 +265,7 @@ impl HttpEndpoint {
             }),
         };
         match (looked, &key) {
-            (Lookup::Found(reply), Some(key)) => Lookup::Found(reply.scrubbed(key)),
+            (Lookup::Found(reply), Some(key)) => Lookup::Found(Box::new(reply.scrubbed(key))),
             (Lookup::Failed(mut error), Some(key)) => {
                 error.message = key.scrub(&error.message);
                 Lookup::Failed(error)

@@ -139,7 +139,7 @@ impl From<ProviderOutcome> for Reply {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Lookup {
     /// The call was made and answered: its answer, already paid for, read as a call's reply is.
-    Found(Reply),
+    Found(Box<Reply>),
     /// The provider keeps no call under that identity — yet: whether that means the work was not done is the
     /// reconciler's to judge, by how long ago the call started.
     NotFound,

@@ -98,7 +98,7 @@ async fn listen(engine: &Engine, claimed: &Claimed) -> Heard {
         biased;
         reply = &mut call => {
             span.record("outcome", timed(engine, claimed, Some(&reply), began));
-            return Heard::Reply(reply);
+            return Heard::Reply(Box::new(reply));
         }
         () = clock.sleep(provider.config.timeout()) => {}
     }
@@ -124,7 +124,7 @@ async fn listen(engine: &Engine, claimed: &Claimed) -> Heard {
             biased;
             reply = &mut call => {
                 span.record("outcome", timed(engine, claimed, Some(&reply), began));
-                return Heard::Reply(reply);
+                return Heard::Reply(Box::new(reply));
             }
             written = &mut marking, if marked.is_none() => marked = Some(written),
             () = &mut late_window => break,

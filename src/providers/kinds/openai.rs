@@ -140,7 +140,7 @@ fn read_stored(text: &str) -> Lookup {
     let listed = serde_json::from_str::<Value>(text).ok();
     match listed.as_ref().and_then(|l| l["data"].as_array()) {
         Some(data) => match data.first() {
-            Some(completion) => Lookup::Found(read_answer(&completion.to_string())),
+            Some(completion) => Lookup::Found(Box::new(read_answer(&completion.to_string()))),
             None => Lookup::NotFound,
         },
         None => Lookup::Failed(crate::domain::ErrorInfo::new(
