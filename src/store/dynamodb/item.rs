@@ -9,7 +9,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S, B, S | the intent (the fingerprint's 32 bytes; its hex text on items written before) |
 //! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, cleared?: {by, at}}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, cleared_by?, cleared_at?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
@@ -118,16 +118,11 @@ struct AttemptItem {
     request: Option<WriteToken>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cancelled_by: Option<WriteToken>,
+    /// How it left `unknown` ([`Cleared`]): `by`'s name, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    cleared: Option<ClearedItem>,
-}
-
-/// How an attempt left `unknown` ([`Cleared`]), its time in milliseconds as every other.
-#[derive(Debug, Serialize, Deserialize)]
-struct ClearedItem {
-    by: ClearedBy,
-    #[serde(with = "ts_milliseconds")]
-    at: Timestamp,
+    cleared_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "ms_opt")]
+    cleared_at: Option<Timestamp>,
 }
 
 /// The result slot: taken once, by a result (`attempt` > 0) or by the job's cancel (`attempt` 0).
@@ -285,7 +280,8 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         writer: a.writer.clone(),
         request: a.request.clone(),
         cancelled_by: a.cancelled_by.clone(),
-        cleared: (a.cleared).map(|Cleared { by, at }| ClearedItem { by, at }),
+        cleared_by: a.cleared.map(|c| c.by.as_str().to_owned()),
+        cleared_at: a.cleared.map(|c| c.at),
     }
 }
 
@@ -323,13 +319,17 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         let cancelled_with_job =
             cancelled_at.filter(|_| state == AttemptState::Cancelled && a.state != state.as_str());
         let finished_at = cancelled_with_job.or(a.finished_at);
-        let cleared = match (a.cleared, cancelled_with_job) {
-            (Some(ClearedItem { by, at }), _) => Some(Cleared { by, at }),
-            (None, Some(at)) if a.state == AttemptState::Unknown.as_str() => Some(Cleared {
+        let cleared = match (a.cleared_by, a.cleared_at, cancelled_with_job) {
+            (Some(by), Some(at), _) => Some(Cleared {
+                by: ClearedBy::parse(&by)
+                    .ok_or_else(|| bad(&format!("attempts.{key}.cleared_by"), &by))?,
+                at,
+            }),
+            (_, _, Some(at)) if a.state == AttemptState::Unknown.as_str() => Some(Cleared {
                 by: ClearedBy::Person,
                 at,
             }),
-            (None, _) => None,
+            _ => None,
         };
         attempts.push(Attempt {
             number,
