@@ -212,7 +212,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     assert_eq!(
         version_and_attempt_columns(&conn, "('not_before', 'retry_of')"),
-        (9, 2)
+        (10, 2)
     );
     let indexes = strings(
         &conn,
@@ -243,7 +243,9 @@ async fn a_version_4_file_gains_the_retry_columns() {
 #[tokio::test]
 async fn a_version_7_file_gains_the_keyed_requests_columns() {
     let (dir, created) = a_file_made_older(
-        "ALTER TABLE attempts DROP COLUMN request;
+        "ALTER TABLE attempts DROP COLUMN cleared_by;
+         ALTER TABLE attempts DROP COLUMN cleared_at;
+         ALTER TABLE attempts DROP COLUMN request;
          ALTER TABLE attempts DROP COLUMN cancelled_by;
          ALTER TABLE jobs DROP COLUMN interventions;
          DROP TABLE owner_ledgers;
@@ -260,13 +262,7 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
     let owner = onejob::domain::Owner::parse("alice").unwrap();
     let read = store.get_job(&owner, &job.id, later()).await.unwrap();
     assert_eq!(read.as_ref(), Some(job));
-    let nowhere = onejob::domain::Failover {
-        qualified: Default::default(),
-        max_attempts: 10,
-        retry: None,
-        jitter_permille: 0,
-        budget: None,
-    };
+    let nowhere = nowhere();
     let stamp = by(2);
     for _ in 0..2 {
         let (cancel, after) = store
@@ -282,7 +278,52 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     assert_eq!(
         version_and_attempt_columns(&conn, "('request', 'cancelled_by')"),
-        (9, 2)
+        (10, 2)
+    );
+}
+
+fn nowhere() -> onejob::domain::Failover {
+    onejob::domain::Failover {
+        qualified: Default::default(),
+        max_attempts: 10,
+        retry: None,
+        jitter_permille: 0,
+        budget: None,
+    }
+}
+
+/// A file of schema 9 (attempts do not say how an `unknown` cleared) gains `cleared_by` and `cleared_at` on open,
+/// keeps its jobs as they were, and records how its attempts clear from then on.
+#[tokio::test]
+async fn a_version_9_file_gains_how_unknowns_cleared() {
+    let (dir, created) = a_file_made_older(
+        "ALTER TABLE attempts DROP COLUMN cleared_by;
+         ALTER TABLE attempts DROP COLUMN cleared_at;
+         PRAGMA user_version = 9;",
+    )
+    .await;
+    let path = dir.path().join("onejob.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let job = created.job();
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let read = store.get_job(&owner, &job.id, later()).await.unwrap();
+    assert_eq!(read.as_ref(), Some(job));
+    store
+        .claim_attempt(&job.id, 1, later(), &by(2))
+        .await
+        .unwrap();
+    store.mark_unknown(&job.id, 1, &by(3)).await.unwrap();
+    let (cancel, after) = store
+        .cancel_attempt(&owner, &job.id, 1, &nowhere(), &by(4))
+        .await
+        .unwrap();
+    assert_eq!(cancel, onejob::domain::AttemptCancel::Cancelled);
+    let cleared = after.attempt(1).unwrap().cleared.unwrap();
+    assert_eq!(cleared.by, onejob::domain::ClearedBy::Person);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    assert_eq!(
+        version_and_attempt_columns(&conn, "('cleared_by', 'cleared_at')"),
+        (10, 2)
     );
 }
 

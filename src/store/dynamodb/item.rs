@@ -9,7 +9,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S, B, S | the intent (the fingerprint's 32 bytes; its hex text on items written before) |
 //! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, cleared_by?, cleared_at?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, went_unknown?, cleared_by?, cleared_at?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
@@ -118,7 +118,11 @@ struct AttemptItem {
     request: Option<WriteToken>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cancelled_by: Option<WriteToken>,
-    /// How it left `unknown` ([`Cleared`]): `by`'s name, and when.
+    /// It was `unknown` (set by the time-out's update): an answer written to it by the targeted completion, which
+    /// says nothing more, reads as cleared by its late answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    went_unknown: bool,
+    /// How it left `unknown` ([`Cleared`]) where a write said so: `by`'s name, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cleared_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "ms_opt")]
@@ -280,6 +284,7 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         writer: a.writer.clone(),
         request: a.request.clone(),
         cancelled_by: a.cancelled_by.clone(),
+        went_unknown: a.state == AttemptState::Unknown,
         cleared_by: a.cleared.map(|c| c.by.as_str().to_owned()),
         cleared_at: a.cleared.map(|c| c.at),
     }
@@ -319,16 +324,27 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
         let cancelled_with_job =
             cancelled_at.filter(|_| state == AttemptState::Cancelled && a.state != state.as_str());
         let finished_at = cancelled_with_job.or(a.finished_at);
-        let cleared = match (a.cleared_by, a.cleared_at, cancelled_with_job) {
-            (Some(by), Some(at), _) => Some(Cleared {
+        // How it left `unknown`: as a write said; else, if it was `unknown`, by the job's cancel (a person) when
+        // the job was cancelled — an answer it had after that lost to the cancel —, or by its answer, written by
+        // the targeted completion.
+        let was_unknown = a.went_unknown || a.state == AttemptState::Unknown.as_str();
+        let cleared = match (a.cleared_by, a.cleared_at) {
+            (Some(by), Some(at)) => Some(Cleared {
                 by: ClearedBy::parse(&by)
                     .ok_or_else(|| bad(&format!("attempts.{key}.cleared_by"), &by))?,
                 at,
             }),
-            (_, _, Some(at)) if a.state == AttemptState::Unknown.as_str() => Some(Cleared {
-                by: ClearedBy::Person,
-                at,
-            }),
+            _ if was_unknown => match (cancelled_at, a.state.as_str(), finished_at) {
+                (Some(at), _, _) => Some(Cleared {
+                    by: ClearedBy::Person,
+                    at,
+                }),
+                (None, ANSWERED, Some(at)) => Some(Cleared {
+                    by: ClearedBy::LateAnswer,
+                    at,
+                }),
+                _ => None,
+            },
             _ => None,
         };
         attempts.push(Attempt {

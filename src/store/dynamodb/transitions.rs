@@ -5,7 +5,8 @@
 use super::item::{ANSWERED, Slot, json_attribute};
 use super::update::{AttemptUpdate, Sweep};
 use super::{n, s};
-use crate::domain::{AttemptState, CallReport, JobId, Stamp, Timestamp};
+use crate::domain::{AttemptState, CallReport, ClearedBy, JobId, Stamp, Timestamp};
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
 
 /// A `queued` attempt of a job without an outcome whose time has come: past its `not_before`, or none (when the
@@ -46,6 +47,9 @@ pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> AttemptUpd
     u.value(":started", s(AttemptState::Started.as_str()));
     u.set("#attempts.#n.#state = :unknown");
     u.value(":unknown", s(AttemptState::Unknown.as_str()));
+    // Kept once it moves on: its answer, written in one targeted update, then reads as cleared by it.
+    u.set("#attempts.#n.went_unknown = :went");
+    u.value(":went", AttributeValue::Bool(true));
     u.sweep(Sweep::Unknown, id, stamp.now);
     u
 }
@@ -58,12 +62,24 @@ pub(super) fn complete(
     stamp: &Stamp,
 ) -> AttemptUpdate {
     let mut u = AttemptUpdate::new(number, stamp);
-    // A claimed attempt that is still `started`: no other attempt is live, so the job's sweep entry is this
-    // attempt's own. Any other case (an `unknown` attempt, whose answer records how it cleared; an attempt
-    // cancelled meanwhile, never claimed, or this write landed before) is decided by the domain on the item the
-    // failed condition returns.
-    u.condition("attribute_exists(#attempts.#n.seen_version) AND #attempts.#n.#state = :started");
-    u.value(":started", s(AttemptState::Started.as_str()));
+    // A claimed attempt that is still live: no other attempt is, so the job's sweep entry is this attempt's own.
+    // An `unknown` one reads as cleared by its late answer (`went_unknown`, [`mark_unknown`]); an answer found by a
+    // lookup says so, and wins only an open slot here. Any other case (an attempt cancelled meanwhile, never
+    // claimed, or this write landed before) is decided by the domain on the item the failed condition returns.
+    if stamp.by_lookup {
+        u.condition(
+            "#attempts.#n.#state = :unknown AND attribute_not_exists(slot) AND attribute_exists(#attempts.#n.seen_version)",
+        );
+        u.set("#attempts.#n.cleared_by = :lookup");
+        u.value(":lookup", s(ClearedBy::Lookup.as_str()));
+        u.set("#attempts.#n.cleared_at = :now");
+    } else {
+        u.condition(
+            "attribute_exists(#attempts.#n.seen_version) AND #attempts.#n.#state IN (:started, :unknown)",
+        );
+        u.value(":started", s(AttemptState::Started.as_str()));
+    }
+    u.value(":unknown", s(AttemptState::Unknown.as_str()));
     // The compare-and-swap: the slot is taken only if it is free; a loser leaves it as it was.
     u.set("slot = if_not_exists(slot, :mine)");
     u.value(":mine", Slot::result(number, result.clone(), stamp.now));
