@@ -6,12 +6,11 @@
 use chrono::Duration;
 use onejob_core::domain::event::{Due, event_id};
 use onejob_core::domain::{
-    Applied, AttemptState, ClearedBy, Deliveries, Job, JobStatus, ProviderName, Refusal, SinkKind,
-    Stamp, Transition,
+    Applied, AttemptState, Deliveries, Job, JobStatus, Refusal, SinkKind, Stamp, Transition,
 };
 use stateright::Model;
 
-use crate::bugs::{Bug, found_over_slot, settled_from_updated_at, slot_looks_free};
+use crate::bugs::{Bug, settled_from_updated_at, slot_looks_free};
 use crate::properties::outcome;
 use crate::world::*;
 
@@ -38,11 +37,6 @@ pub(crate) struct Protocol {
     pub max_clock: Tick,
     /// Runs are explored to this many steps (`None`: to their end); a run cut short is not judged for liveness.
     pub max_depth: Option<usize>,
-    /// Reconcilers (sweeper processes clearing `unknown` attempts, `engine/reconcile.rs`) running at once: none,
-    /// one, or two on the same job at the same moment.
-    pub reconcilers: u8,
-    /// What clears an `unknown` attempt of each provider of [`CHAIN`], where a reconciler runs.
-    pub clears: [Clears; 3],
     pub bug: Option<Bug>,
 }
 
@@ -97,17 +91,6 @@ pub(crate) enum Action {
     Resolve(u8),
     /// The owner cancels the job.
     CancelJob,
-    /// Reconciler `r` reads the job, finds its attempt `unknown` past its lease, and learns what to write: from its
-    /// provider, asked (a lookup: never a call), or from the clock (a policy).
-    Reconcile(u8, Finding),
-    /// Reconciler `r`'s lookup fails: nothing is written; it asks again at the next sweep.
-    LookupFails(u8),
-    /// Reconciler `r` hears "no such call" while the call may still run ([`Bug::AskOnce`]: and stops asking).
-    TooEarly(u8),
-    /// Reconciler `r`'s write meets the store.
-    Reconciled(u8, Fate),
-    /// Reconciler `r` gives up a write the store keeps failing: the next sweep reads the job again.
-    Unreconciled(u8),
     /// The clock moves to the next moment something is due.
     Tick,
 }
@@ -153,13 +136,6 @@ impl Protocol {
             gens: vec![0; 12],
             strays: Vec::new(),
             faults: self.faults,
-            work: if self.reconciling() {
-                vec![Work::None; 12]
-            } else {
-                Vec::new()
-            },
-            reconcilers: vec![Reconciler::Idle; usize::from(self.reconcilers)],
-            given_up: Default::default(),
             ghost: Ghost {
                 calls: vec![0; 12],
                 ..Ghost::default()
@@ -169,20 +145,6 @@ impl Protocol {
 
     pub(crate) fn has(&self, bug: Bug) -> bool {
         self.bug == Some(bug)
-    }
-
-    /// Whether a reconciler runs: the provider's record of each call is kept, for it to ask.
-    pub(crate) fn reconciling(&self) -> bool {
-        self.reconcilers > 0
-    }
-
-    /// What clears an `unknown` attempt of `provider`: a person, unless a reconciler runs and the provider can be
-    /// asked or has a policy.
-    pub(crate) fn clears(&self, provider: &ProviderName) -> Clears {
-        match CHAIN.iter().position(|p| *p == provider.as_str()) {
-            Some(i) if self.reconciling() => self.clears[i],
-            _ => Clears::Hold,
-        }
     }
 
     /// The job as the deliverer and the arming see it.
@@ -223,16 +185,6 @@ impl Protocol {
             for a in &job.attempts {
                 match a.state {
                     AttemptState::Started => due.extend(a.lease_expires_at.map(tick_of)),
-                    // The moments a reconciler may act on it: its lease's end, and its lookup's or policy's time.
-                    AttemptState::Unknown if self.reconciling() => {
-                        due.extend(a.lease_expires_at.map(tick_of));
-                        let start = call_start(a);
-                        match self.clears(&a.provider) {
-                            Clears::Asked => due.push(start + ABSENT_AFTER),
-                            Clears::Policy => due.push(start + TIMEOUT + POLICY_AFTER),
-                            Clears::Hold => {}
-                        }
-                    }
                     AttemptState::Queued
                         if !self.has(Bug::NoRedispatch)
                             && !w.queue.iter().any(|m| u32::from(m.attempt) == a.number) =>
@@ -267,35 +219,17 @@ impl Protocol {
         if fate == Fate::FailsBefore {
             return None;
         }
-        let mut job = w.job.clone().expect("writes follow the create");
-        let found = matches!(writer, Writer::Reconciler { found: true, .. });
-        if let Transition::Complete { number, .. } = transition {
-            if self.has(Bug::CompleteWithoutSwap) {
-                slot_looks_free(&mut job, *number);
-            }
-            if found && self.has(Bug::FoundWithoutSwap) {
-                found_over_slot(&mut job, *number);
-            }
+        let stored = w.job.as_mut().expect("writes follow the create");
+        let mut job = stored.clone();
+        if self.has(Bug::CompleteWithoutSwap)
+            && let Transition::Complete { number, .. } = transition
+        {
+            slot_looks_free(&mut job, *number);
         }
-        let mut stamp = Stamp::new(writer.token(), at(stamp_at));
-        if found && !self.has(Bug::FoundUnmarked) {
-            stamp = stamp.looked_up();
-        }
-        let unknown: Vec<u32> = (job.attempts.iter())
-            .filter(|a| a.state == AttemptState::Unknown)
-            .map(|a| a.number)
-            .collect();
+        let stamp = Stamp::new(writer.token(), at(stamp_at));
         let applied = transition.apply(&mut job, &stamp);
         if applied.is_ok() {
-            for n in unknown {
-                if job
-                    .attempt(n)
-                    .is_some_and(|a| a.state != AttemptState::Unknown)
-                {
-                    (w.ghost.left_unknown).insert(number(n), leaves_unknown_by(transition, writer));
-                }
-            }
-            w.job = Some(job);
+            *stored = job;
         }
         (fate == Fate::Lands).then_some(applied)
     }
@@ -420,12 +354,9 @@ impl Model for Protocol {
         }
         actions.extend((0u8..).take(w.strays.len()).map(Action::Stray));
         self.sweeper_actions(w, actions);
-        self.reconciler_actions(w, fates, actions);
         if let Some(job) = &w.job {
             for a in &job.attempts {
-                // A person resolves what the reconciler would not; what it would, only as a fault (a race).
-                let person = self.clears(&a.provider) == Clears::Hold;
-                if a.state == AttemptState::Unknown && (person || w.faults.resolves > 0) {
+                if a.state == AttemptState::Unknown {
                     actions.push(Action::Resolve(number(a.number)));
                 }
             }
@@ -483,28 +414,15 @@ impl Protocol {
                 }
             }
             Worker::Listening {
-                attempt,
                 since,
                 reply,
                 marking,
                 ..
             } => {
                 let late_over = w.now >= since + TIMEOUT + LATE;
-                // Where a reconciler runs, the late window is kept to the tick (as in the worker, where it is a
-                // timer): nothing is heard after it, whatever the clock did meanwhile. The provider's reply is one
-                // that agrees with what a lookup said of the call.
-                let heard = !(self.reconciling() && w.now > since + TIMEOUT + LATE);
                 match reply {
                     None => {
-                        if heard {
-                            let agrees = |r: &&Reply| agrees(w.work.get(usize::from(attempt)), **r);
-                            actions.extend(
-                                Reply::ALL
-                                    .iter()
-                                    .filter(agrees)
-                                    .map(|r| Action::Reply(wk, *r)),
-                            );
-                        }
+                        actions.extend(Reply::ALL.iter().map(|r| Action::Reply(wk, *r)));
                         if marking == Marking::No && w.now >= since + TIMEOUT {
                             actions.push(Action::TimeOut(wk));
                         }
@@ -531,69 +449,6 @@ impl Protocol {
         }
         if w.faults.crashes > 0 {
             actions.push(Action::Crash(wk));
-        }
-    }
-
-    /// The reconcilers' steps: a write in flight meets the store (or is given up after a fault); an idle reconciler
-    /// (the first stands for either: they are alike) reads the job and acts on its `unknown` attempt once no worker
-    /// can hear its answer (its lease ended) — asks its provider, or applies its policy.
-    fn reconciler_actions(&self, w: &World, fates: &[Fate], actions: &mut Vec<Action>) {
-        for (r, reconciler) in (0u8..).zip(&w.reconcilers) {
-            if let Reconciler::Writing { faulted, .. } = *reconciler {
-                actions.extend(fates.iter().map(|f| Action::Reconciled(r, *f)));
-                if faulted {
-                    actions.push(Action::Unreconciled(r));
-                }
-            }
-        }
-        let Some(r) = (0u8..)
-            .zip(&w.reconcilers)
-            .find_map(|(r, x)| (*x == Reconciler::Idle).then_some(r))
-        else {
-            return;
-        };
-        let Some(a) = (w.job.iter())
-            .flat_map(|job| &job.attempts)
-            .find(|a| a.state == AttemptState::Unknown)
-        else {
-            return;
-        };
-        let over = a.lease_expires_at.is_none_or(|end| end <= at(w.now));
-        if !over && !self.has(Bug::BeforeLease) {
-            return;
-        }
-        let (n, start) = (number(a.number), call_start(a));
-        match self.clears(&a.provider) {
-            Clears::Hold => {}
-            Clears::Policy => {
-                if w.now >= start + TIMEOUT + POLICY_AFTER {
-                    actions.push(Action::Reconcile(r, Finding::Policy));
-                }
-            }
-            Clears::Asked if w.given_up.contains(&n) => {}
-            Clears::Asked => {
-                let absent = w.now >= start + ABSENT_AFTER;
-                let work = w.work[usize::from(n)];
-                match work {
-                    Work::Done(reply) => actions.push(Action::Reconcile(r, Finding::Found(reply))),
-                    // The provider did the work by now (its answer is found), or not yet, or never.
-                    Work::Running => actions.extend(
-                        [Reply::Result, Reply::Broken]
-                            .map(|x| Action::Reconcile(r, Finding::Found(x))),
-                    ),
-                    Work::None | Work::NotDone => {}
-                }
-                if !matches!(work, Work::Done(_)) {
-                    if absent || self.has(Bug::AbsenceTooEarly) {
-                        actions.push(Action::Reconcile(r, Finding::Absent));
-                    } else if self.has(Bug::AskOnce) {
-                        actions.push(Action::TooEarly(r));
-                    }
-                }
-                if w.faults.lookups > 0 {
-                    actions.push(Action::LookupFails(r));
-                }
-            }
         }
     }
 
@@ -635,31 +490,5 @@ impl Protocol {
                 }
             }
         }
-    }
-}
-
-/// When attempt `a`'s call started (its claim), or at the latest could have: what the reconciler counts from.
-pub(crate) fn call_start(a: &onejob_core::domain::Attempt) -> Tick {
-    tick_of(a.started_at.unwrap_or(a.created_at))
-}
-
-/// Whether a provider's `reply` to a call agrees with what is settled of its work: a lookup that found an answer
-/// found the one the worker hears (or the connection is lost), and no record means no work.
-pub(crate) fn agrees(work: Option<&Work>, reply: Reply) -> bool {
-    match work {
-        Some(Work::Done(done)) => reply == *done || reply == Reply::Lost,
-        Some(Work::NotDone) => matches!(reply, Reply::RateLimited | Reply::Lost),
-        _ => true,
-    }
-}
-
-/// How an attempt that `transition`, written by `writer`, moves out of `unknown` must say it left: the answer a
-/// worker heard (late), or one a lookup found, a clear's own `by`, or a person.
-fn leaves_unknown_by(transition: &Transition, writer: Writer) -> ClearedBy {
-    match (transition, writer) {
-        (Transition::ClearUnknown { by, .. }, _) => *by,
-        (Transition::CancelAttempt { .. } | Transition::CancelJob, _) => ClearedBy::Person,
-        (_, Writer::Reconciler { found: true, .. }) => ClearedBy::Lookup,
-        _ => ClearedBy::LateAnswer,
     }
 }
