@@ -187,28 +187,38 @@ async fn a_file_made_older(downgrade: &str) -> (tempfile::TempDir, CreateOutcome
     (dir, created)
 }
 
+/// A file made older by `downgrade` ([`a_file_made_older`]), opened again: its job reads as it was written. The
+/// folder (kept while it lives), the file's path, the store, the job and its owner.
+async fn reopened(
+    downgrade: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    SqliteStore,
+    onejob::domain::Job,
+    onejob::domain::Owner,
+) {
+    let (dir, created) = a_file_made_older(downgrade).await;
+    let path = dir.path().join("onejob.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let job = created.job().clone();
+    let owner = onejob::domain::Owner::parse("alice").unwrap();
+    let read = store.get_job(&owner, &job.id, later()).await.unwrap();
+    assert_eq!(read.as_ref(), Some(&job));
+    (dir, path, store, job, owner)
+}
+
 /// A file of schema 4 (no retries yet) gains the retry columns on open, and keeps its jobs; on the way through
 /// version 5 its tables are made again with jobs found by `jobs_by_id`, and the jobs move on.
 #[tokio::test]
 async fn a_version_4_file_gains_the_retry_columns() {
-    let (dir, created) = a_file_made_older(
+    let (_dir, path, store, job, owner) = reopened(
         "ALTER TABLE attempts DROP COLUMN not_before;
          ALTER TABLE attempts DROP COLUMN retry_of;
          PRAGMA user_version = 4;",
     )
     .await;
-    let path = dir.path().join("onejob.db");
-
-    let store = SqliteStore::open(&path).unwrap();
-    let job = created.job();
-    let owner = onejob::domain::Owner::parse("alice").unwrap();
-    let read = store
-        .get_job(&owner, &job.id, later())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(&read, job);
-    assert_eq!(read.attempt(1).unwrap().not_before, None);
+    assert_eq!(job.attempt(1).unwrap().not_before, None);
     let conn = rusqlite::Connection::open(&path).unwrap();
     assert_eq!(
         version_and_attempt_columns(&conn, "('not_before', 'retry_of')"),
@@ -242,7 +252,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
 /// slots' tables; it keeps its jobs, and a keyed cancel of one of its attempts answers as it did when sent again.
 #[tokio::test]
 async fn a_version_7_file_gains_the_keyed_requests_columns() {
-    let (dir, created) = a_file_made_older(
+    let (_dir, path, store, job, owner) = reopened(
         "ALTER TABLE attempts DROP COLUMN cleared_by;
          ALTER TABLE attempts DROP COLUMN cleared_at;
          ALTER TABLE attempts DROP COLUMN request;
@@ -255,13 +265,6 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
          PRAGMA user_version = 7;",
     )
     .await;
-    let path = dir.path().join("onejob.db");
-
-    let store = SqliteStore::open(&path).unwrap();
-    let job = created.job();
-    let owner = onejob::domain::Owner::parse("alice").unwrap();
-    let read = store.get_job(&owner, &job.id, later()).await.unwrap();
-    assert_eq!(read.as_ref(), Some(job));
     let nowhere = nowhere();
     let stamp = by(2);
     for _ in 0..2 {
@@ -296,18 +299,12 @@ fn nowhere() -> onejob::domain::Failover {
 /// keeps its jobs as they were, and records how its attempts clear from then on.
 #[tokio::test]
 async fn a_version_9_file_gains_how_unknowns_cleared() {
-    let (dir, created) = a_file_made_older(
+    let (_dir, path, store, job, owner) = reopened(
         "ALTER TABLE attempts DROP COLUMN cleared_by;
          ALTER TABLE attempts DROP COLUMN cleared_at;
          PRAGMA user_version = 9;",
     )
     .await;
-    let path = dir.path().join("onejob.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let job = created.job();
-    let owner = onejob::domain::Owner::parse("alice").unwrap();
-    let read = store.get_job(&owner, &job.id, later()).await.unwrap();
-    assert_eq!(read.as_ref(), Some(job));
     store
         .claim_attempt(&job.id, 1, later(), &by(2))
         .await

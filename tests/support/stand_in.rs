@@ -467,16 +467,18 @@ async fn respond(
         .unwrap()
         .pop_front()
         .unwrap_or_else(|| script.otherwise.clone());
+    // The answer, as the work done (and stored, if the call asked for it).
+    let answered = |output| {
+        Json(done(
+            &script,
+            wire,
+            &sent,
+            answer(wire, Answer::Json(output), honest),
+        ))
+        .into_response()
+    };
     match reply {
-        Reply::Answer(output) => {
-            let done = done(
-                &script,
-                wire,
-                &sent,
-                answer(wire, Answer::Json(output), honest),
-            );
-            Json(done).into_response()
-        }
+        Reply::Answer(output) => answered(output),
         Reply::AfterWork(output, loss) => {
             done(
                 &script,
@@ -568,13 +570,7 @@ async fn respond(
                 .unwrap()
                 .clone()
                 .unwrap();
-            let done = done(
-                &script,
-                wire,
-                &sent,
-                answer(wire, Answer::Json(output), honest),
-            );
-            Json(done).into_response()
+            answered(output)
         }
     }
 }

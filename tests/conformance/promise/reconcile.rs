@@ -50,6 +50,27 @@ async fn to_unknown(
     }
 }
 
+/// A job whose first call (on a storing primary, `first` its reply, lost as `loss` says; every later call answered
+/// `then`) is `unknown`, its lease over: the primary, the fallback, the rig and the job.
+async fn unknown_past_its_lease(
+    store: Arc<dyn JobStore>,
+    first: Reply,
+    loss: Loss,
+    then: Value,
+) -> (StandIn, StandIn, Rig, Job) {
+    let primary = StandIn::spawn(vec![first], Reply::Answer(then)).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        storing(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("past-its-lease").await;
+    to_unknown(&rig, &primary, &job, &message, loss).await;
+    rig.advance(lease_ms(&rig));
+    (primary, fallback, rig, job)
+}
+
 /// The lease of every attempt, in milliseconds: until it ends, a worker may still hear the answer.
 fn lease_ms(rig: &Rig) -> u64 {
     rig.engine.lease().num_milliseconds() as u64
@@ -129,20 +150,13 @@ pub(crate) async fn a_lost_answer_is_found_at_the_provider_not_bought_again(
 pub(crate) async fn a_call_the_provider_never_did_is_tried_again_once_its_absence_is_sure(
     store: Arc<dyn JobStore>,
 ) {
-    let primary = StandIn::spawn(
-        vec![Reply::BeforeWork(Loss::Dropped)],
-        Reply::Answer(summary("A")),
+    let (primary, fallback, mut rig, job) = unknown_past_its_lease(
+        store,
+        Reply::BeforeWork(Loss::Dropped),
+        Loss::Dropped,
+        summary("A"),
     )
     .await;
-    let fallback = StandIn::answering(summary("B")).await;
-    let mut rig = Rig::new(
-        store,
-        storing(primary.base_url()),
-        openai(fallback.base_url()),
-    );
-    let (job, message) = rig.create("never-did").await;
-    to_unknown(&rig, &primary, &job, &message, Loss::Dropped).await;
-    rig.advance(lease_ms(&rig));
     assert_eq!(rig.reconcile().await, [Processed::Unknown]);
     assert_eq!(primary.lookups().len(), 1);
     let waiting = rig.job(&job).await;
@@ -269,8 +283,16 @@ pub(crate) async fn two_reconcilers_clear_an_unknown_once(store: Arc<dyn JobStor
     for rig in [&first, &second] {
         rig.advance(lease_ms(rig));
     }
-    let (a, b) = tokio::join!(first.reconcile(), second.reconcile());
-    let mut outcomes = [a, b].concat();
+    // Both sweeps send their lookup before either worker asks: both find the job unknown.
+    for rig in [&first, &second] {
+        assert_eq!(sweep(&rig.engine, None).await.unwrap().asked, 1);
+    }
+    let (a, b) = (first.sent().await, second.sent().await);
+    let (a, b) = (
+        first.process_sent_in_background(&a),
+        second.process_sent_in_background(&b),
+    );
+    let mut outcomes = [a.await.unwrap(), b.await.unwrap()];
     outcomes.sort_by_key(|p| format!("{p:?}"));
     assert_eq!(outcomes, [Processed::Dropped, Processed::Succeeded]);
     let done = first.job(&job).await;
@@ -284,20 +306,13 @@ pub(crate) async fn two_reconcilers_clear_an_unknown_once(store: Arc<dyn JobStor
 /// A lookup the provider does not answer (a 500) changes nothing and calls nothing; the next sweep asks again and
 /// finds the answer.
 pub(crate) async fn a_lookup_that_fails_is_asked_again_and_never_calls(store: Arc<dyn JobStore>) {
-    let primary = StandIn::spawn(
-        vec![Reply::AfterWork(summary("found"), Loss::ServerError)],
-        Reply::Answer(summary("bought again")),
+    let (primary, fallback, mut rig, job) = unknown_past_its_lease(
+        store,
+        Reply::AfterWork(summary("found"), Loss::ServerError),
+        Loss::ServerError,
+        summary("bought again"),
     )
     .await;
-    let fallback = StandIn::answering(summary("B")).await;
-    let mut rig = Rig::new(
-        store,
-        storing(primary.base_url()),
-        openai(fallback.base_url()),
-    );
-    let (job, message) = rig.create("lookup-fails").await;
-    to_unknown(&rig, &primary, &job, &message, Loss::ServerError).await;
-    rig.advance(lease_ms(&rig));
     primary.fail_lookups(true);
     for _ in 0..2 {
         assert_eq!(rig.reconcile().await, [Processed::Unknown]);
