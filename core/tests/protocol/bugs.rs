@@ -39,10 +39,30 @@ pub(crate) enum Bug {
     /// A redelivered message of an ended job does not arm its event again: an event whose arming failed is never
     /// delivered. Breaks invariant 14's liveness.
     NoRearm,
+    /// The reconciler takes the provider's "no such call" as absence while the call may still be running (before
+    /// `lookup_absent_after_ms`): it clears the attempt by lookup and retries a provider that may yet do, and bill,
+    /// the first call's work. Breaks "a lookup is no call".
+    AbsenceTooEarly,
+    /// The reconciler writes an answer it found without the compare-and-swap: onto the attempt as it read it
+    /// (`unknown`, the slot free), whatever was written since — a person's cancel, another attempt's win. Breaks
+    /// invariant 6.
+    FoundWithoutSwap,
+    /// The reconciler acts before the attempt's lease ends, while its worker may still hear the answer. Breaks
+    /// "the reconciler never races the worker".
+    BeforeLease,
+    /// The reconciler "looks up" a call by making it again (the same request, trusting the provider's idempotency
+    /// to answer the stored one). Breaks invariant 8: a lookup is no call.
+    LookupCalls,
+    /// The reconciler writes an answer it found under a worker's stamp, not a lookup's: the attempt says a late
+    /// answer cleared it. Breaks "cleared is recorded as it happened".
+    FoundUnmarked,
+    /// The reconciler stops asking about an attempt once its provider said "no such call" too early to count: the
+    /// attempt stays `unknown` for good. Breaks "an unknown clears by itself" (liveness).
+    AskOnce,
 }
 
 impl Bug {
-    pub(crate) const ALL: [Self; 13] = [
+    pub(crate) const ALL: [Self; 19] = [
         Self::UnconditionalCreate,
         Self::RepeatWithoutToken,
         Self::ReplayAnswersCreated,
@@ -56,7 +76,37 @@ impl Bug {
         Self::SettleFromUpdatedAt,
         Self::NoRedispatch,
         Self::NoRearm,
+        Self::AbsenceTooEarly,
+        Self::FoundWithoutSwap,
+        Self::BeforeLease,
+        Self::LookupCalls,
+        Self::FoundUnmarked,
+        Self::AskOnce,
     ];
+}
+
+/// Gaps of the product the checker found and that are not closed yet. The model behaves as the product does where
+/// its `gap` names one (`known_gaps_are_found` shows each is still there), and as the fix would elsewhere, so that
+/// the rest is checked past them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Gap {
+    /// A claim whose answer was lost lands again later (`already`: the lease and `started_at` stay the first
+    /// try's), and its call is made all the same, and listened to from then on: past the lease. The sweeper makes it
+    /// `unknown` while it runs; a reconciler, counting from `started_at`, takes the provider's "no such call" as
+    /// absence while the call may still run and retries it (a second paid call), or clears it by policy while its
+    /// worker may still hear the answer. Closed: a worker whose claim took so long that its call's window would
+    /// outlast its lease does not call (the lease runs out on no call, and the reconciler finds none).
+    ListensPastLease,
+    /// A reconciler's write that landed, and whose step failed after it (its answer lost and given up, or its
+    /// event's arming failed), leaves an ended job's event unarmed: the lookup's message comes back, and its
+    /// redelivery drops an attempt no longer `unknown` without arming (a redelivered claim that is refused arms
+    /// it); a sweep lists only `unknown` jobs. Closed: the redelivered lookup arms, as a refused claim does, and a
+    /// clear by policy given up arms what it may have written.
+    UnarmedAfterReconciler,
+}
+
+impl Gap {
+    pub(crate) const ALL: [Self; 2] = [Self::ListensPastLease, Self::UnarmedAfterReconciler];
 }
 
 /// The job as a broken settle sees it: a succeeded job settles when it was last written.
@@ -79,5 +129,16 @@ pub(crate) fn slot_looks_free(job: &mut Job, number: u32) {
         if attempt.state == AttemptState::Discarded {
             attempt.state = AttemptState::Started;
         }
+    }
+}
+
+/// The job as a reconciler's write without compare-and-swap sees it ([`Bug::FoundWithoutSwap`]): attempt `number`
+/// as it read it, `unknown`, and the result slot free at the version the attempt saw.
+pub(crate) fn found_over_slot(job: &mut Job, number: u32) {
+    let version = job.version;
+    job.completed_by = None;
+    if let Some(attempt) = job.attempts.iter_mut().find(|a| a.number == number) {
+        attempt.seen_version = Some(version);
+        attempt.state = AttemptState::Unknown;
     }
 }

@@ -6,11 +6,12 @@
 use chrono::Duration;
 use onejob_core::domain::event::{Due, event_id};
 use onejob_core::domain::{
-    Applied, AttemptState, Deliveries, Job, JobStatus, Refusal, SinkKind, Stamp, Transition,
+    Applied, AttemptState, ClearedBy, Deliveries, Job, JobStatus, ProviderName, Refusal, SinkKind,
+    Stamp, Transition,
 };
 use stateright::Model;
 
-use crate::bugs::{Bug, settled_from_updated_at, slot_looks_free};
+use crate::bugs::{Bug, Gap, found_over_slot, settled_from_updated_at, slot_looks_free};
 use crate::properties::outcome;
 use crate::world::*;
 
@@ -37,7 +38,14 @@ pub(crate) struct Protocol {
     pub max_clock: Tick,
     /// Runs are explored to this many steps (`None`: to their end); a run cut short is not judged for liveness.
     pub max_depth: Option<usize>,
+    /// Reconcilers (the sweeps of `engine/reconcile.rs`, clearing `unknown` attempts) running at once: none, one,
+    /// or two on the same job at the same moment — and as many of their lookups of one attempt in the queue.
+    pub reconcilers: u8,
+    /// What clears an `unknown` attempt of each provider of [`CHAIN`], where a reconciler runs.
+    pub clears: [Clears; 3],
     pub bug: Option<Bug>,
+    /// The gap of the product left open, as the product behaves (`None`: each as its fix would have it).
+    pub gap: Option<Gap>,
 }
 
 /// One step of one actor.
@@ -91,6 +99,21 @@ pub(crate) enum Action {
     Resolve(u8),
     /// The owner cancels the job.
     CancelJob,
+    /// A reconciler's sweep finds the job's attempt `unknown` past its lease, its provider one that can be asked,
+    /// and sends a lookup of it for a worker to ask (`true`: the queue does not take it).
+    AskAbout(bool),
+    /// Worker `w`, holding a lookup, reads the job and asks the provider (never calls it): what it learnt. `None`:
+    /// nothing to write — the attempt is no longer due to be asked about, the provider has no record yet (the call
+    /// may still run), or the lookup failed; the message is done with, and the next sweep asks again.
+    Ask(u8, Option<Finding>),
+    /// Worker `w`'s write of what its lookup learnt meets the store.
+    WriteFound(u8, Fate),
+    /// Reconciler `r` reads the job and, its attempt `unknown` past its lease and its policy's time, clears it.
+    ClearByPolicy(u8),
+    /// Reconciler `r`'s clear meets the store.
+    Cleared(u8, Fate),
+    /// Reconciler `r` gives up a clear the store keeps failing: the next sweep reads the job again.
+    Unreconciled(u8),
     /// The clock moves to the next moment something is due.
     Tick,
 }
@@ -136,6 +159,13 @@ impl Protocol {
             gens: vec![0; 12],
             strays: Vec::new(),
             faults: self.faults,
+            work: if self.reconciling() {
+                vec![Work::None; 12]
+            } else {
+                Vec::new()
+            },
+            reconcilers: vec![Reconciler::Idle; usize::from(self.reconcilers)],
+            asked_once: Default::default(),
             ghost: Ghost {
                 calls: vec![0; 12],
                 ..Ghost::default()
@@ -145,6 +175,24 @@ impl Protocol {
 
     pub(crate) fn has(&self, bug: Bug) -> bool {
         self.bug == Some(bug)
+    }
+
+    pub(crate) fn open(&self, gap: Gap) -> bool {
+        self.gap == Some(gap)
+    }
+
+    /// Whether a reconciler runs: the provider's record of each call is kept, for it to ask.
+    pub(crate) fn reconciling(&self) -> bool {
+        self.reconcilers > 0
+    }
+
+    /// What clears an `unknown` attempt of `provider`: a person, unless a reconciler runs and the provider can be
+    /// asked or has a policy.
+    pub(crate) fn clears(&self, provider: &ProviderName) -> Clears {
+        match CHAIN.iter().position(|p| *p == provider.as_str()) {
+            Some(i) if self.reconciling() => self.clears[i],
+            _ => Clears::Hold,
+        }
     }
 
     /// The job as the deliverer and the arming see it.
@@ -185,6 +233,16 @@ impl Protocol {
             for a in &job.attempts {
                 match a.state {
                     AttemptState::Started => due.extend(a.lease_expires_at.map(tick_of)),
+                    // The moments a reconciler may act on it: its lease's end, and its lookup's or policy's time.
+                    AttemptState::Unknown if self.reconciling() => {
+                        due.extend(a.lease_expires_at.map(tick_of));
+                        let start = call_start(a);
+                        match self.clears(&a.provider) {
+                            Clears::Asked => due.push(start + ABSENT_AFTER),
+                            Clears::Policy => due.push(start + TIMEOUT + POLICY_AFTER),
+                            Clears::Hold => {}
+                        }
+                    }
                     AttemptState::Queued
                         if !self.has(Bug::NoRedispatch)
                             && !w.queue.iter().any(|m| u32::from(m.attempt) == a.number) =>
@@ -219,17 +277,35 @@ impl Protocol {
         if fate == Fate::FailsBefore {
             return None;
         }
-        let stored = w.job.as_mut().expect("writes follow the create");
-        let mut job = stored.clone();
-        if self.has(Bug::CompleteWithoutSwap)
-            && let Transition::Complete { number, .. } = transition
-        {
-            slot_looks_free(&mut job, *number);
+        let mut job = w.job.clone().expect("writes follow the create");
+        let found = matches!(writer, Writer::Lookup { found: true, .. });
+        if let Transition::Complete { number, .. } = transition {
+            if self.has(Bug::CompleteWithoutSwap) {
+                slot_looks_free(&mut job, *number);
+            }
+            if found && self.has(Bug::FoundWithoutSwap) {
+                found_over_slot(&mut job, *number);
+            }
         }
-        let stamp = Stamp::new(writer.token(), at(stamp_at));
+        let mut stamp = Stamp::new(writer.token(), at(stamp_at));
+        if found && !self.has(Bug::FoundUnmarked) {
+            stamp = stamp.looked_up();
+        }
+        let unknown: Vec<u32> = (job.attempts.iter())
+            .filter(|a| a.state == AttemptState::Unknown)
+            .map(|a| a.number)
+            .collect();
         let applied = transition.apply(&mut job, &stamp);
         if applied.is_ok() {
-            *stored = job;
+            for n in unknown {
+                if job
+                    .attempt(n)
+                    .is_some_and(|a| a.state != AttemptState::Unknown)
+                {
+                    (w.ghost.left_unknown).insert(number(n), leaves_unknown_by(transition, writer));
+                }
+            }
+            w.job = Some(job);
         }
         (fate == Fate::Lands).then_some(applied)
     }
@@ -354,9 +430,12 @@ impl Model for Protocol {
         }
         actions.extend((0u8..).take(w.strays.len()).map(Action::Stray));
         self.sweeper_actions(w, actions);
+        self.reconciler_actions(w, fates, actions);
         if let Some(job) = &w.job {
             for a in &job.attempts {
-                if a.state == AttemptState::Unknown {
+                // A person resolves what the reconciler would not; what it would, only as a fault (a race).
+                let person = self.clears(&a.provider) == Clears::Hold;
+                if a.state == AttemptState::Unknown && (person || w.faults.resolves > 0) {
                     actions.push(Action::Resolve(number(a.number)));
                 }
             }
@@ -414,15 +493,28 @@ impl Protocol {
                 }
             }
             Worker::Listening {
+                attempt,
                 since,
                 reply,
                 marking,
                 ..
             } => {
                 let late_over = w.now >= since + TIMEOUT + LATE;
+                // Where a reconciler runs, the late window is kept to the tick (as in the worker, where it is a
+                // timer): nothing is heard after it, whatever the clock did meanwhile. The provider's reply is one
+                // that agrees with what a lookup said of the call.
+                let heard = !(self.reconciling() && w.now > since + TIMEOUT + LATE);
                 match reply {
                     None => {
-                        actions.extend(Reply::ALL.iter().map(|r| Action::Reply(wk, *r)));
+                        if heard {
+                            let agrees = |r: &&Reply| agrees(w.work.get(usize::from(attempt)), **r);
+                            actions.extend(
+                                Reply::ALL
+                                    .iter()
+                                    .filter(agrees)
+                                    .map(|r| Action::Reply(wk, *r)),
+                            );
+                        }
                         if marking == Marking::No && w.now >= since + TIMEOUT {
                             actions.push(Action::TimeOut(wk));
                         }
@@ -440,6 +532,13 @@ impl Protocol {
                     actions.push(Action::StopListening(wk));
                 }
             }
+            Worker::Asking { attempt } => self.ask_actions(w, wk, attempt, actions),
+            Worker::Answering { faulted, .. } => {
+                actions.extend(fates.iter().map(|f| Action::WriteFound(wk, *f)));
+                if faulted {
+                    actions.push(Action::Abandon(wk));
+                }
+            }
             Worker::Wrote { .. } => {
                 actions.push(Action::FollowUp(wk, false));
                 if w.faults.store > 0 {
@@ -449,6 +548,88 @@ impl Protocol {
         }
         if w.faults.crashes > 0 {
             actions.push(Action::Crash(wk));
+        }
+    }
+
+    /// The reconcilers' steps: a clear in flight meets the store (or is given up after a fault); an idle
+    /// reconciler (the first stands for either: they are alike) reads the job and acts on its `unknown` attempt once
+    /// no worker can hear its answer (its lease ended): sends a lookup of it to the workers (while fewer are in the
+    /// queue than reconcilers sweep), or clears it by its provider's policy.
+    fn reconciler_actions(&self, w: &World, fates: &[Fate], actions: &mut Vec<Action>) {
+        for (r, reconciler) in (0u8..).zip(&w.reconcilers) {
+            if let Reconciler::Clearing { faulted, .. } = *reconciler {
+                actions.extend(fates.iter().map(|f| Action::Cleared(r, *f)));
+                if faulted {
+                    actions.push(Action::Unreconciled(r));
+                }
+            }
+        }
+        let Some(a) = (w.job.iter())
+            .flat_map(|job| &job.attempts)
+            .find(|a| a.state == AttemptState::Unknown)
+        else {
+            return;
+        };
+        if !self.due(a, w.now) {
+            return;
+        }
+        let n = number(a.number);
+        match self.clears(&a.provider) {
+            Clears::Hold => {}
+            Clears::Policy => {
+                let idle = (0u8..)
+                    .zip(&w.reconcilers)
+                    .find_map(|(r, x)| (*x == Reconciler::Idle).then_some(r));
+                if let Some(r) = idle
+                    && w.now >= call_start(a) + TIMEOUT + POLICY_AFTER
+                {
+                    actions.push(Action::ClearByPolicy(r));
+                }
+            }
+            Clears::Asked => {
+                let sent = (w.queue.iter())
+                    .filter(|m| m.look_up && m.attempt == n)
+                    .count();
+                if sent < usize::from(self.reconcilers) && !w.asked_once.contains(&n) {
+                    actions.push(Action::AskAbout(false));
+                    if w.faults.lost_sends > 0 {
+                        actions.push(Action::AskAbout(true));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the reconciler may act on `unknown` attempt `a` at `now`: once its lease ended (no worker can still
+    /// hear its answer), or at once ([`Bug::BeforeLease`]).
+    pub(crate) fn due(&self, a: &onejob_core::domain::Attempt, now: Tick) -> bool {
+        a.lease_expires_at.is_none_or(|end| end <= at(now)) || self.has(Bug::BeforeLease)
+    }
+
+    /// What worker `wk`'s lookup of `attempt` may learn, on the job as it reads it now: nothing (always: the lookup
+    /// may fail); for an attempt still `unknown` and due, the provider's answer if it did the work or may have by
+    /// now, and its word that it has no record — taken as absence once the call, as the engine counts it (from its
+    /// claim, `started_at`), cannot still be running.
+    fn ask_actions(&self, w: &World, wk: u8, attempt: u8, actions: &mut Vec<Action>) {
+        actions.push(Action::Ask(wk, None));
+        let Some(a) = (w.job.as_ref())
+            .and_then(|j| j.attempt(u32::from(attempt)))
+            .filter(|a| a.state == AttemptState::Unknown && self.due(a, w.now))
+        else {
+            return;
+        };
+        let absent = w.now >= call_start(a) + ABSENT_AFTER;
+        let found = |x| Action::Ask(wk, Some(Finding::Found(x)));
+        match w.work[usize::from(attempt)] {
+            Work::Done(reply) => actions.push(found(reply)),
+            // The provider did the work by now (its answer is found), or not yet, or never.
+            Work::Running(_) => actions.extend([Reply::Result, Reply::Broken].map(found)),
+            Work::None | Work::NotDone => {}
+        }
+        if !matches!(w.work[usize::from(attempt)], Work::Done(_))
+            && (absent || self.has(Bug::AbsenceTooEarly))
+        {
+            actions.push(Action::Ask(wk, Some(Finding::Absent)));
         }
     }
 
@@ -490,5 +671,31 @@ impl Protocol {
                 }
             }
         }
+    }
+}
+
+/// When attempt `a`'s call started (its claim), or at the latest could have: what the reconciler counts from.
+pub(crate) fn call_start(a: &onejob_core::domain::Attempt) -> Tick {
+    tick_of(a.started_at.unwrap_or(a.created_at))
+}
+
+/// Whether a provider's `reply` to a call agrees with what is settled of its work: a lookup that found an answer
+/// found the one the worker hears (or the connection is lost), and no record means no work.
+pub(crate) fn agrees(work: Option<&Work>, reply: Reply) -> bool {
+    match work {
+        Some(Work::Done(done)) => reply == *done || reply == Reply::Lost,
+        Some(Work::NotDone) => matches!(reply, Reply::RateLimited | Reply::Lost),
+        _ => true,
+    }
+}
+
+/// How an attempt that `transition`, written by `writer`, moves out of `unknown` must say it left: the answer a
+/// worker heard (late), or one a lookup found, a clear's own `by`, or a person.
+fn leaves_unknown_by(transition: &Transition, writer: Writer) -> ClearedBy {
+    match (transition, writer) {
+        (Transition::ClearUnknown { by, .. }, _) => *by,
+        (Transition::CancelAttempt { .. } | Transition::CancelJob, _) => ClearedBy::Person,
+        (_, Writer::Lookup { found: true, .. }) => ClearedBy::Lookup,
+        _ => ClearedBy::LateAnswer,
     }
 }

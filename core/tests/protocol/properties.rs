@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 
 use onejob_core::domain::event::event_id;
-use onejob_core::domain::{AttemptState, Job, JobStatus};
+use onejob_core::domain::{AttemptState, ClearedBy, Job, JobStatus};
 use stateright::{Model, Property};
 
 use crate::model::{Protocol, Scenario};
-use crate::world::{Answer, TIMEOUT, World, at, failover};
+use crate::world::{Answer, Clears, TIMEOUT, World, at, failover, number};
 
 pub(crate) const ONE_JOB: &str = "1: one job per (owner, key)";
 pub(crate) const ONE_201: &str = "2: at most one 201 per key";
@@ -25,6 +25,13 @@ pub(crate) const ONE_EVENT: &str = "14: one settle, one event id";
 pub(crate) const SETTLES: &str = "12: every run ends with the job settled (liveness)";
 pub(crate) const ANNOUNCED: &str = "14: every settle is delivered (liveness)";
 pub(crate) const ANSWERED: &str = "2: every client is answered, one of them 201 (liveness)";
+pub(crate) const PAID_ONCE: &str =
+    "5, 8: a lookup is no call: a provider that can be asked is paid once per intent";
+pub(crate) const NOT_RACED: &str =
+    "5: the reconciler waits for the lease: no worker hears an attempt it moved";
+pub(crate) const CLEARED_AS: &str = "5: every attempt that left unknown says how, as it happened";
+pub(crate) const CLEARS: &str =
+    "5: every unknown of a provider that can be asked, or has a policy, clears (liveness)";
 
 // Reached at all: a model that never gets there checks nothing there.
 pub(crate) const LATE_WIN: &str = "a late answer wins after the time-out";
@@ -32,6 +39,9 @@ pub(crate) const DISCARDED: &str = "a loser's answer is discarded";
 pub(crate) const FAILED_OVER: &str = "failover runs the qualified fallback";
 pub(crate) const REPLAYED: &str = "a conflict or a replay is answered";
 pub(crate) const REDELIVERED: &str = "an event is delivered after a failed try";
+pub(crate) const FOUND_WINS: &str = "an answer a lookup found wins";
+pub(crate) const ABSENT_RETRIED: &str = "a call the provider has no record of is retried";
+pub(crate) const POLICY_CLEARED: &str = "an unknown is cleared by policy";
 
 /// Whether the run has ended here: nothing can happen any more, and the clock's bound did not cut it.
 fn ended(model: &Protocol, w: &World) -> bool {
@@ -104,6 +114,37 @@ pub(crate) fn all() -> Vec<Property<Protocol>> {
                         .is_some_and(|t| w.ghost.delivered.contains(&event_id(job, t)))
                 })
         }),
+        Property::always(PAID_ONCE, |model: &Protocol, w: &World| {
+            w.job.as_ref().is_none_or(|job| {
+                let asked = (job.attempts.iter())
+                    .filter(|a| model.clears(&a.provider) == Clears::Asked)
+                    .filter(|a| {
+                        w.work
+                            .get(a.number as usize)
+                            .is_some_and(|x| x.maybe_paid())
+                    });
+                let paid: Vec<_> = asked.map(|a| a.provider.as_str()).collect();
+                paid.len() == paid.iter().collect::<BTreeSet<_>>().len()
+            })
+        }),
+        Property::always(NOT_RACED, |_, w: &World| !w.ghost.raced),
+        Property::always(CLEARED_AS, |_, w: &World| {
+            w.job.as_ref().is_none_or(|job| {
+                job.attempts.iter().all(|a| {
+                    let left = w.ghost.left_unknown.get(&number(a.number)).copied();
+                    a.cleared.map(|c| c.by) == left && a.cleared.is_none_or(|c| c.at <= at(w.now))
+                })
+            })
+        }),
+        Property::always(CLEARS, |model: &Protocol, w: &World| {
+            !worked(model, w)
+                || w.job.as_ref().is_none_or(|job| {
+                    job.attempts.iter().all(|a| {
+                        a.state != AttemptState::Unknown
+                            || model.clears(&a.provider) == Clears::Hold
+                    })
+                })
+        }),
         Property::always(ANSWERED, |model: &Protocol, w: &World| {
             let answered = w.clients.iter().all(|c| c.answer.is_some());
             let one_201 = w.ghost.gave_up || w.ghost.created == 1;
@@ -144,15 +185,44 @@ pub(crate) fn all() -> Vec<Property<Protocol>> {
         Property::sometimes(REDELIVERED, |_, w: &World| {
             !w.ghost.delivered.is_empty() && w.faults.endpoint == 0
         }),
+        Property::sometimes(FOUND_WINS, |_, w: &World| {
+            w.job.as_ref().is_some_and(|job| {
+                (job.completed_by.and_then(|n| job.attempt(n)))
+                    .is_some_and(|a| a.cleared.is_some_and(|c| c.by == ClearedBy::Lookup))
+            })
+        }),
+        Property::sometimes(ABSENT_RETRIED, |_, w: &World| {
+            w.job.as_ref().is_some_and(|job| {
+                job.attempts.iter().any(|a| {
+                    a.retry_of.and_then(|n| job.attempt(n)).is_some_and(|r| {
+                        r.cleared.is_some_and(|c| c.by == ClearedBy::Lookup)
+                            && r.state == AttemptState::Cancelled
+                    })
+                })
+            })
+        }),
+        Property::sometimes(POLICY_CLEARED, |_, w: &World| {
+            w.job.as_ref().is_some_and(|job| {
+                (job.attempts.iter()).any(|a| a.cleared.is_some_and(|c| c.by == ClearedBy::Policy))
+            })
+        }),
     ]
 }
 
-/// The properties each scenario must reach.
-pub(crate) fn sometimes(scenario: Scenario) -> Vec<&'static str> {
-    match scenario {
+/// What a model must reach: its scenario's, and with a reconciler, the ways it clears an `unknown` (each where a
+/// provider of the chain clears that way).
+pub(crate) fn sometimes(model: &Protocol) -> Vec<&'static str> {
+    let mut reached = match model.scenario {
         Scenario::Intake => vec![REPLAYED],
         Scenario::Attempts => vec![LATE_WIN, DISCARDED, FAILED_OVER, REDELIVERED],
+    };
+    if model.reconciling() && model.clears.contains(&Clears::Asked) {
+        reached.extend([FOUND_WINS, ABSENT_RETRIED]);
     }
+    if model.reconciling() && model.clears.contains(&Clears::Policy) {
+        reached.push(POLICY_CLEARED);
+    }
+    reached
 }
 
 /// The names of the properties that must never be broken.
@@ -171,6 +241,10 @@ pub(crate) fn musts() -> BTreeSet<&'static str> {
         SETTLES,
         ANNOUNCED,
         ANSWERED,
+        PAID_ONCE,
+        NOT_RACED,
+        CLEARED_AS,
+        CLEARS,
     ]
     .into()
 }

@@ -4,11 +4,12 @@
 use chrono::Duration;
 use onejob_core::domain::event::Due;
 use onejob_core::domain::{
-    Applied, AttemptState, CallReport, ErrorInfo, Job, Refusal, SinkKind, Stamp, Transition,
+    Applied, AttemptState, CallReport, ClearedBy, ErrorInfo, Job, Refusal, SinkKind, Stamp,
+    Transition,
 };
 use serde_json::json;
 
-use crate::bugs::Bug;
+use crate::bugs::{Bug, Gap};
 use crate::model::{Action, Protocol};
 use crate::world::*;
 
@@ -59,8 +60,12 @@ impl Protocol {
             Action::Receive(wk, m) => {
                 let message = &mut w.queue[usize::from(m)];
                 message.held = Some(wk);
-                let attempt = message.attempt;
+                let (attempt, look_up) = (message.attempt, message.look_up);
                 w.queue.sort();
+                if look_up {
+                    w.workers[usize::from(wk)] = Worker::Asking { attempt };
+                    return;
+                }
                 let delivery = &mut w.gens[usize::from(attempt)];
                 *delivery += 1;
                 w.workers[usize::from(wk)] = Worker::Claiming {
@@ -76,8 +81,22 @@ impl Protocol {
             }
             Action::Claim(wk, fate) => self.claim(w, wk, fate),
             Action::Reply(wk, reply) => {
-                if let Worker::Listening { reply: heard, .. } = &mut w.workers[usize::from(wk)] {
+                if let Worker::Listening {
+                    attempt,
+                    reply: heard,
+                    ..
+                } = &mut w.workers[usize::from(wk)]
+                {
                     *heard = Some(reply);
+                    let attempt = *attempt;
+                    w.ghost.raced |= reply != Reply::Lost && w.ghost.reconciled.contains(&attempt);
+                    if let Some(work) = w.work.get_mut(usize::from(attempt)) {
+                        match reply {
+                            Reply::Result | Reply::Broken => *work = Work::Done(reply),
+                            Reply::RateLimited => *work = Work::NotDone,
+                            Reply::Lost => {}
+                        }
+                    }
                 }
                 // A ready answer is taken before any timer (invariant 16): nothing the worker does comes
                 // between, and a time-out write in flight goes on as a stray. Only the broken race holds it.
@@ -137,10 +156,16 @@ impl Protocol {
             }
             Action::Write(wk, fate) => self.write_answer(w, wk, fate),
             Action::Abandon(wk) => {
-                if let Worker::Writing { attempt, reply, .. } = w.workers[usize::from(wk)]
-                    && reply != Reply::Lost
-                {
-                    w.ghost.logged.insert(attempt);
+                match w.workers[usize::from(wk)] {
+                    Worker::Writing { attempt, reply, .. }
+                    | Worker::Answering {
+                        attempt,
+                        finding: Finding::Found(reply),
+                        ..
+                    } if reply != Reply::Lost => {
+                        w.ghost.logged.insert(attempt);
+                    }
+                    _ => {}
                 }
                 Self::release(w, wk, false);
             }
@@ -195,6 +220,11 @@ impl Protocol {
             }
             Action::Deliver(fails) => self.deliver(w, fails),
             Action::Resolve(n) => {
+                let job = w.job.as_ref().expect("a job");
+                let provider = &job.attempt(u32::from(n)).expect("the attempt").provider;
+                if self.clears(provider) != Clears::Hold {
+                    w.faults.resolves -= 1;
+                }
                 let cancel = Transition::CancelAttempt {
                     number: u32::from(n),
                     failover: self.failover(),
@@ -215,6 +245,36 @@ impl Protocol {
                     now,
                 );
                 self.arm(w);
+            }
+            Action::AskAbout(lost) => {
+                let job = w.job.as_ref().expect("a job");
+                let a = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
+                let n = number(a.expect("an unknown attempt").number);
+                if self.has(Bug::AskOnce) {
+                    w.asked_once.insert(n);
+                }
+                if lost {
+                    w.faults.lost_sends -= 1;
+                } else {
+                    push_look_up(w, n);
+                }
+            }
+            Action::Ask(wk, finding) => self.ask(w, wk, finding),
+            Action::WriteFound(wk, fate) => self.write_found(w, wk, fate),
+            Action::ClearByPolicy(r) => {
+                let job = w.job.as_ref().expect("a job");
+                let a = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
+                w.reconcilers[usize::from(r)] = Reconciler::Clearing {
+                    attempt: number(a.expect("an unknown attempt").number),
+                    faulted: false,
+                };
+            }
+            Action::Cleared(r, fate) => self.clear_by_policy(w, r, fate),
+            Action::Unreconciled(r) => {
+                if !self.open(Gap::UnarmedAfterReconciler) {
+                    self.arm(w);
+                }
+                w.reconcilers[usize::from(r)] = Reconciler::Idle;
             }
             Action::Tick => {
                 w.now = self.deadlines(w).into_iter().min().expect("something due");
@@ -309,6 +369,19 @@ impl Protocol {
                 };
             }
             Some(Ok(_)) => {
+                // A claim that took so long that the call's window would outlast its lease (a repeat that found
+                // itself keeps the first try's lease): as the product does, the call is made all the same; with the
+                // gap closed, where a reconciler runs, it is not, and the lease runs out on no call.
+                let leased = (w.job.as_ref())
+                    .and_then(|j| j.attempt(number))
+                    .and_then(|a| a.lease_expires_at)
+                    .map_or(Tick::MAX, tick_of);
+                if self.reconciling()
+                    && !self.open(Gap::ListensPastLease)
+                    && w.now + TIMEOUT + LATE > leased
+                {
+                    return Self::release(w, wk, true);
+                }
                 let mine = w
                     .job
                     .as_ref()
@@ -318,6 +391,9 @@ impl Protocol {
                     });
                 w.ghost.unclaimed_call |= !mine;
                 w.ghost.calls[usize::from(attempt)] += 1;
+                if let Some(work @ Work::None) = w.work.get_mut(usize::from(attempt)) {
+                    *work = Work::Running(w.now);
+                }
                 w.workers[usize::from(wk)] = Worker::Listening {
                     attempt,
                     delivery,
@@ -438,10 +514,152 @@ impl Protocol {
                 };
             }
             Some(written) => {
-                if written.is_err() && reply != Reply::Lost {
+                // Refused, it is dropped — unless a lookup found this very answer and wrote it first.
+                if written.is_err() && reply != Reply::Lost && !w.ghost.found.contains(&attempt) {
                     w.ghost.dropped.insert(attempt);
                 }
                 w.workers[usize::from(wk)] = Worker::Wrote { attempt };
+            }
+        }
+    }
+
+    /// Worker `wk`'s lookup learns `finding` about the attempt it asks about (the job read anew): nothing, and the
+    /// message is done with; or what it settles of the provider's work (an answer found was done; no record, once the
+    /// call cannot still run, was not), to write.
+    fn ask(&self, w: &mut World, wk: u8, finding: Option<Finding>) {
+        let Worker::Asking { attempt } = w.workers[usize::from(wk)] else {
+            unreachable!("asking")
+        };
+        let Some(finding) = finding else {
+            if !self.open(Gap::UnarmedAfterReconciler) {
+                self.arm(w);
+            }
+            return Self::release(w, wk, true);
+        };
+        let work = &mut w.work[usize::from(attempt)];
+        match finding {
+            Finding::Found(reply) => {
+                *work = Work::Done(reply);
+                if reply == Reply::Broken {
+                    w.ghost.definite.insert(attempt);
+                }
+            }
+            // No record, and the call, from when it was made, cannot still be running: the work was not done.
+            // Before, the provider may still do it, whatever the reconciler takes it for.
+            Finding::Absent => {
+                if let Work::Running(since) = *work
+                    && w.now >= since + ABSENT_AFTER
+                {
+                    *work = Work::NotDone;
+                }
+            }
+        }
+        if self.has(Bug::LookupCalls) {
+            w.ghost.calls[usize::from(attempt)] += 1;
+        }
+        w.workers[usize::from(wk)] = Worker::Answering {
+            attempt,
+            finding,
+            asked: w.now,
+            faulted: false,
+        };
+    }
+
+    /// Worker `wk`'s write of what its lookup learnt: an answer found, as a late answer under the lookup's stamp (a
+    /// result by compare-and-swap, every try stamped when it was found; a failure with its failover), or a clear
+    /// by lookup. Once the store answers it, what follows it is the step's as after any answer; a refusal (a late
+    /// answer, a person or another lookup got there first) is no error, and is followed by nothing.
+    fn write_found(&self, w: &mut World, wk: u8, fate: Fate) {
+        let Worker::Answering {
+            attempt,
+            finding,
+            asked,
+            ..
+        } = w.workers[usize::from(wk)]
+        else {
+            unreachable!("answering")
+        };
+        let number = u32::from(attempt);
+        let transition = match finding {
+            Finding::Found(Reply::Result) => Transition::Complete {
+                number,
+                result: result(attempt),
+                report: CallReport::default(),
+            },
+            Finding::Found(_) => Transition::Fail {
+                number,
+                error: ErrorInfo::new("output_invalid", "the answer breaks the contract"),
+                report: CallReport::default(),
+                failover: self.failover(),
+            },
+            Finding::Absent => Transition::ClearUnknown {
+                number,
+                by: ClearedBy::Lookup,
+                failover: self.failover(),
+            },
+        };
+        let found = matches!(finding, Finding::Found(_));
+        let writer = Writer::Lookup { wk, attempt, found };
+        let stamp_at = if finding == Finding::Found(Reply::Result) {
+            asked
+        } else {
+            w.now
+        };
+        let written = self.write(w, &transition, writer, fate, stamp_at);
+        self.moved(w, number, writer, found);
+        match written {
+            None => {
+                if let Worker::Answering { faulted, .. } = &mut w.workers[usize::from(wk)] {
+                    *faulted = true;
+                }
+            }
+            Some(Ok(_)) => w.workers[usize::from(wk)] = Worker::Wrote { attempt },
+            Some(Err(_)) => Self::release(w, wk, true),
+        }
+    }
+
+    /// Reconciler `r`'s clear by policy meets the store; once it answers, what follows it (the retry or failover
+    /// it queued dispatched, the event armed) follows, and a refusal (someone got there first) is no error.
+    fn clear_by_policy(&self, w: &mut World, r: u8, fate: Fate) {
+        let Reconciler::Clearing { attempt, .. } = w.reconcilers[usize::from(r)] else {
+            unreachable!("clearing")
+        };
+        let number = u32::from(attempt);
+        let clear = Transition::ClearUnknown {
+            number,
+            by: ClearedBy::Policy,
+            failover: self.failover(),
+        };
+        let writer = Writer::Reconciler { r, attempt };
+        let now = w.now;
+        let written = self.write(w, &clear, writer, fate, now);
+        self.moved(w, number, writer, false);
+        match written {
+            None => {
+                if let Reconciler::Clearing { faulted, .. } = &mut w.reconcilers[usize::from(r)] {
+                    *faulted = true;
+                }
+                return;
+            }
+            Some(Ok(_)) => {
+                self.dispatch_queued(w);
+                self.arm(w);
+            }
+            Some(Err(_)) => {}
+        }
+        w.reconcilers[usize::from(r)] = Reconciler::Idle;
+    }
+
+    /// Notes, for the properties, that a reconciler's write (`writer`'s) moved attempt `number`, and if it wrote an
+    /// answer a lookup `found`.
+    fn moved(&self, w: &mut World, number: u32, writer: Writer, found: bool) {
+        let moved = (w.job.as_ref())
+            .and_then(|j| j.attempt(number))
+            .is_some_and(|a| a.writer == Some(writer.token()));
+        if moved {
+            w.ghost.reconciled.insert(crate::world::number(number));
+            if found {
+                w.ghost.found.insert(crate::world::number(number));
             }
         }
     }

@@ -2,12 +2,12 @@
 //! queue, the workers and what they hold, writes left in flight, what faults are left to inject, and the ghost —
 //! what the properties are checked against, which no actor reads.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use chrono::{Duration, TimeZone, Utc};
 use onejob_core::domain::{
-    ContractRef, Deliveries, Failover, Fingerprint, IdempotencyKey, Job, NewJob, Owner,
+    ClearedBy, ContractRef, Deliveries, Failover, Fingerprint, IdempotencyKey, Job, NewJob, Owner,
     ProviderName, RetryPolicy, Timestamp, WriteToken,
 };
 use serde_json::{Value, json};
@@ -25,6 +25,13 @@ pub(crate) const LEASE: Tick = TIMEOUT + LATE + 1;
 pub(crate) const REDISPATCH_AFTER: Tick = 2;
 /// An event delivery that failed is tried again after this long.
 pub(crate) const DELIVERY_BACKOFF: Tick = 1;
+/// A call that started this long ago cannot still be running, nor its record be on its way: a provider that can be
+/// asked and has no record of it did not do the work (`lookup_absent_after_ms`, from the call's start). Past the
+/// lease, as the default (15 minutes) is past any lease: the provider may go on with a call its worker gave up on.
+pub(crate) const ABSENT_AFTER: Tick = LEASE + 1;
+/// A provider that cannot be asked, with a policy: its `unknown` attempt is cleared this long after its time-out
+/// (`unknown_retry_after_ms`), and never before its lease ends.
+pub(crate) const POLICY_AFTER: Tick = 1;
 
 /// The moment of `tick`.
 pub(crate) fn at(tick: Tick) -> Timestamp {
@@ -44,6 +51,17 @@ pub(crate) const CHAIN: [&str; 3] = ["a", "b", "c"];
 
 pub(crate) fn provider(name: &str) -> ProviderName {
     ProviderName::parse(name).expect("a provider name")
+}
+
+/// What clears an `unknown` attempt of a provider without a person (`engine/reconcile.rs`), as it is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Clears {
+    /// It keeps its calls and can be asked about them (OpenAI with stored completions): the reconciler asks.
+    Asked,
+    /// It cannot be asked, and has `unknown_retry_after_ms`: the reconciler clears it by policy.
+    Policy,
+    /// Neither: a person resolves it (`hold`).
+    Hold,
 }
 
 /// What failover may do: only `b` is qualified; a provider that said it did no work is tried once more, two
@@ -92,6 +110,12 @@ pub(crate) enum Writer {
     Sweeper { attempt: u8 },
     /// A person resolving an attempt, or the owner cancelling the job.
     Person { attempt: u8 },
+    /// Reconciler `r`'s clear of attempt `attempt` by policy.
+    Reconciler { r: u8, attempt: u8 },
+    /// Worker `wk`'s write of what its lookup of attempt `attempt` learnt: an answer found (`found`), or a clear.
+    /// Each is a fresh token in the engine; one per worker, attempt and kind is as fresh here, as a lookup writes
+    /// only while its attempt is `unknown`, and its write moves it on once it lands.
+    Lookup { wk: u8, attempt: u8, found: bool },
 }
 
 impl Writer {
@@ -101,6 +125,8 @@ impl Writer {
             Self::Step { attempt, delivery } => (2, attempt, delivery),
             Self::Sweeper { attempt } => (3, attempt, 0),
             Self::Person { attempt } => (4, attempt, 0),
+            Self::Reconciler { r, attempt } => (5, r, attempt),
+            Self::Lookup { wk, attempt, found } => (6 + u8::from(found), wk, attempt),
         };
         WriteToken::parse(&format!("{kind:08x}{a:08x}{b:08x}{:08x}", 0)).expect("32 hex digits")
     }
@@ -157,12 +183,14 @@ pub(crate) enum Phase {
     Answering(Answer),
 }
 
-/// A queue message: an attempt, not delivered before `not_before`, held by a worker (invisible) or not.
+/// A queue message: an attempt, not delivered before `not_before`, held by a worker (invisible) or not; a
+/// reconciler's lookup (`look_up`: ask its provider about the call) or the attempt's own step.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Message {
     pub attempt: u8,
     pub not_before: Tick,
     pub held: Option<u8>,
+    pub look_up: bool,
 }
 
 /// What a provider's reply means (`providers::Reply`).
@@ -221,6 +249,61 @@ pub(crate) enum Worker {
     Wrote {
         attempt: u8,
     },
+    /// It holds a reconciler's lookup of `attempt`: it reads the job, and asks the provider if it is still due.
+    Asking {
+        attempt: u8,
+    },
+    /// It writes what its lookup of `attempt`, at `asked`, learnt.
+    Answering {
+        attempt: u8,
+        finding: Finding,
+        asked: Tick,
+        faulted: bool,
+    },
+}
+
+/// What the provider did with an attempt's call, as far as it is settled: its record, which a lookup reads. Kept only
+/// where a reconciler may ask; it is settled when the worker hears a definite reply, or when a lookup answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Work {
+    /// No call was made.
+    None,
+    /// The call was made, at the tick it holds, and nobody knows yet what came of it: the provider may have done
+    /// the work, or may still until [`ABSENT_AFTER`] from then.
+    Running(Tick),
+    /// The provider did the work: a result, or an answer that breaks the contract (paid either way).
+    Done(Reply),
+    /// The provider did not do the work, and will not (a 429, or a call it never ran).
+    NotDone,
+}
+
+impl Work {
+    /// Whether the provider did the work, or may still: the call is paid for in some run from here.
+    pub(crate) fn maybe_paid(self) -> bool {
+        matches!(self, Self::Running(_) | Self::Done(_))
+    }
+}
+
+/// What a lookup learnt about an `unknown` attempt's call, and so will write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Finding {
+    /// The provider's answer (a result, or one that breaks the contract): a late answer.
+    Found(Reply),
+    /// No record, taken as absence (once the call, as the engine counts it, cannot still be running): the work
+    /// was not done, and the attempt is cleared and retried.
+    Absent,
+}
+
+/// A reconciler (a sweeper process's), and the step it is in: the lookups it sends are the workers' to ask; a
+/// clear by policy it writes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Reconciler {
+    Idle,
+    /// It read the job, found `attempt` `unknown` past its lease and its policy's time come, and clears it.
+    Clearing {
+        attempt: u8,
+        faulted: bool,
+    },
 }
 
 /// The job's completion events as the store keeps them: the deliveries and the settle they were armed for.
@@ -247,6 +330,8 @@ pub(crate) struct Faults {
     pub endpoint: u8,
     /// The owner cancels the job.
     pub cancels: u8,
+    /// A person resolves an `unknown` attempt the reconciler would clear (one it would not is a person's anyway).
+    pub resolves: u8,
 }
 
 impl Faults {
@@ -258,6 +343,7 @@ impl Faults {
         lost_sends: 0,
         endpoint: 0,
         cancels: 0,
+        resolves: 0,
     };
 }
 
@@ -289,6 +375,14 @@ pub(crate) struct Ghost {
     /// Event ids the deliverer sent, and those the endpoint took.
     pub sent: BTreeSet<String>,
     pub delivered: BTreeSet<String>,
+    /// How each attempt that left `unknown` did, as the write that moved it says (who wrote it, and what).
+    pub left_unknown: BTreeMap<u8, ClearedBy>,
+    /// Attempts a reconciler's write (a lookup's, a clear by policy) moved, and those whose answer a lookup found
+    /// and wrote.
+    pub reconciled: BTreeSet<u8>,
+    pub found: BTreeSet<u8>,
+    /// A worker heard an answer of an attempt a reconciler had moved already.
+    pub raced: bool,
 }
 
 /// The whole world.
@@ -309,6 +403,11 @@ pub(crate) struct World {
     /// apply them, or never.
     pub strays: Vec<(u8, u8)>,
     pub faults: Faults,
+    /// What the provider did with each attempt's call (index: attempt number); empty where nothing asks.
+    pub work: Vec<Work>,
+    pub reconcilers: Vec<Reconciler>,
+    /// Attempts a reconciler sent a lookup of ([`crate::bugs::Bug::AskOnce`] only).
+    pub asked_once: BTreeSet<u8>,
     pub ghost: Ghost,
 }
 
@@ -324,6 +423,9 @@ impl Hash for World {
         self.gens.hash(state);
         self.strays.hash(state);
         self.faults.hash(state);
+        self.work.hash(state);
+        self.reconcilers.hash(state);
+        self.asked_once.hash(state);
         self.ghost.hash(state);
     }
 }
@@ -339,6 +441,18 @@ pub(crate) fn push(w: &mut World, attempt: u8, not_before: Tick) {
         attempt,
         not_before,
         held: None,
+        look_up: false,
+    });
+    w.queue.sort();
+}
+
+/// Queues a reconciler's lookup of `attempt`.
+pub(crate) fn push_look_up(w: &mut World, attempt: u8) {
+    w.queue.push(Message {
+        attempt,
+        not_before: w.now,
+        held: None,
+        look_up: true,
     });
     w.queue.sort();
 }
