@@ -6,7 +6,7 @@ use chrono::Duration;
 use tracing::Instrument;
 
 use super::Engine;
-use crate::domain::{AttemptRef, AttemptState, Job, Timestamp, WriteToken};
+use crate::domain::{AttemptRef, AttemptState, Job, JobId, Timestamp, WriteToken};
 use crate::queue::Message;
 use crate::store::StoreError;
 use crate::telemetry::trace;
@@ -215,5 +215,18 @@ impl Engine {
             self.free_slot(message).await;
         }
         self.arm_deliveries(&job).await
+    }
+
+    /// After a write given up (it may have landed) by a step no message brings back: the job as the store has it,
+    /// its deliveries armed if it ended. Best effort: what fails is logged.
+    pub(super) async fn arm_what_landed(&self, job_id: &JobId) {
+        let armed = match self.store.read_job(job_id, self.clock.now()).await {
+            Ok(Some(job)) => self.arm_deliveries(&job).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = armed {
+            tracing::error!(%job_id, error = %crate::telemetry::error_chain(&e), "a write given up may have ended the job: its event could not be armed");
+        }
     }
 }

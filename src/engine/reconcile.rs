@@ -117,7 +117,12 @@ impl Engine {
             .map(|a| self.due(a));
         match due {
             Some(Due::Ask) => self.ask(&job, attempt.number, deadline).await,
-            _ => Ok(Processed::Dropped),
+            _ => {
+                // Cleared already — perhaps by this lookup's own write, whose step failed after it landed (its
+                // answer lost, or its event's arming): the ended job's event is armed, as a refused claim's is.
+                self.arm_deliveries(&job).await?;
+                Ok(Processed::Dropped)
+            }
         }
     }
 
@@ -127,10 +132,26 @@ impl Engine {
         let unknown = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
         unknown
             .and_then(|a| self.providers.get(&a.provider))
-            .is_some_and(|p| {
-                p.config.kind.kind().can_be_asked()
-                    || p.config.limits.unknown_retry_after_ms.is_some()
-            })
+            .is_some_and(reconciled)
+    }
+
+    /// Whether claimed attempt `number` of `job` is too late to call: its provider's `unknown` attempts are cleared
+    /// by the reconciler, which takes the end of the lease for the end of listening, and the call's window (its
+    /// time-out and late window, from now) would outlast the lease — as for a claim found again after its answer
+    /// was lost, whose lease is its first try's.
+    pub(super) fn too_late_to_call(&self, job: &Job, number: u32) -> bool {
+        let Some(attempt) = job.attempt(number) else {
+            return false;
+        };
+        let (Some(provider), Some(lease_end)) = (
+            self.providers.get(&attempt.provider),
+            attempt.lease_expires_at,
+        ) else {
+            return false;
+        };
+        let heard_until =
+            self.clock.now() + provider.config.timeout() + provider.config.late_result();
+        reconciled(provider) && heard_until > lease_end
     }
 
     /// What may be done about `attempt` now: nothing while a worker may still hear its answer (its lease); then
@@ -246,16 +267,28 @@ impl Engine {
                     .await
             })
             .await;
-        match written {
+        let cleared = match written {
             Ok(after) => {
                 tracing::warn!(job_id = %job.id, attempt = number, by = by.as_str(), "unknown attempt cleared");
-                self.follow_up(&after, Wrote::Cleared(number)).await?;
-                Ok(Some(after))
+                (self.follow_up(&after, Wrote::Cleared(number)).await).map(|()| Some(after))
             }
             Err(StoreError::Refused(_) | StoreError::NotFound) => Ok(None),
             Err(e) => Err(e),
+        };
+        if cleared.is_err() {
+            // Given up, or its follow-up failed: the clear may have landed and ended the job, which no sweep lists
+            // again (a lookup's message comes back; a policy's clear has none): its event is armed now, as far as
+            // the store lets it.
+            self.arm_what_landed(&job.id).await;
         }
+        cleared
     }
+}
+
+/// Whether the reconciler clears its provider's `unknown` attempts: it can be asked, or has a retry policy.
+fn reconciled(provider: &ConfiguredProvider) -> bool {
+    provider.config.kind.kind().can_be_asked()
+        || provider.config.limits.unknown_retry_after_ms.is_some()
 }
 
 /// The identity attempt `number` of `job` carries to its provider (`Idempotency-Key`, metadata): `<job id>:<n>`.

@@ -40,7 +40,8 @@ pub enum Processed {
     /// A definite failure; failover queued the next attempt or gave the job its error.
     Failed,
     /// No answer in time (or the connection was lost after sending): the attempt is `unknown`. For a lookup:
-    /// nothing learned yet, it stays `unknown`.
+    /// nothing learned yet, it stays `unknown`. For a claim that landed too late to call within its lease: not
+    /// called, it becomes `unknown` at its lease's end, for the reconciler to find no call.
     Unknown,
     /// A lookup found the provider had no such call: the `unknown` attempt was cleared, and its provider is tried
     /// again.
@@ -146,6 +147,15 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
+        if self.too_late_to_call(&job, message.number) {
+            // A claim found again long after it first landed (its answer lost, then tried again) keeps that first
+            // try's lease: a call made now would be heard past it, while the sweeper and the reconciler take the
+            // attempt for one nobody hears — a provider's "no such call" for absence, a policy's time for a retry.
+            // No call: the lease runs out on none, and the reconciler finds none and tries the provider again.
+            tracing::warn!(job_id = %message.job_id, attempt = message.number, "claim landed too late to call within its lease: not called");
+            self.free_slot(sent).await;
+            return Ok(Begun::Done(Processed::Unknown));
+        }
         match self.prepare(&job, message.number).await {
             Ok((provider, prepared)) => Ok(Begun::Claimed(Box::new(Claimed {
                 job,

@@ -146,6 +146,8 @@ macro_rules! conformance_suite {
             an_unknown_no_provider_can_answer_waits_for_its_policy_or_a_person,
             two_reconcilers_clear_an_unknown_once,
             a_lookup_that_fails_is_asked_again_and_never_calls,
+            a_claim_found_again_too_late_for_its_lease_is_not_called,
+            a_lookups_event_the_store_would_not_arm_is_armed_by_its_redelivery,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

@@ -59,10 +59,19 @@ pub(crate) enum Bug {
     /// The reconciler stops asking about an attempt once its provider said "no such call" too early to count: the
     /// attempt stays `unknown` for good. Breaks "an unknown clears by itself" (liveness).
     AskOnce,
+    /// A claim whose answer was lost lands again later and keeps its first try's lease and `started_at`, and its
+    /// call is made all the same and listened to past the lease: a reconciler, counting from `started_at`, takes the
+    /// provider's "no such call" as absence while the call may still run and retries it. Breaks "paid once". (The
+    /// checker found this in the product; a claim that late is no longer called.)
+    ListensPastLease,
+    /// A reconciler's write that landed, and whose step failed after it, leaves an ended job's event unarmed: the
+    /// lookup's redelivery drops an attempt no longer `unknown` without arming, and a clear by policy given up arms
+    /// nothing. Breaks invariant 14's liveness. (The checker found this in the product, on DynamoDB.)
+    UnarmedAfterReconciler,
 }
 
 impl Bug {
-    pub(crate) const ALL: [Self; 19] = [
+    pub(crate) const ALL: [Self; 21] = [
         Self::UnconditionalCreate,
         Self::RepeatWithoutToken,
         Self::ReplayAnswersCreated,
@@ -82,31 +91,9 @@ impl Bug {
         Self::LookupCalls,
         Self::FoundUnmarked,
         Self::AskOnce,
+        Self::ListensPastLease,
+        Self::UnarmedAfterReconciler,
     ];
-}
-
-/// Gaps of the product the checker found and that are not closed yet. The model behaves as the product does where
-/// its `gap` names one (`known_gaps_are_found` shows each is still there), and as the fix would elsewhere, so that
-/// the rest is checked past them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Gap {
-    /// A claim whose answer was lost lands again later (`already`: the lease and `started_at` stay the first
-    /// try's), and its call is made all the same, and listened to from then on: past the lease. The sweeper makes it
-    /// `unknown` while it runs; a reconciler, counting from `started_at`, takes the provider's "no such call" as
-    /// absence while the call may still run and retries it (a second paid call), or clears it by policy while its
-    /// worker may still hear the answer. Closed: a worker whose claim took so long that its call's window would
-    /// outlast its lease does not call (the lease runs out on no call, and the reconciler finds none).
-    ListensPastLease,
-    /// A reconciler's write that landed, and whose step failed after it (its answer lost and given up, or its
-    /// event's arming failed), leaves an ended job's event unarmed: the lookup's message comes back, and its
-    /// redelivery drops an attempt no longer `unknown` without arming (a redelivered claim that is refused arms
-    /// it); a sweep lists only `unknown` jobs. Closed: the redelivered lookup arms, as a refused claim does, and a
-    /// clear by policy given up arms what it may have written.
-    UnarmedAfterReconciler,
-}
-
-impl Gap {
-    pub(crate) const ALL: [Self; 2] = [Self::ListensPastLease, Self::UnarmedAfterReconciler];
 }
 
 /// The job as a broken settle sees it: a succeeded job settles when it was last written.

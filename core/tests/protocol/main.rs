@@ -8,7 +8,6 @@
 //! - `the_protocol_holds`: the bounds that `cargo test` checks (printing the states explored).
 //! - `each_broken_variant_is_caught`: for each [`bugs::Bug`], the checker finds the property it breaks, and prints
 //!   the shortest trace that shows it.
-//! - `known_gaps_are_found`: each [`bugs::Gap`] of the product, not closed yet, still breaks its property.
 //! - `deeper` (ignored): larger fault budgets, as `ONEJOB_MODEL` says (`deep`, or `simulate` for random walks).
 
 mod bugs;
@@ -25,7 +24,7 @@ use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model, Path};
 
-use bugs::{Bug, Gap};
+use bugs::Bug;
 use model::{Protocol, Scenario};
 use world::{Clears, Faults, World};
 
@@ -46,7 +45,6 @@ fn intake(agree: bool) -> Protocol {
         reconcilers: 0,
         clears: [Clears::Hold; 3],
         bug: None,
-        gap: None,
     }
 }
 
@@ -68,7 +66,6 @@ fn attempts() -> Protocol {
         reconcilers: 0,
         clears: [Clears::Hold; 3],
         bug: None,
-        gap: None,
     }
 }
 
@@ -207,6 +204,13 @@ fn caught_by(bug: Bug) -> (&'static str, Protocol) {
             },
             ..reconciler_calm()
         },
+        Bug::ListensPastLease | Bug::UnarmedAfterReconciler => Protocol {
+            faults: Faults {
+                store: 1,
+                ..Faults::NONE
+            },
+            ..reconciler_calm()
+        },
         Bug::AbsenceTooEarly
         | Bug::BeforeLease
         | Bug::LookupCalls
@@ -234,6 +238,8 @@ fn caught_by(bug: Bug) -> (&'static str, Protocol) {
         Bug::LookupCalls => ONE_CALL,
         Bug::FoundUnmarked => CLEARED_AS,
         Bug::AskOnce => CLEARS,
+        Bug::ListensPastLease => PAID_ONCE,
+        Bug::UnarmedAfterReconciler => ANNOUNCED,
     };
     (
         property,
@@ -253,41 +259,6 @@ fn each_broken_variant_is_caught() {
             .discovery(property)
             .unwrap_or_else(|| panic!("{bug:?} was not caught by {property:?}"));
         println!("{bug:?} breaks {property:?}:\n{}", explain(&model, path));
-    }
-}
-
-/// Which property each known gap of the product breaks while it is open, and the model it shows in.
-fn shown_by(gap: Gap) -> (&'static str, Protocol) {
-    let property = match gap {
-        Gap::ListensPastLease => properties::PAID_ONCE,
-        Gap::UnarmedAfterReconciler => properties::ANNOUNCED,
-    };
-    let model = Protocol {
-        faults: Faults {
-            store: 1,
-            ..Faults::NONE
-        },
-        ..reconciler_calm()
-    };
-    (property, model)
-}
-
-/// Each known gap of the product (`bugs::Gap`) is still there: the model, behaving as the product does there,
-/// breaks the property the gap names. Once the product closes one, this fails for it: then the model's seam goes,
-/// and the model behaves as the product then does everywhere.
-#[test]
-fn known_gaps_are_found() {
-    for gap in Gap::ALL {
-        let (property, model) = shown_by(gap);
-        let model = Protocol {
-            gap: Some(gap),
-            ..model
-        };
-        let checker = check(&format!("{gap:?}"), model.clone(), Some(property));
-        let path = checker
-            .discovery(property)
-            .unwrap_or_else(|| panic!("{gap:?} is no longer found by {property:?}: is it closed?"));
-        println!("{gap:?} breaks {property:?}:\n{}", explain(&model, path));
     }
 }
 

@@ -11,7 +11,7 @@ use onejob_core::domain::{
 };
 use stateright::Model;
 
-use crate::bugs::{Bug, Gap, found_over_slot, settled_from_updated_at, slot_looks_free};
+use crate::bugs::{Bug, found_over_slot, settled_from_updated_at, slot_looks_free};
 use crate::properties::outcome;
 use crate::world::*;
 
@@ -44,8 +44,6 @@ pub(crate) struct Protocol {
     /// What clears an `unknown` attempt of each provider of [`CHAIN`], where a reconciler runs.
     pub clears: [Clears; 3],
     pub bug: Option<Bug>,
-    /// The gap of the product left open, as the product behaves (`None`: each as its fix would have it).
-    pub gap: Option<Gap>,
 }
 
 /// One step of one actor.
@@ -175,10 +173,6 @@ impl Protocol {
 
     pub(crate) fn has(&self, bug: Bug) -> bool {
         self.bug == Some(bug)
-    }
-
-    pub(crate) fn open(&self, gap: Gap) -> bool {
-        self.gap == Some(gap)
     }
 
     /// Whether a reconciler runs: the provider's record of each call is kept, for it to ask.

@@ -9,7 +9,7 @@ use onejob_core::domain::{
 };
 use serde_json::json;
 
-use crate::bugs::{Bug, Gap};
+use crate::bugs::Bug;
 use crate::model::{Action, Protocol};
 use crate::world::*;
 
@@ -271,7 +271,7 @@ impl Protocol {
             }
             Action::Cleared(r, fate) => self.clear_by_policy(w, r, fate),
             Action::Unreconciled(r) => {
-                if !self.open(Gap::UnarmedAfterReconciler) {
+                if !self.has(Bug::UnarmedAfterReconciler) {
                     self.arm(w);
                 }
                 w.reconcilers[usize::from(r)] = Reconciler::Idle;
@@ -370,14 +370,14 @@ impl Protocol {
             }
             Some(Ok(_)) => {
                 // A claim that took so long that the call's window would outlast its lease (a repeat that found
-                // itself keeps the first try's lease): as the product does, the call is made all the same; with the
-                // gap closed, where a reconciler runs, it is not, and the lease runs out on no call.
+                // itself keeps the first try's lease): where a reconciler runs, it is not called, and the lease runs
+                // out on no call (the product's `too_late_to_call`).
                 let leased = (w.job.as_ref())
                     .and_then(|j| j.attempt(number))
                     .and_then(|a| a.lease_expires_at)
                     .map_or(Tick::MAX, tick_of);
                 if self.reconciling()
-                    && !self.open(Gap::ListensPastLease)
+                    && !self.has(Bug::ListensPastLease)
                     && w.now + TIMEOUT + LATE > leased
                 {
                     return Self::release(w, wk, true);
@@ -531,7 +531,7 @@ impl Protocol {
             unreachable!("asking")
         };
         let Some(finding) = finding else {
-            if !self.open(Gap::UnarmedAfterReconciler) {
+            if !self.has(Bug::UnarmedAfterReconciler) {
                 self.arm(w);
             }
             return Self::release(w, wk, true);

@@ -5,6 +5,8 @@
 
 use onejob::domain::ClearedBy;
 use onejob::providers::{ProviderConfig, ProviderKind};
+use onejob::store::{EventStore, StoreError};
+use onejob::worker::process_message;
 
 use super::*;
 use crate::support::stand_in::{Loss, anthropic};
@@ -325,5 +327,122 @@ pub(crate) async fn a_lookup_that_fails_is_asked_again_and_never_calls(store: Ar
     assert_eq!(rig.reconcile().await, [Processed::Succeeded]);
     assert_eq!(rig.job(&job).await.result, Some(summary("found")));
     assert_eq!(primary.lookups().len(), 3);
+    assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
+}
+
+/// A claim whose answer was lost is found again by the step's next try — here after the lease's margin, the store
+/// stalled — and keeps its first try's lease: a call made now would be heard past it, while the reconciler takes
+/// the lease's end for the end of listening (the provider's "no such call" for absence). It is not called: the
+/// lease runs out on no call, the provider has none, and once absence is sure the reconciler tries it again — one
+/// call, one paid, the intent answered.
+pub(crate) async fn a_claim_found_again_too_late_for_its_lease_is_not_called(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::answering(summary("A")).await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(
+        store,
+        vec![(Call::Claim, Fault::After), (Call::Claim, Fault::Stall)],
+    );
+    let mut rig = Rig::new(
+        faulty.clone(),
+        storing(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("claimed-late").await;
+    let step = rig.process_in_background(&message);
+    // The first try lands and loses its answer; its repeat stalls until the call's window would outlast the lease.
+    faulty.made(Call::Claim, 2).await;
+    rig.advance(lease_ms(&rig) - (TIMEOUT_MS + LATE_MS) + 1);
+    faulty.release();
+    assert_eq!(step.await.unwrap(), Processed::Unknown);
+    assert_eq!(primary.call_count(), 0, "called past its lease");
+    let claimed = rig.job(&job).await;
+    assert_eq!(cleared(&claimed, 1), (AttemptState::Started, None));
+
+    rig.advance(TIMEOUT_MS + LATE_MS);
+    assert_eq!(rig.reconcile().await, [Processed::Unknown]);
+    assert_eq!(
+        cleared(&rig.job(&job).await, 1),
+        (AttemptState::Unknown, None)
+    );
+    let absent_ms = ProviderConfig::of(ProviderKind::Demo(Default::default()))
+        .limits
+        .lookup_absent_after_ms;
+    rig.advance(absent_ms);
+    assert_eq!(rig.reconcile().await, [Processed::Cleared]);
+    let retry = rig.message().await;
+    assert_eq!(rig.process(&retry).await, Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(done.result, Some(summary("A")));
+    assert_eq!(
+        (
+            primary.call_count(),
+            primary.stored_count(),
+            fallback.call_count()
+        ),
+        (1, 1, 0)
+    );
+}
+
+/// A lookup finds the answer and writes it, and the store will not arm the ended job's event through a write's
+/// budget: the step fails, its message comes back, and the redelivery — the attempt no longer `unknown`, nothing to
+/// ask — arms the event. One call, never a second.
+pub(crate) async fn a_lookups_event_the_store_would_not_arm_is_armed_by_its_redelivery(
+    store: Arc<dyn JobStore>,
+) {
+    let primary = StandIn::spawn(
+        vec![Reply::AfterWork(summary("found"), Loss::Dropped)],
+        Reply::Answer(summary("bought again")),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let faulty = FaultyStore::new(store, Vec::new());
+    let mut rig = Rig::new(
+        faulty.clone(),
+        storing(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("lookup-unarmed").await;
+    let endpoint =
+        onejob::domain::Endpoint::new("https://hooks.example.com/".into(), rig.clock.now());
+    faulty
+        .put_endpoint(&job.owner, Some(&endpoint))
+        .await
+        .unwrap();
+    to_unknown(&rig, &primary, &job, &message, Loss::Dropped).await;
+    rig.advance(lease_ms(&rig));
+    assert_eq!(sweep(&rig.engine, None).await.unwrap().asked, 1);
+    let lookup = rig.sent().await;
+    faulty.plan(&[(Call::ArmDeliveries, Fault::Before); 10_000]);
+    let (engine, redelivered) = (rig.engine.clone(), lookup.clone());
+    let step = tokio::spawn(async move { process_message(&engine, &lookup, None).await });
+    rig.drive_backoff(&faulty, 2_000, Call::ArmDeliveries, &step)
+        .await;
+    let outcome = step.await.unwrap();
+    assert!(
+        matches!(outcome, Err(StoreError::Backend(_))),
+        "{outcome:?}"
+    );
+    let done = rig.job(&job).await;
+    assert_eq!(
+        done.result,
+        Some(summary("found")),
+        "the answer stays written"
+    );
+
+    faulty.clear();
+    assert_eq!(
+        process_message(&rig.engine, &redelivered, None)
+            .await
+            .unwrap(),
+        Processed::Dropped
+    );
+    let (armed, _) = faulty
+        .deliveries(&job.id)
+        .await
+        .unwrap()
+        .expect("armed by the redelivery");
+    assert_eq!(armed.due_at, done.settles_at());
     assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
 }
