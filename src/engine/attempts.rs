@@ -55,18 +55,19 @@ impl Engine {
         Ok(job)
     }
 
-    /// `started` → `unknown`, written until `until`. `None` when the domain refused: someone resolved the attempt
-    /// meanwhile.
+    /// `started` → `unknown`, with the provider's name of the call if it gave one, written until `until`. `None`
+    /// when the domain refused: someone resolved the attempt meanwhile.
     pub(super) async fn mark_unknown(
         &self,
         attempt: &AttemptRef,
+        call_id: Option<&str>,
         token: &WriteToken,
         until: Timestamp,
     ) -> Result<Option<Job>, StoreError> {
         let written = self
             .persist("time-out", token, until, |stamp| async move {
                 self.store
-                    .mark_unknown(&attempt.job_id, attempt.number, &stamp)
+                    .mark_unknown(&attempt.job_id, attempt.number, call_id, &stamp)
                     .await
             })
             .await;

@@ -130,9 +130,9 @@ impl Engine {
     /// or has a retry policy): no person is needed for it.
     pub fn clears_itself(&self, job: &Job) -> bool {
         let unknown = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
-        unknown
-            .and_then(|a| self.providers.get(&a.provider))
-            .is_some_and(reconciled)
+        unknown.is_some_and(|a| {
+            (self.providers.get(&a.provider)).is_some_and(|p| askable(p, a) || has_policy(p))
+        })
     }
 
     /// Whether claimed attempt `number` of `job` is too late to call: its provider's `unknown` attempts are cleared
@@ -164,7 +164,7 @@ impl Engine {
         let Some(provider) = self.providers.get(&attempt.provider) else {
             return Due::Wait;
         };
-        if provider.config.kind.kind().can_be_asked() {
+        if askable(provider, attempt) {
             return Due::Ask;
         }
         let Some(after) = provider.config.limits.unknown_retry_after_ms else {
@@ -206,7 +206,7 @@ impl Engine {
         };
         let left = deadline.map_or(Duration::MAX, |deadline| deadline - self.clock.now());
         let looked = tokio::select! {
-            looked = provider.client.look_up(&prepared.request) => looked,
+            looked = provider.client.look_up(&prepared.request, attempt.call_id.as_deref()) => looked,
             () = self.clock.sleep(provider.config.timeout().min(left)) => Lookup::Failed(crate::domain::ErrorInfo::new(
                 "timeout",
                 "the provider did not answer the lookup in time",
@@ -226,7 +226,16 @@ impl Engine {
                 let cleared = self.clear(job, number, ClearedBy::Lookup).await?;
                 Ok(cleared.map_or(Processed::Dropped, |_| Processed::Cleared))
             }
+            Lookup::Ended => {
+                tracing::info!(job_id = %job.id, attempt = number, "the provider ended the call without its work");
+                let cleared = self.clear(job, number, ClearedBy::Lookup).await?;
+                Ok(cleared.map_or(Processed::Dropped, |_| Processed::Cleared))
+            }
             Lookup::NotFound => Ok(Processed::Unknown),
+            Lookup::Running => {
+                tracing::info!(job_id = %job.id, attempt = number, "the call is still running at its provider: asked again at the next sweep");
+                Ok(Processed::Unknown)
+            }
             Lookup::Found(reply) => {
                 tracing::warn!(job_id = %job.id, attempt = number, ?reply, "the lookup's answer was lost: asked again at the next sweep");
                 Ok(Processed::Unknown)
@@ -287,8 +296,18 @@ impl Engine {
 
 /// Whether the reconciler clears its provider's `unknown` attempts: it can be asked, or has a retry policy.
 fn reconciled(provider: &ConfiguredProvider) -> bool {
-    provider.config.kind.kind().can_be_asked()
-        || provider.config.limits.unknown_retry_after_ms.is_some()
+    provider.config.kind.kind().can_be_asked() || has_policy(provider)
+}
+
+fn has_policy(provider: &ConfiguredProvider) -> bool {
+    provider.config.limits.unknown_retry_after_ms.is_some()
+}
+
+/// Whether `attempt`'s provider can be asked about its call: it keeps its calls, and, where it is asked by the name
+/// it gave the call, the attempt kept that name.
+fn askable(provider: &ConfiguredProvider, attempt: &Attempt) -> bool {
+    let kind = provider.config.kind.kind();
+    kind.can_be_asked() && (!kind.asked_by_call_name() || attempt.call_id.is_some())
 }
 
 /// The identity attempt `number` of `job` carries to its provider (`Idempotency-Key`, metadata): `<job id>:<n>`.

@@ -216,11 +216,17 @@ impl Engine {
         Ok((provider.clone(), prepared))
     }
 
-    /// The claimed attempt's time-out: `unknown`, written while the worker goes on listening, until `until`
-    /// (the late window's end). A time-out the domain refuses (someone resolved the attempt meanwhile) is done.
-    pub async fn time_out(&self, claimed: &Claimed, until: Timestamp) -> Result<(), StoreError> {
+    /// The claimed attempt's time-out: `unknown`, with the provider's name of the call if it gave one by now
+    /// (`call_id`: a background response's id), written while the worker goes on listening, until `until` (the late
+    /// window's end). A time-out the domain refuses (someone resolved the attempt meanwhile) is done.
+    pub async fn time_out(
+        &self,
+        claimed: &Claimed,
+        call_id: Option<&str>,
+        until: Timestamp,
+    ) -> Result<(), StoreError> {
         (self
-            .mark_unknown(&claimed.message.attempt, &claimed.token, until)
+            .mark_unknown(&claimed.message.attempt, call_id, &claimed.token, until)
             .await)
             .map(|_| ())
     }
@@ -349,7 +355,7 @@ impl Step<'_> {
                 tracing::warn!(code = %error.code, error = %error.message, "the provider may have done the work: attempt unknown");
                 let until = engine.answer_deadline(self.deadline);
                 let marked = (engine
-                    .mark_unknown(&self.message.attempt, self.token, until)
+                    .mark_unknown(&self.message.attempt, None, self.token, until)
                     .await)
                     .map(|_| Processed::Unknown);
                 (marked, None)

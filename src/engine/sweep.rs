@@ -13,7 +13,7 @@ impl Engine {
     pub async fn expire_lease(&self, attempt: &AttemptRef) -> Result<bool, StoreError> {
         let token = WriteToken::new();
         let written = self
-            .mark_unknown(attempt, &token, self.write_deadline())
+            .mark_unknown(attempt, None, &token, self.write_deadline())
             .await?;
         if written.is_some() {
             tracing::warn!(job_id = %attempt.job_id, attempt = attempt.number, "lease expired: attempt unknown");

@@ -44,6 +44,14 @@ pub struct ProviderEndpoint {
     /// OpenAI keeps stored completions 30 days; a server that stores nothing must leave it unset. Not part of the
     /// request's shape: it changes no answer.
     pub store: Option<bool>,
+    /// openai: the API its calls go through — `chat_completions` (the default) or `responses` (OpenAI's Responses
+    /// API, `POST {base_url}/responses`).
+    pub api: Option<OpenAiApi>,
+    /// openai, with `api = "responses"` and `store = true`: each call is created in background mode — the create
+    /// answers at once with the response's id, and the answer is waited on by reading that id. A wait lost on the
+    /// wire is harmless (the next read), and an attempt that goes `unknown` keeps the id: the reconciler reads the
+    /// call's fate by it. Not part of the request's shape: it changes no answer.
+    pub background: Option<bool>,
     /// Fields added as they are to every request's body (a server's own options). onejob's own fields (the model,
     /// the messages, the budget, the temperature, the output format) are set by the keys above, not here.
     #[serde(default)]
@@ -56,6 +64,8 @@ pub struct ProviderEndpoint {
 pub enum TokenLimitField {
     MaxTokens,
     MaxCompletionTokens,
+    /// The Responses API's, and only its.
+    MaxOutputTokens,
 }
 
 impl TokenLimitField {
@@ -63,19 +73,35 @@ impl TokenLimitField {
         match self {
             Self::MaxTokens => "max_tokens",
             Self::MaxCompletionTokens => "max_completion_tokens",
+            Self::MaxOutputTokens => "max_output_tokens",
         }
     }
 }
 
+/// The API an openai provider's calls go through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenAiApi {
+    #[default]
+    ChatCompletions,
+    Responses,
+}
+
 /// The body fields onejob sets itself, which `body` may not name.
-const OWN_BODY_FIELDS: [&str; 13] = [
+const OWN_BODY_FIELDS: [&str; 19] = [
     "model",
     "store",
     "metadata",
     "messages",
     "system",
+    "input",
+    "instructions",
+    "text",
+    "background",
+    "reasoning",
     "max_tokens",
     "max_completion_tokens",
+    "max_output_tokens",
     "temperature",
     "reasoning_effort",
     "response_format",
@@ -98,6 +124,7 @@ impl ProviderEndpoint {
         put("path", json!(self.path));
         put("query", json!(self.query));
         put("headers", json!(self.headers));
+        put("api", json!(self.api));
         put("token_limit_field", json!(self.token_limit_field));
         put("send_temperature", json!(self.send_temperature));
         put("reasoning_effort", json!(self.reasoning_effort));
@@ -121,7 +148,7 @@ impl ProviderEndpoint {
             .find(|k| OWN_BODY_FIELDS.contains(&k.as_str()))
         {
             return Err(format!(
-                "body.{own} is onejob's own field: use token_limit_field, send_temperature, reasoning_effort or store"
+                "body.{own} is onejob's own field: use api, token_limit_field, send_temperature, reasoning_effort, store or background"
             ));
         }
         for name in self.api_key_header.iter().chain(self.headers.keys()) {
@@ -234,9 +261,7 @@ impl HttpEndpoint {
         kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
         read: fn(&str) -> Reply,
     ) -> Reply {
-        let call = (self.http.post(self.url.clone()))
-            .header("Idempotency-Key", idempotency_key)
-            .json(body);
+        let call = self.post(self.url.clone(), idempotency_key, body);
         let (sent, key) = self.send(call, kind_key).await;
         let reply = sent.map_or_else(|reply| reply, |text| read(&text));
         match &key {
@@ -274,9 +299,21 @@ impl HttpEndpoint {
         }
     }
 
+    /// A `POST` of `body` to `url`, carrying the attempt's idempotency key: a call's request, to be [sent](Self::send).
+    pub fn post(
+        &self,
+        url: reqwest::Url,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> reqwest::RequestBuilder {
+        (self.http.post(url))
+            .header("Idempotency-Key", idempotency_key)
+            .json(body)
+    }
+
     /// Sends `call` with the config's headers and the key: its 2xx body, or the reply anything else already is
     /// ([`exchange`]), and the key it went with. A key refused has the secret read again before the next call.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         mut call: reqwest::RequestBuilder,
         kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,

@@ -12,7 +12,7 @@ pub mod qualify;
 pub mod settings;
 pub mod tokens;
 
-pub use http::{ProviderEndpoint, TokenLimitField};
+pub use http::{OpenAiApi, ProviderEndpoint, TokenLimitField};
 pub use kinds::demo::{DemoBehavior, DemoSettings};
 pub use kinds::{Kind, ProviderKind};
 pub use settings::{ProviderConfig, ProviderLimits};
@@ -108,7 +108,7 @@ impl Reply {
     /// The reply as sent with `key`: its error message and the model id it reported (what onejob writes of it) are
     /// scrubbed of the key, and so is every message written of it later ([`Reply::redacted`]). The answer is left
     /// as the provider gave it (invariant 19).
-    fn scrubbed(mut self, key: &Secret) -> Self {
+    pub(crate) fn scrubbed(mut self, key: &Secret) -> Self {
         if let ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) = &mut self.outcome {
             error.message = key.scrub(&error.message);
         }
@@ -143,20 +143,36 @@ pub enum Lookup {
     /// The provider keeps no call under that identity — yet: whether that means the work was not done is the
     /// reconciler's to judge, by how long ago the call started.
     NotFound,
+    /// The call is still running at the provider (a background response queued or in progress): asked again at a
+    /// later sweep.
+    Running,
+    /// The provider ended the call without its work (a background response cancelled): definitively not done.
+    Ended,
     /// The question went unanswered (a key refused, a 5xx, a lost connection, a body not the API's): asked again
     /// at a later sweep.
     Failed(ErrorInfo),
 }
+
+/// Where a call that names itself before its answer (a background response's id) leaves that name, for the worker
+/// to keep with the attempt when it goes `unknown` ([`Provider::call_named`]).
+pub type CallName = std::sync::OnceLock<String>;
 
 #[async_trait]
 pub trait Provider: Send + Sync + Debug {
     /// One call. It may take forever: the caller bounds it with the provider's timeout.
     async fn call(&self, request: &ProviderRequest) -> Reply;
 
-    /// Asks the provider about the call made before under `request`'s identity (its idempotency key), for a kind
-    /// that [can be asked](Kind::can_be_asked). It never makes the call: at most one paid call per attempt. It may
-    /// take forever too: the caller bounds it with the provider's timeout.
-    async fn look_up(&self, _request: &ProviderRequest) -> Lookup {
+    /// One call, as [`Provider::call`], that leaves the provider's name of it in `named` as soon as the provider
+    /// gives one, before its answer (a background response's id). A kind whose calls have no such name just calls.
+    async fn call_named(&self, request: &ProviderRequest, _named: &CallName) -> Reply {
+        self.call(request).await
+    }
+
+    /// Asks the provider about the call made before under `request`'s identity (its idempotency key), or under its
+    /// own name of it (`call_id`, [`Provider::call_named`]), for a kind that [can be asked](Kind::can_be_asked). It
+    /// never makes the call: at most one paid call per attempt. It may take forever too: the caller bounds it with
+    /// the provider's timeout.
+    async fn look_up(&self, _request: &ProviderRequest, _call_id: Option<&str>) -> Lookup {
         Lookup::Failed(ErrorInfo::new(
             "not_asked",
             "this provider cannot be asked about its calls",

@@ -181,9 +181,13 @@ impl ProviderConfig {
                     .into(),
             );
         }
-        if self.limits.lookup_absent_after_ms < self.timeout_ms() {
+        if self.limits.lookup_absent_after_ms
+            < self.timeout_ms().saturating_add(self.late_result_ms())
+        {
             return Err(
-                "lookup_absent_after_ms must be at least timeout_ms: until then the call may still be running".into(),
+                "lookup_absent_after_ms must be at least timeout_ms + late_result_ms: until then the call may still \
+                 be running, and its worker listening"
+                    .into(),
             );
         }
         if self.limits.max_in_flight == Some(0) {

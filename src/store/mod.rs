@@ -314,14 +314,16 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         Ok(self.apply(id, JobWrite::engine(claim, stamp)).await?.1)
     }
 
-    /// `started` → `unknown`.
+    /// `started` → `unknown`, keeping the provider's name of the call if it gave one.
     async fn mark_unknown(
         &self,
         id: &JobId,
         number: u32,
+        call_id: Option<&str>,
         stamp: &Stamp,
     ) -> Result<Job, StoreError> {
-        let write = JobWrite::engine(Transition::MarkUnknown { number }, stamp);
+        let call_id = call_id.map(str::to_owned);
+        let write = JobWrite::engine(Transition::MarkUnknown { number, call_id }, stamp);
         Ok(self.apply(id, write).await?.1)
     }
 

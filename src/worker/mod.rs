@@ -88,10 +88,12 @@ async fn listen(engine: &Engine, claimed: &Claimed) -> Heard {
     let (clock, provider) = (&engine.clock, claimed.provider());
     let began = Instant::now();
     let span = tracing::info_span!("provider_call", outcome = Empty);
+    // The provider's name of the call, if it gives one before its answer: kept with the attempt at its time-out.
+    let named = crate::providers::CallName::new();
     let mut call = std::pin::pin!(
         provider
             .client
-            .call(claimed.request())
+            .call_named(claimed.request(), &named)
             .instrument(span.clone())
     );
     tokio::select! {
@@ -117,7 +119,8 @@ async fn listen(engine: &Engine, claimed: &Claimed) -> Heard {
     );
     // Written while the window runs; if the store will not take it, listening goes on all the same (an answer
     // that comes is worth more), and the sweeper makes the attempt unknown after its lease.
-    let mut marking = std::pin::pin!(engine.time_out(claimed, late_end));
+    let mut marking =
+        std::pin::pin!(engine.time_out(claimed, named.get().map(String::as_str), late_end));
     let mut marked = None;
     loop {
         tokio::select! {

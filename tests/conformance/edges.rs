@@ -53,7 +53,7 @@ pub(crate) async fn a_status_change_within_one_millisecond_is_listed_under_the_n
         listed_as(store.as_ref(), later()).await,
         [JobStatus::Running]
     );
-    store.mark_unknown(&job.id, 1, &by(0)).await.unwrap();
+    store.mark_unknown(&job.id, 1, None, &by(0)).await.unwrap();
     assert_eq!(
         listed_as(store.as_ref(), later()).await,
         [JobStatus::Unknown]
@@ -104,7 +104,10 @@ pub(crate) async fn a_job_past_its_retention_is_gone_and_its_key_makes_a_new_job
     let gone = |r: Result<_, StoreError>| matches!(r, Err(StoreError::NotFound));
     let stamp = Stamp::fresh(end);
     assert!(gone(
-        store.mark_unknown(&old.id, 1, &stamp).await.map(|_| ())
+        store
+            .mark_unknown(&old.id, 1, None, &stamp)
+            .await
+            .map(|_| ())
     ));
     assert!(gone(
         store
@@ -290,7 +293,7 @@ pub(crate) async fn a_started_attempt_of_a_job_another_attempt_won_still_ends(
         job_id: job.id.clone(),
         number: 2
     }));
-    let unknown = store.mark_unknown(&job.id, 2, &by(5)).await.unwrap();
+    let unknown = store.mark_unknown(&job.id, 2, None, &by(5)).await.unwrap();
     assert_eq!(unknown.attempt(2).unwrap().state, AttemptState::Unknown);
     assert_eq!(unknown.status(), JobStatus::Succeeded);
     let (lost, _) = answer(store.as_ref(), &job, 2, "B", 6).await;

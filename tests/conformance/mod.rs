@@ -148,6 +148,8 @@ macro_rules! conformance_suite {
             a_lookup_that_fails_is_asked_again_and_never_calls,
             a_claim_found_again_too_late_for_its_lease_is_not_called,
             a_lookups_event_the_store_would_not_arm_is_armed_by_its_redelivery,
+            a_background_response_is_waited_on_by_its_id_through_lost_reads,
+            an_unknown_background_response_is_settled_by_reading_its_id,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

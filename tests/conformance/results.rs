@@ -32,7 +32,7 @@ pub(crate) async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
         .await
         .unwrap();
     refused(1, AttemptState::Started)(add().await);
-    let unknown = store.mark_unknown(&job.id, 1, &by(3)).await.unwrap();
+    let unknown = store.mark_unknown(&job.id, 1, None, &by(3)).await.unwrap();
     assert_eq!(unknown.status(), JobStatus::Unknown);
     refused(1, AttemptState::Unknown)(add().await);
     assert_eq!(
@@ -87,7 +87,7 @@ async fn two_claimed_attempts(store: &dyn JobStore, job: &Job) {
         .claim_attempt(&job.id, 1, lease(), &by(1))
         .await
         .unwrap();
-    store.mark_unknown(&job.id, 1, &by(2)).await.unwrap();
+    store.mark_unknown(&job.id, 1, None, &by(2)).await.unwrap();
     let (cancel, job) = store
         .cancel_attempt(&job.owner, &job.id, 1, &to("fallback"), &by(3))
         .await

@@ -45,7 +45,7 @@ pub(crate) async fn a_late_result_for_an_unknown_attempt_with_a_free_slot_wins(
     store: Arc<dyn JobStore>,
 ) {
     let job = claimed_job(store.as_ref()).await;
-    store.mark_unknown(&job.id, 1, &by(2)).await.unwrap();
+    store.mark_unknown(&job.id, 1, None, &by(2)).await.unwrap();
     let (outcome, after) = answer(store.as_ref(), &job, 1, "late", 3).await;
     assert_eq!(outcome, Completion::Won);
     assert_eq!(after.status(), JobStatus::Succeeded);
@@ -269,7 +269,10 @@ pub(crate) async fn expired_leases_and_stale_queued_attempts_are_found(store: Ar
         "the limit holds"
     );
 
-    store.mark_unknown(&short.id, 1, &by(2_000)).await.unwrap();
+    store
+        .mark_unknown(&short.id, 1, None, &by(2_000))
+        .await
+        .unwrap();
     assert_eq!(store.expired_leases(at(2_000), 10).await.unwrap(), vec![]);
 }
 

@@ -148,7 +148,7 @@ async fn each_operation_costs_the_requests_the_spec_budgets() {
         .await
         .unwrap();
     spent(1, "claim", &mut last);
-    store.mark_unknown(&a.id, 1, &by(3)).await.unwrap();
+    store.mark_unknown(&a.id, 1, None, &by(3)).await.unwrap();
     spent(1, "mark unknown", &mut last);
     let (won, _) = store
         .complete_attempt(&a.id, 1, json!({"summary": "a"}), usage(), &by(4))

@@ -253,7 +253,8 @@ async fn a_version_4_file_gains_the_retry_columns() {
 #[tokio::test]
 async fn a_version_7_file_gains_the_keyed_requests_columns() {
     let (_dir, path, store, job, owner) = reopened(
-        "ALTER TABLE attempts DROP COLUMN cleared_by;
+        "ALTER TABLE attempts DROP COLUMN call_id;
+         ALTER TABLE attempts DROP COLUMN cleared_by;
          ALTER TABLE attempts DROP COLUMN cleared_at;
          ALTER TABLE attempts DROP COLUMN request;
          ALTER TABLE attempts DROP COLUMN cancelled_by;
@@ -281,7 +282,7 @@ async fn a_version_7_file_gains_the_keyed_requests_columns() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     assert_eq!(
         version_and_attempt_columns(&conn, "('request', 'cancelled_by')"),
-        (10, 2)
+        (11, 2)
     );
 }
 
@@ -295,12 +296,14 @@ fn nowhere() -> onejob::domain::Failover {
     }
 }
 
-/// A file of schema 9 (attempts do not say how an `unknown` cleared) gains `cleared_by` and `cleared_at` on open,
-/// keeps its jobs as they were, and records how its attempts clear from then on.
+/// A file of schema 9 (attempts do not say how an `unknown` cleared, nor the provider's name of their call) gains
+/// `cleared_by`, `cleared_at` and `call_id` on open, keeps its jobs as they were, and records from then on the
+/// call's name at its time-out and how its attempts clear.
 #[tokio::test]
-async fn a_version_9_file_gains_how_unknowns_cleared() {
+async fn a_version_9_file_gains_how_unknowns_cleared_and_their_calls_names() {
     let (_dir, path, store, job, owner) = reopened(
-        "ALTER TABLE attempts DROP COLUMN cleared_by;
+        "ALTER TABLE attempts DROP COLUMN call_id;
+         ALTER TABLE attempts DROP COLUMN cleared_by;
          ALTER TABLE attempts DROP COLUMN cleared_at;
          PRAGMA user_version = 9;",
     )
@@ -309,7 +312,13 @@ async fn a_version_9_file_gains_how_unknowns_cleared() {
         .claim_attempt(&job.id, 1, later(), &by(2))
         .await
         .unwrap();
-    store.mark_unknown(&job.id, 1, &by(3)).await.unwrap();
+    let unknown = (store.mark_unknown(&job.id, 1, Some("resp_1"), &by(3)))
+        .await
+        .unwrap();
+    assert_eq!(
+        unknown.attempt(1).unwrap().call_id.as_deref(),
+        Some("resp_1")
+    );
     let (cancel, after) = store
         .cancel_attempt(&owner, &job.id, 1, &nowhere(), &by(4))
         .await
@@ -319,8 +328,8 @@ async fn a_version_9_file_gains_how_unknowns_cleared() {
     assert_eq!(cleared.by, onejob::domain::ClearedBy::Person);
     let conn = rusqlite::Connection::open(&path).unwrap();
     assert_eq!(
-        version_and_attempt_columns(&conn, "('cleared_by', 'cleared_at')"),
-        (10, 2)
+        version_and_attempt_columns(&conn, "('cleared_by', 'cleared_at', 'call_id')"),
+        (11, 3)
     );
 }
 

@@ -14,7 +14,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use onejob::providers::kinds::anthropic::AnthropicSettings;
 use onejob::providers::kinds::openai::OpenAiSettings;
 use onejob::providers::{ProviderConfig, ProviderEndpoint, ProviderKind};
@@ -179,8 +179,11 @@ struct Script {
     stored: Mutex<Vec<Value>>,
     /// The queries of the stored completions it was asked (`GET /v1/chat/completions`): never calls.
     lookups: Mutex<Vec<String>>,
-    /// Whether a lookup is answered 500.
+    /// Whether a lookup, or a background response's read, is answered 500.
     lookups_fail: std::sync::atomic::AtomicBool,
+    /// The Responses API's responses made in background mode, by their id, as OpenAI keeps them: read by
+    /// `GET /v1/responses/{id}`.
+    responses: Arc<Mutex<Vec<Value>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -193,6 +196,8 @@ pub(crate) struct StandIn {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wire {
     OpenAi,
+    /// OpenAI's Responses API.
+    Responses,
     Anthropic,
     Bedrock,
 }
@@ -212,6 +217,20 @@ fn answer(wire: Wire, content: Answer, prompt_tokens: u64) -> Value {
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": text}}],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10},
+            })
+        }
+        Wire::Responses => {
+            let part = match content {
+                Answer::Json(output) => json!({"type": "output_text", "text": output.to_string()}),
+                Answer::Prose(text) => json!({"type": "output_text", "text": text}),
+            };
+            json!({
+                "id": "resp_stand_in",
+                "object": "response",
+                "status": "completed",
+                "model": "stand-in-model",
+                "output": [{"type": "message", "role": "assistant", "content": [part]}],
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": 10},
             })
         }
         Wire::Anthropic => {
@@ -263,6 +282,10 @@ fn honest_prompt_tokens(wire: Wire, body: &Value) -> u64 {
             .flatten()
             .map(|m| m["content"].as_str().unwrap_or_default().len())
             .sum::<usize>(),
+        Wire::Responses => {
+            body["instructions"].as_str().unwrap_or_default().len()
+                + body["input"].as_str().unwrap_or_default().len()
+        }
         Wire::Anthropic => {
             body["system"].as_str().unwrap_or_default().len()
                 + body["messages"][0]["content"]
@@ -288,6 +311,7 @@ impl StandIn {
             stored: Mutex::new(Vec::new()),
             lookups: Mutex::new(Vec::new()),
             lookups_fail: std::sync::atomic::AtomicBool::new(false),
+            responses: Arc::new(Mutex::new(Vec::new())),
         });
         let app = axum::Router::new()
             .route(
@@ -295,6 +319,13 @@ impl StandIn {
                 post(|state, uri, headers, body| respond(Wire::OpenAi, state, uri, headers, body))
                     .get(list_stored),
             )
+            .route(
+                "/v1/responses",
+                post(|state, uri, headers, body| {
+                    respond(Wire::Responses, state, uri, headers, body)
+                }),
+            )
+            .route("/v1/responses/{id}", get(read_response))
             .route(
                 "/v1/messages",
                 post(|state, uri, headers, body| {
@@ -332,9 +363,12 @@ impl StandIn {
         self.script.calls.borrow().len()
     }
 
-    /// The calls whose work was done and stored (what the provider billed, where the call asked for `store`).
+    /// The calls whose work was done and stored (what the provider billed, where the call asked for `store`): chat
+    /// completions stored, background responses completed.
     pub(crate) fn stored_count(&self) -> usize {
-        self.script.stored.lock().unwrap().len()
+        let responses = self.script.responses.lock().unwrap();
+        let completed = (responses.iter()).filter(|r| r["status"] == "completed");
+        self.script.stored.lock().unwrap().len() + completed.count()
     }
 
     /// The lookups it was asked, by their query.
@@ -345,6 +379,15 @@ impl StandIn {
     /// From now on every lookup is answered 500 (`false`: answered again).
     pub(crate) fn fail_lookups(&self, fail: bool) {
         (self.script.lookups_fail).store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Cancels every background response still queued or in progress, as a person might at the provider.
+    pub(crate) fn cancel_responses(&self) {
+        for response in self.script.responses.lock().unwrap().iter_mut() {
+            if response["status"] == "queued" || response["status"] == "in_progress" {
+                response["status"] = json!("cancelled");
+            }
+        }
     }
 
     /// Waits (on the stand-in's own notice, not on time) until it has received `n` calls.
@@ -396,6 +439,48 @@ async fn list_stored(
         "has_more": found.len() > limit,
     }))
     .into_response()
+}
+
+/// `GET /v1/responses/{id}`: a background response as it is now (500 while lookups fail; 404 for no such id).
+async fn read_response(
+    State(script): State<Arc<Script>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    script
+        .lookups
+        .lock()
+        .unwrap()
+        .push(format!("responses/{id}"));
+    if script
+        .lookups_fail
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "reads are down").into_response();
+    }
+    let responses = script.responses.lock().unwrap();
+    match responses.iter().find(|r| r["id"] == id.as_str()) {
+        Some(response) => Json(response.clone()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": {"message": "No response found"}})),
+        )
+            .into_response(),
+    }
+}
+
+/// A background response is made (as OpenAI makes one: `background` and `store`): kept under a new id with
+/// `status` and, once done, `answer`'s output; what the create answers, `queued`.
+fn in_background(script: &Script, sent: &Value, status: &str, answer: Option<Value>) -> Value {
+    let mut responses = script.responses.lock().unwrap();
+    let id = format!("resp_stand_in_{}", responses.len() + 1);
+    let mut kept = answer.unwrap_or_else(|| json!({"object": "response", "output": []}));
+    kept["id"] = json!(id);
+    kept["status"] = json!(status);
+    kept["metadata"] = sent["metadata"].clone();
+    responses.push(kept.clone());
+    kept["status"] = json!("queued");
+    kept["output"] = json!([]);
+    kept
 }
 
 /// The call's answer, kept as a stored completion (with the call's `metadata`) if it was an OpenAI call that asked
@@ -467,6 +552,13 @@ async fn respond(
         .unwrap()
         .pop_front()
         .unwrap_or_else(|| script.otherwise.clone());
+    let made_in_background = matches!(
+        reply,
+        Reply::Answer(_) | Reply::AfterWork(..) | Reply::BeforeWork(_) | Reply::Held(_)
+    );
+    if wire == Wire::Responses && sent["background"] == true && made_in_background {
+        return background(&script, &sent, reply, honest).await;
+    }
     // The answer, as the work done (and stored, if the call asked for it).
     let answered = |output| {
         Json(done(
@@ -572,6 +664,50 @@ async fn respond(
                 .unwrap();
             answered(output)
         }
+    }
+}
+
+/// A background response's create, as the script says: the work done at once (`Answer`), when the gate opens
+/// (`Held`: in progress until then), done and the create's answer lost (`AfterWork`), or lost before any work
+/// (`BeforeWork`). Any other reply answers the create as it answers a call.
+async fn background(script: &Arc<Script>, sent: &Value, reply: Reply, honest: u64) -> Response {
+    let completed = |output| answer(Wire::Responses, Answer::Json(output), honest);
+    match reply {
+        Reply::Answer(output) => Json(in_background(
+            script,
+            sent,
+            "completed",
+            Some(completed(output)),
+        ))
+        .into_response(),
+        Reply::AfterWork(output, loss) => {
+            in_background(script, sent, "completed", Some(completed(output)));
+            lost(loss).await
+        }
+        Reply::BeforeWork(loss) => lost(loss).await,
+        Reply::Held(gate) => {
+            let created = in_background(script, sent, "in_progress", None);
+            let (responses, id) = (script.responses.clone(), created["id"].clone());
+            let template = completed(json!(null));
+            tokio::spawn(async move {
+                let mut open = gate.0.subscribe();
+                let output = open
+                    .wait_for(Option::is_some)
+                    .await
+                    .unwrap()
+                    .clone()
+                    .unwrap();
+                let mut done = template;
+                done["output"][0]["content"][0]["text"] = json!(output.to_string());
+                let mut responses = responses.lock().unwrap();
+                let kept = responses.iter_mut().find(|r| r["id"] == id).unwrap();
+                for field in ["status", "output", "usage", "model"] {
+                    kept[field] = done[field].clone();
+                }
+            });
+            Json(created).into_response()
+        }
+        other => unreachable!("answered as a call: {other:?}"),
     }
 }
 

@@ -102,6 +102,9 @@ pub struct Attempt {
     /// How it left `unknown`, and when: what a person reads of an ambiguity that cleared (`None` while it is
     /// unknown, and for an attempt that never was).
     pub cleared: Option<Cleared>,
+    /// The provider's own name of the call, where it gives one before its answer (a background response's id),
+    /// kept when the attempt goes `unknown` at its time-out: what the reconciler reads the call's fate by.
+    pub call_id: Option<String>,
 }
 
 /// How an `unknown` attempt came to leave it.
@@ -173,6 +176,7 @@ impl Attempt {
             request: None,
             cancelled_by: None,
             cleared: None,
+            call_id: None,
         }
     }
 

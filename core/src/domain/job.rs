@@ -298,13 +298,20 @@ impl Job {
 
     /// No answer in time, a connection lost after sending, or an expired lease: `started` → `unknown`. Also once
     /// another attempt has won: the provider may still have done (and billed) the work, and the timeline shows it.
-    pub fn mark_unknown(&mut self, number: u32, stamp: &Stamp) -> Result<(), Refusal> {
+    /// `call_id` is the provider's name of the call, if it gave one before its answer (kept for the reconciler).
+    pub fn mark_unknown(
+        &mut self,
+        number: u32,
+        call_id: Option<&str>,
+        stamp: &Stamp,
+    ) -> Result<(), Refusal> {
         if self.already(number, AttemptState::Unknown, stamp) {
             return Ok(());
         }
         let attempt = self.attempt_mut(number)?;
         attempt.expect(AttemptState::Started, AttemptState::Unknown)?;
         attempt.state = AttemptState::Unknown;
+        attempt.call_id = call_id.map(str::to_owned);
         attempt.writer = Some(stamp.token.clone());
         self.updated_at = stamp.now;
         Ok(())

@@ -25,8 +25,11 @@ pub enum Transition {
         number: u32,
         lease_expires_at: Timestamp,
     },
-    /// `started` → `unknown` ([`Job::mark_unknown`]).
-    MarkUnknown { number: u32 },
+    /// `started` → `unknown` ([`Job::mark_unknown`]), with the provider's name of the call if it gave one.
+    MarkUnknown {
+        number: u32,
+        call_id: Option<String>,
+    },
     /// A result, by compare-and-swap on the slot ([`Job::complete`]).
     Complete {
         number: u32,
@@ -83,8 +86,8 @@ impl Transition {
             } => job
                 .claim(*number, *lease_expires_at, stamp)
                 .map(|()| Applied::Claimed),
-            Self::MarkUnknown { number } => job
-                .mark_unknown(*number, stamp)
+            Self::MarkUnknown { number, call_id } => job
+                .mark_unknown(*number, call_id.as_deref(), stamp)
                 .map(|()| Applied::MarkedUnknown),
             Self::Complete {
                 number,
@@ -122,7 +125,7 @@ impl Transition {
     pub fn attempt(&self) -> Option<u32> {
         match self {
             Self::Claim { number, .. }
-            | Self::MarkUnknown { number }
+            | Self::MarkUnknown { number, .. }
             | Self::Complete { number, .. }
             | Self::Fail { number, .. }
             | Self::CancelAttempt { number, .. }

@@ -187,6 +187,7 @@ impl Protocol {
                 let (attempt, delivery) = w.strays.remove(usize::from(i));
                 let marked = Transition::MarkUnknown {
                     number: u32::from(attempt),
+                    call_id: None,
                 };
                 let now = w.now;
                 self.write(
@@ -201,6 +202,7 @@ impl Protocol {
             Action::ExpireLease(n) => {
                 let marked = Transition::MarkUnknown {
                     number: u32::from(n),
+                    call_id: None,
                 };
                 let now = w.now;
                 self.write(w, &marked, Writer::Sweeper { attempt: n }, Fate::Lands, now);
@@ -431,7 +433,10 @@ impl Protocol {
                 failover: self.failover(),
             }
         } else {
-            Transition::MarkUnknown { number }
+            Transition::MarkUnknown {
+                number,
+                call_id: None,
+            }
         };
         let now = w.now;
         let written = self.write(
@@ -489,7 +494,10 @@ impl Protocol {
                 report: CallReport::default(),
                 failover: self.failover(),
             },
-            Reply::Lost => Transition::MarkUnknown { number },
+            Reply::Lost => Transition::MarkUnknown {
+                number,
+                call_id: None,
+            },
         };
         // A result's every try is stamped with when it came (`Engine::complete`); the rest with their own time.
         let stamp_at = if reply == Reply::Result {

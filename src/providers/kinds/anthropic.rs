@@ -34,11 +34,15 @@ impl Kind for AnthropicSettings {
 
     fn check(&self) -> Result<(), String> {
         self.0.check()?;
-        if self.token_limit_field == Some(TokenLimitField::MaxCompletionTokens) {
+        if (self.token_limit_field).is_some_and(|f| f != TokenLimitField::MaxTokens) {
             return Err("token_limit_field: anthropic takes max_tokens only".into());
         }
-        if self.reasoning_effort.is_some() || self.store.is_some() {
-            return Err("reasoning_effort and store are openai keys".into());
+        if self.reasoning_effort.is_some()
+            || self.store.is_some()
+            || self.api.is_some()
+            || self.background.is_some()
+        {
+            return Err("reasoning_effort, store, api and background are openai keys".into());
         }
         Ok(())
     }

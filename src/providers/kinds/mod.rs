@@ -156,6 +156,13 @@ pub trait Kind: Debug + Send + Sync {
         false
     }
 
+    /// Whether it is asked about a call by the name it gave the call ([`crate::providers::Provider::call_named`]),
+    /// not by the attempt's identity: an attempt whose call was never named (its create's answer lost, its worker
+    /// gone before its time-out) cannot be asked about, and waits for its policy or a person.
+    fn asked_by_call_name(&self) -> bool {
+        false
+    }
+
     /// Whether its calls are signed with the process's AWS credentials.
     fn signs_with_aws(&self) -> bool {
         false

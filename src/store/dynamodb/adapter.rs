@@ -328,8 +328,8 @@ impl JobStore for DynamoStore {
                 transitions::claim(id, *number, *lease_expires_at, stamp),
                 Applied::Claimed,
             ),
-            Transition::MarkUnknown { number } => (
-                transitions::mark_unknown(id, *number, stamp),
+            Transition::MarkUnknown { number, call_id } => (
+                transitions::mark_unknown(id, *number, call_id.as_deref(), stamp),
                 Applied::MarkedUnknown,
             ),
             Transition::Complete {

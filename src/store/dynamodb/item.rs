@@ -9,7 +9,7 @@
 //! | `idempotency_key`, `fingerprint`, `contract` | S, B, S | the intent (the fingerprint's 32 bytes; its hex text on items written before) |
 //! | `input` | S or B | the input, as JSON text, deflated (B) when that is shorter ([`Packed`]), when the text is at most 1 KiB; a larger one is in the item `input#<pk>#<fingerprint>` (`input` S or B, `expires_at` N), written once before the job |
 //! | `providers` | L of S | the chain |
-//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, went_unknown?, cleared_by?, cleared_at?}` |
+//! | `attempts` | M | attempt number → `{provider, state, seen_version?, lease_expires_at?, created_at, dispatched_at?, not_before?, retry_of?, started_at?, finished_at?, error?, report?, origin?, writer?, request?, cancelled_by?, went_unknown?, cleared_by?, cleared_at?, call_id?}` |
 //! | `slot` | M | the result slot, absent while open: `{attempt, result?, at, token?}`; attempt 0 = the job was cancelled (by the write `token`) |
 //! | `error` | S | the job's error, as JSON text |
 //! | `rev` | N | bumped by every write; guards the writes that read first |
@@ -127,6 +127,9 @@ struct AttemptItem {
     cleared_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "ms_opt")]
     cleared_at: Option<Timestamp>,
+    /// The provider's name of the call ([`Attempt::call_id`]), set by the time-out's update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    call_id: Option<String>,
 }
 
 /// The result slot: taken once, by a result (`attempt` > 0) or by the job's cancel (`attempt` 0).
@@ -287,6 +290,7 @@ fn encode_attempt(a: &Attempt) -> AttemptItem {
         went_unknown: a.state == AttemptState::Unknown,
         cleared_by: a.cleared.map(|c| c.by.as_str().to_owned()),
         cleared_at: a.cleared.map(|c| c.at),
+        call_id: a.call_id.clone(),
     }
 }
 
@@ -366,6 +370,7 @@ pub(super) fn decode_item(item: &Item) -> Result<Decoded, StoreError> {
             request: a.request,
             cancelled_by: a.cancelled_by,
             cleared,
+            call_id: a.call_id,
         });
     }
     attempts.sort_by_key(|a| a.number);

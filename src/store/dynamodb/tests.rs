@@ -21,7 +21,7 @@ fn job_with_attempt(state: AttemptState) -> Job {
     }
     match state {
         AttemptState::Queued | AttemptState::Started => {}
-        AttemptState::Unknown => job.mark_unknown(1, &by(2)).unwrap(),
+        AttemptState::Unknown => job.mark_unknown(1, None, &by(2)).unwrap(),
         AttemptState::Failed => job
             .fail(
                 1,

@@ -41,7 +41,12 @@ pub(super) fn claim(
 
 /// `started` → `unknown` in a job without an outcome: the job now needs a person, and its sweep entry says so
 /// (the operators' view). An orphan of a job that has its result is written in full (it needs nobody).
-pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> AttemptUpdate {
+pub(super) fn mark_unknown(
+    id: &JobId,
+    number: u32,
+    call_id: Option<&str>,
+    stamp: &Stamp,
+) -> AttemptUpdate {
     let mut u = AttemptUpdate::new(number, stamp);
     u.condition("#attempts.#n.#state = :started AND attribute_not_exists(slot)");
     u.value(":started", s(AttemptState::Started.as_str()));
@@ -50,6 +55,10 @@ pub(super) fn mark_unknown(id: &JobId, number: u32, stamp: &Stamp) -> AttemptUpd
     // Kept once it moves on: its answer, written in one targeted update, then reads as cleared by it.
     u.set("#attempts.#n.went_unknown = :went");
     u.value(":went", AttributeValue::Bool(true));
+    if let Some(call_id) = call_id {
+        u.set("#attempts.#n.call_id = :call");
+        u.value(":call", s(call_id));
+    }
     u.sweep(Sweep::Unknown, id, stamp.now);
     u
 }

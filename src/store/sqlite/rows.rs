@@ -24,7 +24,7 @@ pub(super) const JOB_ROW_BARE: &str = "id, owner, idempotency_key, fingerprint, 
                            cancelled_by, interventions, seq";
 pub(super) const ATTEMPT_COLUMNS: &str = "number, provider, state, seen_version, lease_expires_at, created_at, started_at, \
                                finished_at, error, report, dispatched_at, origin, writer, not_before, retry_of, \
-                               request, cancelled_by, cleared_by, cleared_at";
+                               request, cancelled_by, cleared_by, cleared_at, call_id";
 
 /// The condition that finds the job whose id is parameter `p`, through `jobs_by_id`: that index is ordered by how
 /// the id ends — `_` and its job's creation time in base 36 (`substr(id, 37)`; empty for the ids from before
@@ -173,7 +173,7 @@ pub(super) fn write_back(
                     "UPDATE attempts SET state = ?1, seen_version = ?2, lease_expires_at = ?3, started_at = ?4, \
                                          finished_at = ?5, error = ?6, report = ?7, dispatched_at = ?8, \
                                          writer = ?9, not_before = ?13, cancelled_by = ?14, \
-                                         cleared_by = ?15, cleared_at = ?16 \
+                                         cleared_by = ?15, cleared_at = ?16, call_id = ?17 \
                      WHERE job = ?10 AND number = ?11 AND state = ?12")?
         .execute(params![
                         attempt.state.as_str(),
@@ -192,6 +192,7 @@ pub(super) fn write_back(
                         attempt.cancelled_by.as_ref().map(WriteToken::as_str),
                         attempt.cleared.map(|c| c.by.as_str()),
                         attempt.cleared.map(|c| c.at.timestamp_millis()),
+                        attempt.call_id.as_deref(),
                     ])?;
                 if changed != 1 {
                     return Err(SqliteError::GuardFailed("attempts").into());
@@ -210,7 +211,7 @@ fn interventions(job: &Job) -> Option<String> {
 
 fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), StoreError> {
     tx.prepare_cached(
-        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"))?
+        &format!("INSERT INTO attempts (job, {ATTEMPT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"))?
         .execute(params![
             seq,
             a.number,
@@ -232,6 +233,7 @@ fn insert_attempt(tx: &Transaction<'_>, seq: i64, a: &Attempt) -> Result<(), Sto
             a.cancelled_by.as_ref().map(WriteToken::as_str),
             a.cleared.map(|c| c.by.as_str()),
             a.cleared.map(|c| c.at.timestamp_millis()),
+            a.call_id.as_deref(),
         ])?;
     Ok(())
 }
@@ -414,6 +416,7 @@ struct AttemptRow {
     cancelled_by: Option<String>,
     cleared_by: Option<String>,
     cleared_at: Option<i64>,
+    call_id: Option<String>,
 }
 
 impl AttemptRow {
@@ -438,6 +441,7 @@ impl AttemptRow {
             cancelled_by: row.get(16)?,
             cleared_by: row.get(17)?,
             cleared_at: row.get(18)?,
+            call_id: row.get(19)?,
         })
     }
 
@@ -470,6 +474,7 @@ impl AttemptRow {
                 }),
                 _ => None,
             },
+            call_id: self.call_id,
         })
     }
 }

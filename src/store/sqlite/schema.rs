@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     cancelled_by     TEXT,
     cleared_by       TEXT,
     cleared_at       INTEGER,
+    call_id          TEXT,
     PRIMARY KEY (job, number)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS qualifications (
@@ -229,8 +230,11 @@ ALTER TABLE attempts ADD COLUMN cleared_by TEXT;
 ALTER TABLE attempts ADD COLUMN cleared_at INTEGER;
 ";
 
+/// What version 11 added to version 10: the provider's name of an attempt's call (a background response's id).
+const SCHEMA_10_TO_11: &str = "ALTER TABLE attempts ADD COLUMN call_id TEXT;";
+
 /// The schema version this code writes; `PRAGMA user_version` of the file.
-const SCHEMA_VERSION: i64 = 10;
+const SCHEMA_VERSION: i64 = 11;
 
 /// Brings the file to [`SCHEMA_VERSION`] in one transaction: a new file gets the whole schema, an older file the
 /// columns and tables added since its version. A newer file is refused rather than misread.
@@ -243,9 +247,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             tx.execute_batch(INDEXES)?;
             tx.execute_batch(EVENTS)?;
         }
-        // Up to version 5 the tables are made again, as they are now; versions 6 to 9 gain the columns since.
+        // Up to version 5 the tables are made again, as they are now; versions 6 to 10 gain the columns since.
         1..=5 => from_before_events(&tx, version)?,
-        6..=9 => {
+        6..=10 => {
             if version == 6 {
                 from_before_events(&tx, version)?;
             }
@@ -255,7 +259,10 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             if version <= 8 {
                 tx.execute_batch(SCHEMA_8_TO_9)?;
             }
-            tx.execute_batch(SCHEMA_9_TO_10)?;
+            if version <= 9 {
+                tx.execute_batch(SCHEMA_9_TO_10)?;
+            }
+            tx.execute_batch(SCHEMA_10_TO_11)?;
         }
         SCHEMA_VERSION => {}
         newer => {

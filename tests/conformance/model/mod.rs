@@ -171,9 +171,11 @@ async fn on_store(
                 .claim_attempt(&model.id(key), attempt, lease, stamp)
                 .await?,
         ),
-        Write::TimeOut { key, attempt } => {
-            answer(&store.mark_unknown(&model.id(key), attempt, stamp).await?)
-        }
+        Write::TimeOut { key, attempt } => answer(
+            &store
+                .mark_unknown(&model.id(key), attempt, None, stamp)
+                .await?,
+        ),
         Write::Complete { key, attempt } => answer(
             &store
                 .complete_attempt(

@@ -124,7 +124,9 @@ pub(super) fn on_model(model: &mut Model, write: &Write, stamp: &Stamp) -> (usiz
         ),
         Write::TimeOut { key, attempt } => (
             key,
-            model.apply(key, |j| j.mark_unknown(attempt, stamp).map(|()| answer(j))),
+            model.apply(key, |j| {
+                j.mark_unknown(attempt, None, stamp).map(|()| answer(j))
+            }),
         ),
         Write::Complete { key, attempt } => (
             key,

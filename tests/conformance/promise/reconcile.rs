@@ -446,3 +446,184 @@ pub(crate) async fn a_lookups_event_the_store_would_not_arm_is_armed_by_its_rede
     assert_eq!(armed.due_at, done.settles_at());
     assert_eq!((primary.call_count(), fallback.call_count()), (1, 0));
 }
+
+/// An openai provider at `base_url` whose calls are background responses (the Responses API, stored), read by
+/// their id.
+fn background(base_url: String) -> ProviderConfig {
+    let mut config = storing(base_url);
+    let ProviderKind::Openai(settings) = &mut config.kind else {
+        unreachable!("an openai provider")
+    };
+    settings.api = Some(onejob::providers::OpenAiApi::Responses);
+    settings.background = Some(true);
+    config
+}
+
+/// Waits (on the worker's own progress, not on time) until `provider` was read `n` times and the worker sleeps
+/// until its next read, beside its time-out.
+async fn read(rig: &Rig, provider: &StandIn, n: usize) {
+    let started = std::time::Instant::now();
+    while !(provider.lookups().len() >= n && rig.clock.sleepers() >= 2) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "never read {n} times: {:?}",
+            provider.lookups()
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A background response: the create answers at once with its id, and the call reads the response by it until it
+/// is done. Reads lost on the wire (500s) are harmless: the next read finds the answer. One call, one create, the
+/// answer kept; the request is the Responses API's, in background, stored under the attempt's identity.
+pub(crate) async fn a_background_response_is_waited_on_by_its_id_through_lost_reads(
+    store: Arc<dyn JobStore>,
+) {
+    let gate = Gate::new();
+    let primary = StandIn::spawn(
+        vec![Reply::Held(gate.clone())],
+        Reply::Answer(summary("again")),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        background(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("in-background").await;
+    primary.fail_lookups(true);
+    let step = rig.process_in_background(&message);
+    read(&rig, &primary, 1).await;
+    rig.advance(250);
+    read(&rig, &primary, 2).await;
+    primary.fail_lookups(false);
+    gate.open(summary("A"));
+    while primary.stored_count() < 1 {
+        tokio::task::yield_now().await;
+    }
+    rig.advance(500);
+    assert_eq!(step.await.unwrap(), Processed::Succeeded);
+    let done = rig.job(&job).await;
+    assert_eq!(done.result, Some(summary("A")));
+    assert_eq!(cleared(&done, 1), (AttemptState::Succeeded, None));
+    assert_eq!(
+        (
+            primary.call_count(),
+            primary.lookups().len(),
+            fallback.call_count()
+        ),
+        (1, 3, 0)
+    );
+    let created = &primary.calls()[0];
+    assert_eq!(created.uri.path(), "/v1/responses");
+    let body = &created.body;
+    assert_eq!(
+        (body["background"].clone(), body["store"].clone()),
+        (json!(true), json!(true))
+    );
+    assert_eq!(body["metadata"]["onejob_attempt"], format!("{}:1", job.id));
+    assert_eq!(body["text"]["format"]["type"], "json_schema");
+    assert!(
+        body["max_output_tokens"].is_u64() && body.get("messages").is_none(),
+        "{body}"
+    );
+}
+
+/// A background response still running past its time-out and late window leaves the attempt `unknown` with the
+/// response's id; once no worker can hear it, the reconciler reads the response by that id: done, its answer is the
+/// attempt's (one call, one paid); cancelled at the provider, the attempt is cleared at once and tried again. A
+/// create whose answer was lost left no id: nothing to read, the attempt waits for a person.
+pub(crate) async fn an_unknown_background_response_is_settled_by_reading_its_id(
+    store: Arc<dyn JobStore>,
+) {
+    for cancelled in [false, true] {
+        let gate = Gate::new();
+        let primary = StandIn::spawn(
+            vec![Reply::Held(gate.clone())],
+            Reply::Answer(summary("again")),
+        )
+        .await;
+        let fallback = StandIn::answering(summary("B")).await;
+        let mut rig = Rig::new(
+            store.clone(),
+            background(primary.base_url()),
+            openai(fallback.base_url()),
+        );
+        let (job, message) = rig.create(&format!("slow-in-background-{cancelled}")).await;
+        let step = rig.process_in_background(&message);
+        read(&rig, &primary, 1).await;
+        rig.advance(TIMEOUT_MS);
+        let unknown = rig
+            .until(&job, |j| {
+                j.attempt(1).unwrap().state == AttemptState::Unknown
+            })
+            .await;
+        assert_eq!(
+            unknown.attempt(1).unwrap().call_id.as_deref(),
+            Some("resp_stand_in_1")
+        );
+        rig.advance(LATE_MS);
+        assert_eq!(step.await.unwrap(), Processed::Unknown);
+        match cancelled {
+            false => gate.open(summary("A, late")),
+            true => primary.cancel_responses(),
+        }
+        while primary.stored_count() + usize::from(cancelled) < 1 {
+            tokio::task::yield_now().await;
+        }
+        rig.advance(lease_ms(&rig));
+        let reads = primary.lookups().len();
+        if cancelled {
+            assert_eq!(rig.reconcile().await, [Processed::Cleared]);
+            let retry = rig.message().await;
+            assert_eq!(rig.process(&retry).await, Processed::Succeeded);
+        } else {
+            assert_eq!(rig.reconcile().await, [Processed::Succeeded]);
+        }
+        // The reconciler's one read, by the id (a retry's own create then reads its new response).
+        assert_eq!(primary.lookups()[reads], "responses/resp_stand_in_1");
+        assert_eq!(primary.lookups().len(), reads + 1 + usize::from(cancelled));
+        let done = rig.job(&job).await;
+        let (answer, calls, by) = match cancelled {
+            false => (summary("A, late"), 1, ClearedBy::Lookup),
+            true => (summary("again"), 2, ClearedBy::Lookup),
+        };
+        assert_eq!(done.result, Some(answer));
+        assert_eq!(done.attempt(1).unwrap().cleared.map(|c| c.by), Some(by));
+        assert_eq!(
+            (
+                primary.call_count(),
+                primary.stored_count(),
+                fallback.call_count()
+            ),
+            (calls, 1, 0)
+        );
+    }
+
+    let primary = StandIn::spawn(
+        vec![Reply::AfterWork(summary("lost"), Loss::Dropped)],
+        Reply::Answer(summary("again")),
+    )
+    .await;
+    let fallback = StandIn::answering(summary("B")).await;
+    let mut rig = Rig::new(
+        store,
+        background(primary.base_url()),
+        openai(fallback.base_url()),
+    );
+    let (job, message) = rig.create("create-lost").await;
+    assert_eq!(rig.process(&message).await, Processed::Unknown);
+    rig.advance(lease_ms(&rig));
+    assert_eq!(rig.reconcile().await, []);
+    let waiting = rig.job(&job).await;
+    assert_eq!(
+        (
+            cleared(&waiting, 1),
+            waiting.attempt(1).unwrap().call_id.clone()
+        ),
+        ((AttemptState::Unknown, None), None)
+    );
+    assert!(!rig.engine.clears_itself(&waiting));
+    assert_eq!((primary.call_count(), primary.lookups().len()), (1, 0));
+}

@@ -63,7 +63,7 @@ fn a_price_per_million_tokens_is_billionths_per_token() {
 fn a_losing_answer_is_billed_beside_the_winner() {
     let mut job = job();
     job.claim(1, at(10_000), &by(1)).unwrap();
-    job.mark_unknown(1, &by(2)).unwrap();
+    job.mark_unknown(1, None, &by(2)).unwrap();
     let mut pending = Bill::of(&job);
     assert_eq!(pending.unknown, [1], "no answer yet: its cost is not known");
     assert!(!pending.complete());

@@ -182,7 +182,7 @@ fn only_a_refusal_that_did_no_work_within_the_window_is_retried() {
     // An attempt that was unknown may have done the work, whatever it said later: never retried.
     let mut job = super::job();
     job.claim(1, at(30_000), &by(0)).unwrap();
-    job.mark_unknown(1, &by(1)).unwrap();
+    job.mark_unknown(1, None, &by(1)).unwrap();
     let (error, report) = rate_limited(Some(1));
     job.fail(1, error, report, &retrying(0), &by(2)).unwrap();
     assert_eq!(job.attempt(2).unwrap().provider, provider("b"));

@@ -36,7 +36,7 @@ fn apply(job: &mut Job, step: &Step, stamp: &Stamp, winners: &mut usize) -> Resu
             .add_attempt(Some(provider("b")), &nowhere(), stamp)
             .map(|_| ()),
         Step::Claim(n) => job.claim(n, at(1_000), stamp),
-        Step::Unknown(n) => job.mark_unknown(n, stamp),
+        Step::Unknown(n) => job.mark_unknown(n, None, stamp),
         Step::Complete(n) => job
             .complete(n, json!({"n": n}), CallReport::default(), stamp)
             .map(|c| {

@@ -8,9 +8,9 @@ fn every_transition_repeated_with_its_token_answers_the_same_and_changes_nothing
     let claimed = job.clone();
     job.claim(1, at(30_000), &claim).unwrap();
     assert_eq!(job, claimed);
-    job.mark_unknown(1, &unknown).unwrap();
+    job.mark_unknown(1, None, &unknown).unwrap();
     let once = job.clone();
-    job.mark_unknown(1, &unknown).unwrap();
+    job.mark_unknown(1, None, &unknown).unwrap();
     assert_eq!(job, once);
     job.fail(
         1,

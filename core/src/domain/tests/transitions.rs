@@ -28,7 +28,7 @@ fn a_timeout_is_unknown_and_blocks_the_next_attempt() {
     let mut job = job();
     job.claim(1, at(30_000), &by(1)).unwrap();
     assert_eq!(job.status(), JobStatus::Running);
-    job.mark_unknown(1, &by(2)).unwrap();
+    job.mark_unknown(1, None, &by(2)).unwrap();
     assert_eq!(job.status(), JobStatus::Unknown);
     let before = job.clone();
     assert_eq!(
@@ -50,7 +50,7 @@ fn a_timeout_is_unknown_and_blocks_the_next_attempt() {
 fn the_attempt_that_answers_first_wins_even_if_it_left_last() {
     let mut job = job();
     job.claim(1, at(30_000), &by(1)).unwrap();
-    job.mark_unknown(1, &by(2)).unwrap();
+    job.mark_unknown(1, None, &by(2)).unwrap();
     job.cancel_attempt(1, &nowhere(), &by(3)).unwrap();
     job.add_attempt(Some(provider("b")), &nowhere(), &by(4))
         .unwrap();
@@ -175,7 +175,7 @@ fn a_started_attempt_of_a_job_another_attempt_won_can_still_become_unknown() {
     job.claim(2, at(30_000), &by(3)).unwrap();
     job.complete(1, json!({"summary": "late"}), CallReport::default(), &by(4))
         .unwrap();
-    job.mark_unknown(2, &by(5)).unwrap();
+    job.mark_unknown(2, None, &by(5)).unwrap();
     assert_eq!(job.attempt(2).unwrap().state, AttemptState::Unknown);
     assert_eq!(job.status(), JobStatus::Succeeded);
     assert_eq!(
@@ -283,7 +283,7 @@ fn writes_to_a_settled_job_that_leave_its_outcome_do_not_move_its_settle() {
     let settled = job.settles_at().expect("succeeded");
     assert_eq!(settled, at(4));
     let id = event_id(&job, settled);
-    job.mark_unknown(2, &by(50)).unwrap();
+    job.mark_unknown(2, None, &by(50)).unwrap();
     assert_eq!(job.settles_at(), Some(settled), "time-out of the orphan");
     job.fail(
         2,
