@@ -87,6 +87,9 @@ pub struct AttemptView {
     pub not_before: Option<String>,
     /// How and when it left `unknown`.
     pub cleared: Option<ClearedView>,
+    /// The provider's own id of the call (a background response's), kept when it went `unknown`: what the
+    /// reconciler reads its fate by.
+    pub call_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -145,6 +148,7 @@ impl From<&Attempt> for AttemptView {
                 by: c.by,
                 at: rfc3339(c.at),
             }),
+            call_id: a.call_id.clone(),
         }
     }
 }
