@@ -222,7 +222,7 @@ async fn a_version_4_file_gains_the_retry_columns() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     assert_eq!(
         version_and_attempt_columns(&conn, "('not_before', 'retry_of')"),
-        (10, 2)
+        (11, 2)
     );
     let indexes = strings(
         &conn,
@@ -401,7 +401,7 @@ async fn a_version_5_file_finds_its_jobs_through_the_index_in_creation_order() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let events = strings(
         &conn,
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('endpoints', 'deliveries') ORDER BY name",

@@ -30,6 +30,9 @@ endpoint_settings!(
     OpenAiSettings
 );
 
+/// The longest response id kept (OpenAI's are about 50 characters).
+const MAX_CALL_ID: usize = 256;
+
 /// How long a background response is left before its read `n` (0 the first, after the create): a quarter of a
 /// second, doubled each time up to two seconds.
 fn poll_wait(n: u32) -> chrono::Duration {
@@ -258,7 +261,9 @@ impl OpenAiProvider {
             Err(reply) => return scrub(reply),
         };
         let created = serde_json::from_str::<Value>(&text).ok();
-        let Some(id) = created.as_ref().and_then(|r| r["id"].as_str()) else {
+        // An id is kept on the attempt: one longer than any provider's is not the API's.
+        let id = created.as_ref().and_then(|r| r["id"].as_str());
+        let Some(id) = id.filter(|id| !id.is_empty() && id.len() <= MAX_CALL_ID) else {
             return scrub(Reply::failed(
                 "bad_response",
                 format!("not a response: {}", unread(&text)),
