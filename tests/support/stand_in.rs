@@ -158,6 +158,13 @@ impl Gate {
     pub(crate) fn open(&self, output: Value) {
         self.0.send_replace(Some(output));
     }
+
+    /// The answer the gate was opened with, once it is.
+    async fn opened(&self) -> Value {
+        let mut open = self.0.subscribe();
+        let output = open.wait_for(Option::is_some).await.unwrap();
+        output.clone().unwrap()
+    }
 }
 
 /// A call as the stand-in received it.
@@ -655,13 +662,7 @@ async fn respond(
             Json(answer(wire, Answer::Json(output), honest)).into_response()
         }
         Reply::Held(gate) => {
-            let mut open = gate.0.subscribe();
-            let output = open
-                .wait_for(Option::is_some)
-                .await
-                .unwrap()
-                .clone()
-                .unwrap();
+            let output = gate.opened().await;
             answered(output)
         }
     }
@@ -690,13 +691,7 @@ async fn background(script: &Arc<Script>, sent: &Value, reply: Reply, honest: u6
             let (responses, id) = (script.responses.clone(), created["id"].clone());
             let template = completed(json!(null));
             tokio::spawn(async move {
-                let mut open = gate.0.subscribe();
-                let output = open
-                    .wait_for(Option::is_some)
-                    .await
-                    .unwrap()
-                    .clone()
-                    .unwrap();
+                let output = gate.opened().await;
                 let mut done = template;
                 done["output"][0]["content"][0]["text"] = json!(output.to_string());
                 let mut responses = responses.lock().unwrap();
