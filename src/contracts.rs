@@ -34,8 +34,28 @@ pub struct Contract {
     pub fingerprint: Fingerprint,
     /// The most retries of a provider it allows (its `retries`, `retry_within_ms`); unset: no limit of its own.
     pub retry: RetryLimits,
+    /// What clears its jobs' `unknown` attempts where the provider cannot be asked, if it says: else the
+    /// provider's own policy (`unknown_retry_after_ms`).
+    pub unknown: Option<UnknownPolicy>,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
+}
+
+/// What clears an `unknown` attempt whose provider cannot be asked about its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownPolicy {
+    /// A person: the work may have been done, and another call would pay for it again.
+    Hold,
+    /// The reconciler, this many milliseconds after the attempt's time-out: its provider is tried again, accepting
+    /// a possible second paid call.
+    RetryAfterMs(u64),
+}
+
+/// The one value a contract's `unknown` key takes: `"hold"`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Hold {
+    Hold,
 }
 
 /// One problem with a request's input, located by JSON Pointer.
@@ -127,6 +147,11 @@ struct ContractFile {
     retries: Option<u32>,
     /// How long after the first try a retry may still start, at most.
     retry_within_ms: Option<u64>,
+    /// `"hold"`: its jobs' `unknown` attempts wait for a person, whatever their provider's policy.
+    unknown: Option<Hold>,
+    /// Its jobs' `unknown` attempts are retried this long after their time-out, whatever their provider's policy,
+    /// where the provider cannot be asked.
+    unknown_retry_after_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -335,6 +360,19 @@ fn parse(text: &str) -> Result<Contract, String> {
         retry_within_ms: file.retry_within_ms,
     };
     retry.check()?;
+    let unknown = match (file.unknown, file.unknown_retry_after_ms) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "unknown = \"hold\" and unknown_retry_after_ms are two policies: choose one".into(),
+            );
+        }
+        (Some(Hold::Hold), None) => Some(UnknownPolicy::Hold),
+        (None, Some(ms)) if ms > RetryLimits::MAX_WITHIN_MS => {
+            return Err("unknown_retry_after_ms: at most a day (86400000)".into());
+        }
+        (None, Some(ms)) => Some(UnknownPolicy::RetryAfterMs(ms)),
+        (None, None) => None,
+    };
     let fingerprint = Fingerprint::of_value(&serde_json::json!({
         "prompt": file.prompt,
         "input_schema": file.input_schema,
@@ -354,6 +392,7 @@ fn parse(text: &str) -> Result<Contract, String> {
         providers: file.providers,
         samples: file.samples,
         retry,
+        unknown,
         input_validator,
         output_validator,
     };

@@ -257,3 +257,23 @@ fn a_contract_may_lower_retries_without_changing_its_fingerprint() {
     let err = parse(&format!("retries = 11\n{text}")).unwrap_err();
     assert!(err.contains("retries must be 0 to 10"), "{err}");
 }
+
+#[test]
+fn a_contract_may_state_its_unknown_policy_one_way_without_changing_its_fingerprint() {
+    let text = BUILT_IN[1].1;
+    let plain = parse(text).unwrap();
+    assert_eq!(plain.unknown, None);
+    let held = parse(&format!("unknown = \"hold\"\n{text}")).unwrap();
+    assert_eq!(held.unknown, Some(UnknownPolicy::Hold));
+    let retried = parse(&format!("unknown_retry_after_ms = 60000\n{text}")).unwrap();
+    assert_eq!(retried.unknown, Some(UnknownPolicy::RetryAfterMs(60_000)));
+    assert_eq!(retried.fingerprint, plain.fingerprint);
+    let both = parse(&format!(
+        "unknown = \"hold\"\nunknown_retry_after_ms = 1\n{text}"
+    ))
+    .unwrap_err();
+    assert!(both.contains("choose one"), "{both}");
+    let long = parse(&format!("unknown_retry_after_ms = 86400001\n{text}")).unwrap_err();
+    assert!(long.contains("at most a day"), "{long}");
+    assert!(parse(&format!("unknown = \"retry\"\n{text}")).is_err());
+}

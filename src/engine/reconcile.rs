@@ -7,9 +7,10 @@
 //!   discarded); the provider's "no such call" clears the attempt once the call is old enough that it cannot still
 //!   be running (`lookup_absent_after_ms`), and its provider is tried again: the work was not done, so no second
 //!   call is paid; a question unanswered is asked again at the next sweep.
-//! - its provider sets `unknown_retry_after_ms`: that long after its time-out the attempt is cleared by policy and
-//!   tried again, accepting a possible second paid call (on the bill: possibly paid).
-//! - otherwise it stays `unknown` for a person (`hold`).
+//! - its job's contract, else its provider, sets `unknown_retry_after_ms`: that long after its time-out the
+//!   attempt is cleared by policy and tried again, accepting a possible second paid call (on the bill: possibly
+//!   paid).
+//! - otherwise (or where the contract says `unknown = "hold"`) it stays `unknown` for a person.
 //!
 //! Every write goes through the same guarded transitions as a worker's: a clear the domain refuses (a late answer,
 //! a person, got there first) is no error.
@@ -18,11 +19,12 @@ use chrono::Duration;
 
 use super::follow_up::Wrote;
 use super::{Claimed, Engine, Processed};
+use crate::contracts::UnknownPolicy;
 use crate::domain::{
     Attempt, AttemptRef, AttemptState, ClearedBy, Failover, Job, Timestamp, WriteToken,
 };
 use crate::providers::checks;
-use crate::providers::{ConfiguredProvider, Lookup, ProviderOutcome};
+use crate::providers::{Asked, ConfiguredProvider, Lookup, ProviderOutcome};
 use crate::queue::Message;
 use crate::store::{Cursor, StoreError};
 
@@ -75,7 +77,7 @@ impl Engine {
                 continue;
             };
             let number = attempt.number;
-            match self.due(attempt) {
+            match self.due(&job, attempt) {
                 Due::Ask => {
                     let question = Message::look_up(attempt_ref(&job, number));
                     match self.dispatcher.dispatch(&question, Duration::zero()).await {
@@ -114,7 +116,7 @@ impl Engine {
         let due = job
             .attempt(attempt.number)
             .filter(|a| a.state == AttemptState::Unknown)
-            .map(|a| self.due(a));
+            .map(|a| self.due(&job, a));
         match due {
             Some(Due::Ask) => self.ask(&job, attempt.number, deadline).await,
             _ => {
@@ -127,12 +129,23 @@ impl Engine {
     }
 
     /// Whether `job` waits on an `unknown` attempt that the reconciler clears by itself (its provider can be asked,
-    /// or has a retry policy): no person is needed for it.
+    /// or a retry policy holds for it): no person is needed for it.
     pub fn clears_itself(&self, job: &Job) -> bool {
         let unknown = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
         unknown.is_some_and(|a| {
-            (self.providers.get(&a.provider)).is_some_and(|p| askable(p, a) || has_policy(p))
+            (self.providers.get(&a.provider))
+                .is_some_and(|p| askable(p, a) || self.retry_after_ms(job, p).is_some())
         })
+    }
+
+    /// The retry policy for `job`'s `unknown` attempts on `provider`, where it cannot be asked: its contract's
+    /// (`unknown = "hold"`: none), else the provider's `unknown_retry_after_ms`.
+    fn retry_after_ms(&self, job: &Job, provider: &ConfiguredProvider) -> Option<u64> {
+        match self.contracts.get(&job.contract).and_then(|c| c.unknown) {
+            Some(UnknownPolicy::Hold) => None,
+            Some(UnknownPolicy::RetryAfterMs(ms)) => Some(ms),
+            None => provider.config.limits.unknown_retry_after_ms,
+        }
     }
 
     /// Whether claimed attempt `number` of `job` is too late to call: its provider's `unknown` attempts are cleared
@@ -151,12 +164,14 @@ impl Engine {
         };
         let heard_until =
             self.clock.now() + provider.config.timeout() + provider.config.late_result();
-        reconciled(provider) && heard_until > lease_end
+        let reconciled = provider.config.kind.kind().can_be_asked()
+            || self.retry_after_ms(job, provider).is_some();
+        reconciled && heard_until > lease_end
     }
 
-    /// What may be done about `attempt` now: nothing while a worker may still hear its answer (its lease); then
-    /// ask its provider if it can be asked, or clear it by policy once its time has come.
-    fn due(&self, attempt: &Attempt) -> Due {
+    /// What may be done about `job`'s `attempt` now: nothing while a worker may still hear its answer (its lease);
+    /// then ask its provider if it can be asked, or clear it by policy once its time has come.
+    fn due(&self, job: &Job, attempt: &Attempt) -> Due {
         let now = self.clock.now();
         if attempt.lease_expires_at.is_some_and(|end| now < end) {
             return Due::Wait;
@@ -167,7 +182,7 @@ impl Engine {
         if askable(provider, attempt) {
             return Due::Ask;
         }
-        let Some(after) = provider.config.limits.unknown_retry_after_ms else {
+        let Some(after) = self.retry_after_ms(job, provider) else {
             return Due::Wait;
         };
         let timed_out = call_start(attempt) + provider.config.timeout();
@@ -206,7 +221,7 @@ impl Engine {
         };
         let left = deadline.map_or(Duration::MAX, |deadline| deadline - self.clock.now());
         let looked = tokio::select! {
-            looked = provider.client.look_up(&prepared.request, attempt.call_id.as_deref()) => looked,
+            looked = provider.client.look_up(&prepared.request, Asked { call_id: attempt.call_id.as_deref(), since: call_start(attempt) }) => looked,
             () = self.clock.sleep(provider.config.timeout().min(left)) => Lookup::Failed(crate::domain::ErrorInfo::new(
                 "timeout",
                 "the provider did not answer the lookup in time",
@@ -292,15 +307,6 @@ impl Engine {
         }
         cleared
     }
-}
-
-/// Whether the reconciler clears its provider's `unknown` attempts: it can be asked, or has a retry policy.
-fn reconciled(provider: &ConfiguredProvider) -> bool {
-    provider.config.kind.kind().can_be_asked() || has_policy(provider)
-}
-
-fn has_policy(provider: &ConfiguredProvider) -> bool {
-    provider.config.limits.unknown_retry_after_ms.is_some()
 }
 
 /// Whether `attempt`'s provider can be asked about its call: it keeps its calls, and, where it is asked by the name

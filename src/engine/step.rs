@@ -106,8 +106,14 @@ impl Claimed {
 pub enum Heard {
     /// The provider's reply, in time or within the late window.
     Reply(Box<Reply>),
-    /// Nothing, within the time-out and the late window; whether the attempt's time-out was written.
-    Silence(Result<(), StoreError>),
+    /// Nothing, within the time-out and the late window.
+    Silence {
+        /// Whether the attempt's time-out was written.
+        written: Result<(), StoreError>,
+        /// Whether the provider named the call (a background response, a batch): it took the work, which runs
+        /// on — no sign of a failing provider.
+        named: bool,
+    },
 }
 
 impl Engine {
@@ -237,12 +243,20 @@ impl Engine {
         let step = claimed.step(self, false);
         let processed = match heard {
             Heard::Reply(reply) => step.answer(&claimed, *reply).await,
-            Heard::Silence(Ok(())) => {
-                // No answer at all: the provider's health, for its breaker (the time-out is written already).
-                step.advise(Health::Failing, None, None, None).await;
+            Heard::Silence {
+                written: Ok(()),
+                named,
+            } => {
+                // No answer at all: the provider's health, for its breaker (the time-out is written already) —
+                // unless it took the work under a name, and runs it still.
+                if !named {
+                    step.advise(Health::Failing, None, None, None).await;
+                }
                 Ok(Processed::Unknown)
             }
-            Heard::Silence(Err(e)) => Err(e),
+            Heard::Silence {
+                written: Err(e), ..
+            } => Err(e),
         };
         self.free_slot(&claimed.message).await;
         processed
@@ -404,8 +418,12 @@ impl Step<'_> {
     /// The call's cost by the price table, kept with its usage: what it cost when it was made.
     fn price(&self, report: &mut CallReport) {
         let provider = &self.attempt().provider;
-        let model = (self.engine.providers.get(provider)).and_then(|p| p.config.model());
-        report.cost_nanos = (self.engine.settings.prices).cost_nanos(provider, model, report);
+        let configured = self.engine.providers.get(provider);
+        let model = configured.and_then(|p| p.config.model());
+        let cost = (self.engine.settings.prices).cost_nanos(provider, model, report);
+        // The batch APIs' price: half the list price, OpenAI's and Anthropic's alike.
+        let in_batch = configured.is_some_and(|p| p.config.kind.kind().in_batch());
+        report.cost_nanos = cost.map(|nanos| if in_batch { nanos / 2 } else { nanos });
     }
 
     /// What the call told of its provider, once its answer is written: its health (the breaker) and what model

@@ -52,6 +52,13 @@ pub struct ProviderEndpoint {
     /// wire is harmless (the next read), and an attempt that goes `unknown` keeps the id: the reconciler reads the
     /// call's fate by it. Not part of the request's shape: it changes no answer.
     pub background: Option<bool>,
+    /// openai (`chat_completions` or `responses`, not in background) and anthropic: each call goes through the
+    /// provider's batch API (OpenAI's Batch API, Anthropic's Message Batches) as a batch of its one request under
+    /// the attempt's identity (`custom_id`): about half the price, minutes to hours. An attempt still in its batch
+    /// at its time-out goes `unknown` with the batch's id, and the reconciler reads its result when the batch ends;
+    /// a submit whose answer was lost is found by listing the provider's batches, never submitted again. Billed at
+    /// half the price table's price. Not part of the request's shape: it changes no answer.
+    pub batch: Option<bool>,
     /// Fields added as they are to every request's body (a server's own options). onejob's own fields (the model,
     /// the messages, the budget, the temperature, the output format) are set by the keys above, not here.
     #[serde(default)]
@@ -148,7 +155,7 @@ impl ProviderEndpoint {
             .find(|k| OWN_BODY_FIELDS.contains(&k.as_str()))
         {
             return Err(format!(
-                "body.{own} is onejob's own field: use api, token_limit_field, send_temperature, reasoning_effort, store or background"
+                "body.{own} is onejob's own field: use api, token_limit_field, send_temperature, reasoning_effort, store, background or batch"
             ));
         }
         for name in self.api_key_header.iter().chain(self.headers.keys()) {
@@ -181,6 +188,8 @@ pub struct RequestDefaults {
 pub struct HttpEndpoint {
     pub http: reqwest::Client,
     pub url: reqwest::Url,
+    /// `base_url`, with the config's query: where the kind's other resources are (a batch API's).
+    root: reqwest::Url,
     pub model: String,
     pub key: KeySource,
     /// The header the key goes in as it is, if the config names one (else the kind's own).
@@ -208,13 +217,18 @@ impl HttpEndpoint {
             .trim_start_matches('/');
         let root = endpoint.base_url.trim_end_matches('/');
         // Checked when the config was read (`ProviderConfig::check`).
-        let mut url = reqwest::Url::parse(&format!("{root}/{path}")).expect("a checked base_url");
-        if !endpoint.query.is_empty() {
-            url.query_pairs_mut().extend_pairs(&endpoint.query);
-        }
+        let with_query = |mut url: reqwest::Url| {
+            if !endpoint.query.is_empty() {
+                url.query_pairs_mut().extend_pairs(&endpoint.query);
+            }
+            url
+        };
+        let url =
+            with_query(reqwest::Url::parse(&format!("{root}/{path}")).expect("a checked base_url"));
         Self {
             http: http.clone(),
             url,
+            root: with_query(reqwest::Url::parse(root).expect("a checked base_url")),
             model: endpoint.model.clone(),
             key: keys.source(endpoint.api_key_env.as_deref()),
             key_header: endpoint.api_key_header.clone(),
@@ -284,10 +298,7 @@ impl HttpEndpoint {
         let (sent, key) = self.send(self.http.get(url), kind_key).await;
         let looked = match sent {
             Ok(text) => read(&text),
-            Err(reply) => Lookup::Failed(match reply.outcome {
-                ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) => error,
-                ProviderOutcome::Answered(_) => ErrorInfo::new("bad_response", "no lookup answer"),
-            }),
+            Err(reply) => Lookup::unanswered(reply),
         };
         match (looked, &key) {
             (Lookup::Found(reply), Some(key)) => Lookup::Found(Box::new(reply.scrubbed(key))),
@@ -296,6 +307,31 @@ impl HttpEndpoint {
                 Lookup::Failed(error)
             }
             (looked, _) => looked,
+        }
+    }
+
+    /// `base_url`'s `segments` (each escaped as a path segment), with the config's query.
+    pub(crate) fn at(&self, segments: &[&str]) -> reqwest::Url {
+        let mut url = self.root.clone();
+        url.path_segments_mut()
+            .expect("an http URL has a path")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    /// Sends `call` as [`Self::send`] does: its 2xx body, or the reply anything else is, either scrubbed of the key.
+    pub(crate) async fn fetch(
+        &self,
+        call: reqwest::RequestBuilder,
+        kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
+    ) -> Result<String, Reply> {
+        let (sent, key) = self.send(call, kind_key).await;
+        match &key {
+            Some(key) => sent
+                .map(|text| key.scrub(&text))
+                .map_err(|reply| reply.scrubbed(key)),
+            None => sent,
         }
     }
 

@@ -4,6 +4,7 @@
 //! reports what happened on the wire; [`checks`] holds the output to the contract, and the worker decides the
 //! attempt's state.
 
+pub mod batch;
 pub mod checks;
 pub mod http;
 pub mod keys;
@@ -25,7 +26,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::clock::Clock;
-use crate::domain::{CallReport, ContractRef, ErrorInfo, Fingerprint, Health, ProviderName};
+use crate::domain::{
+    CallReport, ContractRef, ErrorInfo, Fingerprint, Health, ProviderName, Timestamp,
+};
 pub use http::HttpEndpoint;
 pub(crate) use http::{refused, retry_wait_ms, snippet, unread};
 use keys::{KeySource, ProviderKeys, Secret};
@@ -153,6 +156,26 @@ pub enum Lookup {
     Failed(ErrorInfo),
 }
 
+impl Lookup {
+    /// The question went unanswered, as `reply` (an error status, a connection lost, a body not the API's) says.
+    pub(crate) fn unanswered(reply: Reply) -> Self {
+        Self::Failed(match reply.outcome {
+            ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) => error,
+            ProviderOutcome::Answered(_) => ErrorInfo::new("bad_response", "no lookup answer"),
+        })
+    }
+}
+
+/// What an attempt kept of its call, to ask its provider about it ([`Provider::look_up`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    /// The provider's own name of the call, if it gave one before the attempt went `unknown`
+    /// ([`Provider::call_named`]).
+    pub call_id: Option<&'a str>,
+    /// When the call started, at the latest: nothing older can be the call.
+    pub since: Timestamp,
+}
+
 /// Where a call that names itself before its answer (a background response's id) leaves that name, for the worker
 /// to keep with the attempt when it goes `unknown` ([`Provider::call_named`]).
 pub type CallName = std::sync::OnceLock<String>;
@@ -169,10 +192,10 @@ pub trait Provider: Send + Sync + Debug {
     }
 
     /// Asks the provider about the call made before under `request`'s identity (its idempotency key), or under its
-    /// own name of it (`call_id`, [`Provider::call_named`]), for a kind that [can be asked](Kind::can_be_asked). It
-    /// never makes the call: at most one paid call per attempt. It may take forever too: the caller bounds it with
-    /// the provider's timeout.
-    async fn look_up(&self, _request: &ProviderRequest, _call_id: Option<&str>) -> Lookup {
+    /// own name of it ([`Asked::call_id`], [`Provider::call_named`]), for a kind that
+    /// [can be asked](Kind::can_be_asked). It never makes the call: at most one paid call per attempt. It may take
+    /// forever too: the caller bounds it with the provider's timeout.
+    async fn look_up(&self, _request: &ProviderRequest, _asked: Asked<'_>) -> Lookup {
         Lookup::Failed(ErrorInfo::new(
             "not_asked",
             "this provider cannot be asked about its calls",

@@ -174,10 +174,16 @@ impl ProviderConfig {
         if self.context_window() == Some(0) {
             return Err("context_window must be above 0".into());
         }
-        if self.limits.unknown_retry_after_ms.is_some() && self.kind.kind().can_be_asked() {
+        // A provider asked by the name it gave a call (a background response's id) cannot be asked about a call it
+        // never named (its create's answer lost): the policy is for those.
+        let kind = self.kind.kind();
+        if self.limits.unknown_retry_after_ms.is_some()
+            && kind.can_be_asked()
+            && !kind.asked_by_call_name()
+        {
             return Err(
                 "unknown_retry_after_ms is for a provider that cannot be asked about its calls: this one is asked \
-                 (store = true), and its unknown attempts clear by what it answers"
+                 (store = true, or batch = true), and its unknown attempts clear by what it answers"
                     .into(),
             );
         }
@@ -246,6 +252,24 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("kind")
+        );
+    }
+
+    #[test]
+    fn a_retry_policy_is_refused_where_every_unknown_can_be_asked_and_taken_for_calls_left_unnamed()
+    {
+        let openai =
+            "kind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nunknown_retry_after_ms = 5";
+        let checked = |extra: &str| parse(&format!("{openai}\n{extra}")).unwrap().check();
+        assert_eq!(checked(""), Ok(()));
+        for asked in ["store = true", "batch = true"] {
+            let err = checked(asked).unwrap_err();
+            assert!(err.contains("cannot be asked"), "{asked}: {err}");
+        }
+        // A background response is asked by its id: a create whose answer was lost left none, for the policy.
+        assert_eq!(
+            checked("api = \"responses\"\nstore = true\nbackground = true"),
+            Ok(())
         );
     }
 }

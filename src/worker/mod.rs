@@ -138,10 +138,14 @@ async fn listen(engine: &Engine, claimed: &Claimed) -> Heard {
         "no late answer either: attempt stays unknown"
     );
     span.record("outcome", timed(engine, claimed, None, began));
-    Heard::Silence(match marked {
+    let written = match marked {
         Some(written) => written,
         None => marking.await,
-    })
+    };
+    Heard::Silence {
+        written,
+        named: named.get().is_some(),
+    }
 }
 
 /// Records a call begun at `began`: its reply, or `None` when listening ended without one; the outcome's name.

@@ -150,6 +150,9 @@ macro_rules! conformance_suite {
             a_lookups_event_the_store_would_not_arm_is_armed_by_its_redelivery,
             a_background_response_is_waited_on_by_its_id_through_lost_reads,
             an_unknown_background_response_is_settled_by_reading_its_id,
+            a_batch_is_answered_from_its_results_at_half_the_price,
+            a_batch_cancelled_at_the_provider_is_cleared_and_submitted_anew,
+            a_batch_whose_submit_answer_was_lost_is_found_by_listing_never_submitted_again,
         );
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {

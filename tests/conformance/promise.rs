@@ -3,8 +3,10 @@
 //! answer the worker holds is written first and heard while its time-out is written; a job waiting on a breaker is
 //! not charged a try; a cancelled attempt's answer is in time by when it came.
 
+mod batches;
 mod providers;
 mod reconcile;
+pub(crate) use batches::*;
 pub(crate) use providers::*;
 pub(crate) use reconcile::*;
 

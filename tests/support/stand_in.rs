@@ -2,6 +2,7 @@
 //! and Amazon Bedrock's Converse wire formats, scripted per call, counting what they get. A Converse call must be
 //! signed (SigV4, by [`aws_identity`]'s secret, for service `bedrock`) or it is refused as Bedrock refuses it.
 
+mod batches;
 mod faults;
 pub(crate) use faults::*;
 
@@ -128,6 +129,9 @@ pub(crate) enum Reply {
     AfterWork(Value, Loss),
     /// Loses the call before doing any work (nothing is stored), as the [`Loss`] says.
     BeforeWork(Loss),
+    /// A batch's submit: the batch is made and runs until the gate opens, the submit's answer lost as the [`Loss`]
+    /// says.
+    Accepted(Gate, Loss),
 
     /// As OpenAI's reasoning models answer: 400 `unsupported_parameter` to a body with `max_tokens`, 400
     /// `unsupported_value` to a temperature other than 1, else this JSON.
@@ -191,6 +195,12 @@ struct Script {
     /// The Responses API's responses made in background mode, by their id, as OpenAI keeps them: read by
     /// `GET /v1/responses/{id}`.
     responses: Arc<Mutex<Vec<Value>>>,
+    /// The files uploaded to OpenAI's Files API, by their id.
+    files: Mutex<Vec<(String, String)>>,
+    /// The batches made through either batch API.
+    batches: Arc<Mutex<Vec<batches::Batch>>>,
+    /// Where it listens (what its batches' `results_url` name).
+    addr: std::sync::OnceLock<SocketAddr>,
 }
 
 #[derive(Debug, Clone)]
@@ -319,6 +329,9 @@ impl StandIn {
             lookups: Mutex::new(Vec::new()),
             lookups_fail: std::sync::atomic::AtomicBool::new(false),
             responses: Arc::new(Mutex::new(Vec::new())),
+            files: Mutex::new(Vec::new()),
+            batches: Arc::new(Mutex::new(Vec::new())),
+            addr: std::sync::OnceLock::new(),
         });
         let app = axum::Router::new()
             .route(
@@ -333,6 +346,7 @@ impl StandIn {
                 }),
             )
             .route("/v1/responses/{id}", get(read_response))
+            .merge(batches::routes(axum::Router::new()))
             .route(
                 "/v1/messages",
                 post(|state, uri, headers, body| {
@@ -349,6 +363,7 @@ impl StandIn {
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        script.addr.set(addr).unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self { addr, script }
     }
@@ -371,11 +386,11 @@ impl StandIn {
     }
 
     /// The calls whose work was done and stored (what the provider billed, where the call asked for `store`): chat
-    /// completions stored, background responses completed.
+    /// completions stored, background responses completed, batches' requests done.
     pub(crate) fn stored_count(&self) -> usize {
         let responses = self.script.responses.lock().unwrap();
         let completed = (responses.iter()).filter(|r| r["status"] == "completed");
-        self.script.stored.lock().unwrap().len() + completed.count()
+        self.script.stored.lock().unwrap().len() + completed.count() + self.batches_done()
     }
 
     /// The lookups it was asked, by their query.
@@ -665,6 +680,7 @@ async fn respond(
             let output = gate.opened().await;
             answered(output)
         }
+        Reply::Accepted(..) => unreachable!("a batch's reply, to a call"),
     }
 }
 

@@ -2,7 +2,7 @@
 //! tool: one tool, `answer`, whose `input_schema` is the contract's output schema, and `tool_choice` naming it; the
 //! answer is that tool call's `input`. The key named by `api_key_env` (see [`crate::providers::keys`]) goes in
 //! `x-api-key`. What each reply means is [`crate::providers::http::exchange`]'s, then [`read_answer`]'s for a 2xx
-//! body.
+//! body. With `batch = true`, each call goes through the Message Batches API ([`BatchApi`]).
 
 use std::sync::Arc;
 
@@ -10,11 +10,13 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{ClientParts, Connect, Kind, NoAws};
-use crate::domain::CallReport;
+use crate::clock::Clock;
+use crate::domain::{CallReport, ErrorInfo, Timestamp};
+use crate::providers::batch::{self, BatchApi, Ours, Page};
 use crate::providers::http::RequestDefaults;
 use crate::providers::{
-    HttpEndpoint, Provider, ProviderEndpoint, ProviderOutcome, ProviderRequest, Reply,
-    SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
+    Asked, CallName, HttpEndpoint, Lookup, Provider, ProviderEndpoint, ProviderOutcome,
+    ProviderRequest, Reply, SYSTEM_PROMPT, TokenLimitField, failed, snippet, unread,
 };
 
 endpoint_settings!(
@@ -46,6 +48,15 @@ impl Kind for AnthropicSettings {
         }
         Ok(())
     }
+
+    /// Batches are read by their id, or found by listing.
+    fn can_be_asked(&self) -> bool {
+        self.in_batch()
+    }
+
+    fn in_batch(&self) -> bool {
+        self.batch == Some(true)
+    }
 }
 
 impl Connect for AnthropicSettings {
@@ -56,7 +67,12 @@ impl Connect for AnthropicSettings {
             sends_temperature: true,
         };
         let endpoint = HttpEndpoint::new(&self.0, defaults, parts.keys, parts.http);
-        Ok(Arc::new(AnthropicProvider::new(endpoint)))
+        let endpoint = endpoint.with_default_header("anthropic-version", API_VERSION);
+        Ok(Arc::new(AnthropicProvider {
+            endpoint,
+            batch: self.in_batch(),
+            clock: parts.clock.clone(),
+        }))
     }
 }
 
@@ -68,12 +84,39 @@ const TOOL: &str = "answer";
 #[derive(Debug)]
 pub struct AnthropicProvider {
     endpoint: HttpEndpoint,
+    /// Whether its calls go through the Message Batches API.
+    batch: bool,
+    /// What a batch's reads wait on.
+    clock: Arc<dyn Clock>,
+}
+
+/// The key, as Anthropic takes it.
+fn x_api_key(call: reqwest::RequestBuilder, key: &str) -> reqwest::RequestBuilder {
+    call.header("x-api-key", key)
 }
 
 impl AnthropicProvider {
-    pub fn new(endpoint: HttpEndpoint) -> Self {
-        let endpoint = endpoint.with_default_header("anthropic-version", API_VERSION);
-        Self { endpoint }
+    /// `GET url`: the 2xx body as JSON, or the reply that says why not.
+    async fn get(&self, url: reqwest::Url, what: &str) -> Result<Value, Reply> {
+        let text = (self.endpoint)
+            .fetch(self.endpoint.http.get(url), x_api_key)
+            .await?;
+        serde_json::from_str(&text)
+            .map_err(|_| Reply::failed("bad_response", format!("not {what}: {}", unread(&text))))
+    }
+
+    /// The results of the ended `batch` (JSONL), read at its `results_url` if that is on `base_url`'s origin (the
+    /// key goes nowhere else), else at `…/messages/batches/{id}/results`.
+    async fn results(&self, batch: &Value) -> Result<String, Reply> {
+        let id = batch["id"].as_str().unwrap_or_default();
+        let given = (batch["results_url"].as_str()).and_then(|url| reqwest::Url::parse(url).ok());
+        let url = match given {
+            Some(url) if url.origin() == self.endpoint.url.origin() => url,
+            _ => (self.endpoint).at(&["messages", "batches", id, "results"]),
+        };
+        (self.endpoint)
+            .fetch(self.endpoint.http.get(url), x_api_key)
+            .await
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
@@ -95,11 +138,135 @@ impl AnthropicProvider {
 #[async_trait]
 impl Provider for AnthropicProvider {
     async fn call(&self, request: &ProviderRequest) -> Reply {
+        self.call_named(request, &CallName::new()).await
+    }
+
+    async fn call_named(&self, request: &ProviderRequest, named: &CallName) -> Reply {
+        if self.batch {
+            return batch::call(self, self.clock.as_ref(), request, named).await;
+        }
         let body = self.body(request);
-        let x_api_key = |call: reqwest::RequestBuilder, key: &str| call.header("x-api-key", key);
         (self.endpoint)
             .call(&request.idempotency_key, &body, x_api_key, read_answer)
             .await
+    }
+
+    /// A batch: [`batch::look_up`]. A call made directly leaves nothing to ask about.
+    async fn look_up(&self, request: &ProviderRequest, asked: Asked<'_>) -> Lookup {
+        match self.batch {
+            true => batch::look_up(self, request, asked).await,
+            false => Lookup::Failed(ErrorInfo::new(
+                "not_asked",
+                "this provider cannot be asked about its calls",
+            )),
+        }
+    }
+}
+
+/// Anthropic's Message Batches: a batch of the one request created (`POST …/messages/batches`), read
+/// (`GET …/messages/batches/{id}`) and listed (`GET …/messages/batches`, newest first), its result read from its
+/// results (`GET …/messages/batches/{id}/results`, JSONL) once it has ended. A batch keeps no metadata: one listed is
+/// told to be a call's by its results, so a batch not yet ended that holds one request may be it.
+#[async_trait]
+impl BatchApi for AnthropicProvider {
+    async fn submit(&self, request: &ProviderRequest, custom_id: &str) -> Result<String, Reply> {
+        let create = json!({"requests": [{"custom_id": custom_id, "params": self.body(request)}]});
+        let url = self.endpoint.at(&["messages", "batches"]);
+        let sent = (self.endpoint).post(url, &request.idempotency_key, &create);
+        let text = self.endpoint.fetch(sent, x_api_key).await?;
+        batch::batch_id(&text)
+            .ok_or_else(|| Reply::failed("bad_response", format!("not a batch: {}", unread(&text))))
+    }
+
+    async fn read(&self, id: &str) -> Result<Value, Reply> {
+        let batch = (self.get(self.endpoint.at(&["messages", "batches", id]), "a batch")).await?;
+        match batch["id"] == id {
+            true => Ok(batch),
+            false => Err(Reply::failed(
+                "bad_response",
+                format!("not the batch asked for: {}", unread(&batch.to_string())),
+            )),
+        }
+    }
+
+    fn ended(&self, batch: &Value) -> bool {
+        batch["processing_status"] == "ended"
+    }
+
+    async fn result(&self, batch: &Value, custom_id: &str) -> Lookup {
+        let results = match self.results(batch).await {
+            Ok(results) => results,
+            Err(reply) => return Lookup::unanswered(reply),
+        };
+        let Some(line) = batch::line_of(&results, custom_id) else {
+            return Lookup::Failed(ErrorInfo::new(
+                "bad_response",
+                "the batch ended with no result for the request",
+            ));
+        };
+        let result = &line["result"];
+        match result["type"].as_str() {
+            Some("succeeded") => {
+                Lookup::Found(Box::new(read_answer(&result["message"].to_string())))
+            }
+            Some("canceled") => Lookup::Ended,
+            Some("expired") => batch::not_run(
+                "batch_expired",
+                "the batch expired before the request was run",
+            ),
+            _ => batch::not_run(
+                "provider_refused",
+                format!(
+                    "the batch did not run the request: {}",
+                    snippet(&result["error"].to_string())
+                ),
+            ),
+        }
+    }
+
+    async fn page(&self, after: Option<&str>) -> Result<Page, Reply> {
+        let mut url = self.endpoint.at(&["messages", "batches"]);
+        url.query_pairs_mut().append_pair("limit", "100");
+        if let Some(after) = after {
+            url.query_pairs_mut().append_pair("after_id", after);
+        }
+        let listed = self.get(url, "a list of batches").await?;
+        Ok(Page {
+            batches: listed["data"].as_array().cloned().unwrap_or_default(),
+            next: (listed["has_more"] == true)
+                .then(|| listed["last_id"].as_str().map(str::to_owned))
+                .flatten(),
+        })
+    }
+
+    fn created_at(&self, batch: &Value) -> Option<Timestamp> {
+        let created = chrono::DateTime::parse_from_rfc3339(batch["created_at"].as_str()?).ok()?;
+        Some(created.to_utc())
+    }
+
+    async fn is_ours(
+        &self,
+        batch: &Value,
+        _request: &ProviderRequest,
+        custom_id: &str,
+    ) -> Result<Ours, Reply> {
+        let counts = batch["request_counts"].as_object();
+        let requests: u64 = counts
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, n)| n.as_u64())
+            .sum();
+        if requests != 1 {
+            return Ok(Ours::No);
+        }
+        if !self.ended(batch) {
+            return Ok(Ours::Maybe);
+        }
+        let results = self.results(batch).await?;
+        Ok(match batch::line_of(&results, custom_id) {
+            Some(_) => Ours::Yes,
+            None => Ours::No,
+        })
     }
 }
 

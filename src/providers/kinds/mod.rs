@@ -163,6 +163,12 @@ pub trait Kind: Debug + Send + Sync {
         false
     }
 
+    /// Whether its calls go through the provider's batch API ([`crate::providers::batch`]): billed at half the
+    /// price table's price.
+    fn in_batch(&self) -> bool {
+        false
+    }
+
     /// Whether its calls are signed with the process's AWS credentials.
     fn signs_with_aws(&self) -> bool {
         false

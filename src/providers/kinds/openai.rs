@@ -17,12 +17,13 @@ use serde_json::{Value, json};
 use super::{ClientParts, Connect, Kind, NoAws};
 use crate::clock::Clock;
 use crate::domain::{CallReport, ErrorInfo};
+use crate::providers::batch::{self, BatchApi, Ours, Page};
 use crate::providers::http::RequestDefaults;
 use crate::providers::tokens::Encoding;
 use crate::providers::{
-    ATTEMPT_METADATA, CallName, HttpEndpoint, Lookup, OpenAiApi, Provider, ProviderEndpoint,
-    ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, TokenLimitField, failed, snippet,
-    unread,
+    ATTEMPT_METADATA, Asked, CallName, HttpEndpoint, Lookup, OpenAiApi, Provider, ProviderEndpoint,
+    ProviderOutcome, ProviderRequest, Reply, SYSTEM_PROMPT, TokenLimitField, failed, refused,
+    snippet, unread,
 };
 
 endpoint_settings!(
@@ -30,14 +31,11 @@ endpoint_settings!(
     OpenAiSettings
 );
 
-/// The longest response id kept (OpenAI's are about 50 characters).
-const MAX_CALL_ID: usize = 256;
+/// How long a batch's output and error files are kept (OpenAI's longest: 30 days).
+const OUTPUT_KEPT_S: u64 = 30 * 24 * 3600;
 
-/// How long a background response is left before its read `n` (0 the first, after the create): a quarter of a
-/// second, doubled each time up to two seconds.
-fn poll_wait(n: u32) -> chrono::Duration {
-    chrono::Duration::milliseconds((250_i64 << n.min(3)).min(2_000))
-}
+/// The longest wait between two reads of a background response.
+const BACKGROUND_POLL_CAP_MS: i64 = 2_000;
 
 /// OpenAI's reasoning families: they take `max_completion_tokens` and no temperature but their default.
 fn is_reasoning_model(model: &str) -> bool {
@@ -74,9 +72,13 @@ impl OpenAiSettings {
         self.0.api.unwrap_or_default()
     }
 
-    /// Whether its calls are background responses, read by their id.
-    fn in_background(&self) -> bool {
-        self.api() == OpenAiApi::Responses && self.background == Some(true)
+    /// How its calls are made.
+    fn mode(&self) -> Mode {
+        match (self.api(), self.background, self.batch) {
+            (OpenAiApi::Responses, Some(true), _) => Mode::Background,
+            (_, _, Some(true)) => Mode::Batch,
+            _ => Mode::Direct,
+        }
     }
 }
 
@@ -113,36 +115,42 @@ impl Kind for OpenAiSettings {
                     .into(),
             );
         }
+        if self.background == Some(true) && self.batch == Some(true) {
+            return Err(
+                "batch = true and background = true are two ways to make a call: choose one".into(),
+            );
+        }
         Ok(())
     }
 
-    /// Stored chat completions are listed by the attempt's identity; background responses are read by their id.
-    /// A response that is stored but not in background can be read by no name the attempt keeps.
+    /// Stored chat completions are listed by the attempt's identity; background responses are read by their id;
+    /// batches are read by their id, or found by listing. A response that is stored but not in background can be
+    /// read by no name the attempt keeps.
     fn can_be_asked(&self) -> bool {
-        match self.api() {
-            OpenAiApi::ChatCompletions => self.store == Some(true),
-            OpenAiApi::Responses => self.in_background(),
+        match (self.mode(), self.api()) {
+            (Mode::Background | Mode::Batch, _) => true,
+            (Mode::Direct, OpenAiApi::ChatCompletions) => self.store == Some(true),
+            (Mode::Direct, OpenAiApi::Responses) => false,
         }
     }
 
     fn asked_by_call_name(&self) -> bool {
-        self.in_background()
+        self.mode() == Mode::Background
+    }
+
+    fn in_batch(&self) -> bool {
+        self.mode() == Mode::Batch
     }
 }
 
 impl Connect for OpenAiSettings {
     fn client(&self, parts: ClientParts<'_>) -> Result<Arc<dyn Provider>, NoAws> {
         let endpoint = HttpEndpoint::new(&self.0, self.defaults(), parts.keys, parts.http);
-        let shape = match (self.api(), self.in_background()) {
-            (OpenAiApi::ChatCompletions, _) => Shape::Chat,
-            (OpenAiApi::Responses, false) => Shape::Responses,
-            (OpenAiApi::Responses, true) => Shape::Background,
-        };
-        let store = self.store == Some(true);
         Ok(Arc::new(OpenAiProvider {
             endpoint,
-            shape,
-            store,
+            api: self.api(),
+            mode: self.mode(),
+            store: self.store == Some(true),
             clock: parts.clock.clone(),
         }))
     }
@@ -150,22 +158,24 @@ impl Connect for OpenAiSettings {
 
 /// How an openai provider's calls are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// `POST …/chat/completions`, answered when done.
-    Chat,
-    /// `POST …/responses`, answered when done.
-    Responses,
+enum Mode {
+    /// `POST` to the API, answered when done.
+    Direct,
     /// `POST …/responses` in background mode, then `GET …/responses/{id}` until done.
     Background,
+    /// Through the Batch API: the request uploaded as a file of one line, a batch of it created, read until it
+    /// ends, and its result read from the batch's output (or error) file.
+    Batch,
 }
 
 #[derive(Debug)]
 pub struct OpenAiProvider {
     endpoint: HttpEndpoint,
-    shape: Shape,
+    api: OpenAiApi,
+    mode: Mode,
     /// Whether each call is stored under the attempt's identity (`store`, `metadata`).
     store: bool,
-    /// What a background response's reads wait on.
+    /// What a background response's and a batch's reads wait on.
     clock: Arc<dyn Clock>,
 }
 
@@ -177,8 +187,8 @@ fn bearer(call: reqwest::RequestBuilder, key: &str) -> reqwest::RequestBuilder {
 impl OpenAiProvider {
     fn body(&self, request: &ProviderRequest) -> Value {
         let name = request.contract.name();
-        let own = match self.shape {
-            Shape::Chat => json!({
+        let own = match self.api {
+            OpenAiApi::ChatCompletions => json!({
                 "model": self.endpoint.model,
                 "messages": [
                     {"role": "system", "content": SYSTEM_PROMPT},
@@ -189,7 +199,7 @@ impl OpenAiProvider {
                     "json_schema": {"name": name, "schema": request.output_schema},
                 },
             }),
-            Shape::Responses | Shape::Background => json!({
+            OpenAiApi::Responses => json!({
                 "model": self.endpoint.model,
                 "instructions": SYSTEM_PROMPT,
                 "input": request.prompt,
@@ -197,14 +207,14 @@ impl OpenAiProvider {
             }),
         };
         let mut body = self.endpoint.body(own, request);
-        if self.shape != Shape::Chat
+        if self.api == OpenAiApi::Responses
             && let Some(effort) = body
                 .as_object_mut()
                 .and_then(|b| b.remove("reasoning_effort"))
         {
             body["reasoning"] = json!({ "effort": effort });
         }
-        if self.shape == Shape::Background {
+        if self.mode == Mode::Background {
             body["background"] = json!(true);
         }
         if self.store {
@@ -225,20 +235,35 @@ impl OpenAiProvider {
 
     /// Reads the response named `id` once: what it is, or the reply that says why it could not be read.
     async fn read(&self, id: &str) -> Result<Value, Reply> {
-        let (sent, key) = (self.endpoint)
-            .send(self.endpoint.http.get(self.response_url(id)), bearer)
-            .await;
-        let scrub = |reply: Reply| match &key {
-            Some(key) => reply.scrubbed(key),
-            None => reply,
-        };
-        let text = sent.map_err(scrub)?;
-        match serde_json::from_str::<Value>(&text) {
-            Ok(response) if response["id"] == id => Ok(response),
-            _ => Err(scrub(Reply::failed(
+        self.get_named(self.response_url(id), id, "the response asked for")
+            .await
+    }
+
+    /// `GET url`: the 2xx body as JSON, or the reply that says why not.
+    async fn get(&self, url: reqwest::Url, what: &str) -> Result<Value, Reply> {
+        let text = (self.endpoint)
+            .fetch(self.endpoint.http.get(url), bearer)
+            .await?;
+        json_of(&text, what)
+    }
+
+    /// `GET url`, the object named `id` (a response, a batch).
+    async fn get_named(&self, url: reqwest::Url, id: &str, what: &str) -> Result<Value, Reply> {
+        let object = self.get(url, what).await?;
+        match object["id"] == id {
+            true => Ok(object),
+            false => Err(Reply::failed(
                 "bad_response",
-                format!("not the response asked for: {}", unread(&text)),
-            ))),
+                format!("not {what}: {}", unread(&object.to_string())),
+            )),
+        }
+    }
+
+    /// Reads a 2xx answer's body as the API answers it: a chat completion, or a response.
+    fn read_as_called(&self) -> fn(&str) -> Reply {
+        match self.api {
+            OpenAiApi::ChatCompletions => read_answer,
+            OpenAiApi::Responses => read_response,
         }
     }
 
@@ -251,36 +276,28 @@ impl OpenAiProvider {
             &request.idempotency_key,
             &self.body(request),
         );
-        let (sent, key) = self.endpoint.send(create, bearer).await;
-        let scrub = |reply: Reply| match &key {
-            Some(key) => reply.scrubbed(key),
-            None => reply,
-        };
-        let text = match sent {
+        let text = match self.endpoint.fetch(create, bearer).await {
             Ok(text) => text,
-            Err(reply) => return scrub(reply),
+            Err(reply) => return reply,
         };
-        let created = serde_json::from_str::<Value>(&text).ok();
         // An id is kept on the attempt: one longer than any provider's is not the API's.
-        let id = created.as_ref().and_then(|r| r["id"].as_str());
-        let Some(id) = id.filter(|id| !id.is_empty() && id.len() <= MAX_CALL_ID) else {
-            return scrub(Reply::failed(
-                "bad_response",
-                format!("not a response: {}", unread(&text)),
-            ));
+        let Some(id) = batch::batch_id(&text) else {
+            return Reply::failed("bad_response", format!("not a response: {}", unread(&text)));
         };
-        let _ = named.set(id.to_owned());
-        let mut response = created.clone().expect("parsed");
+        let _ = named.set(id.clone());
+        let mut response = serde_json::from_str::<Value>(&text).expect("read by batch_id");
         let mut reads = 0;
         loop {
             if let Some(reply) = done(&response) {
-                return scrub(reply);
+                return reply;
             }
             if reads > 0 {
-                self.clock.sleep(poll_wait(reads - 1)).await;
+                (self.clock)
+                    .sleep(batch::poll_wait(reads - 1, BACKGROUND_POLL_CAP_MS))
+                    .await;
             }
             reads = reads.saturating_add(1);
-            match self.read(id).await {
+            match self.read(&id).await {
                 Ok(read) => response = read,
                 Err(reply) => {
                     tracing::info!(response = id, ?reply.outcome, "a background response's read went wrong: read again");
@@ -297,54 +314,40 @@ impl Provider for OpenAiProvider {
     }
 
     async fn call_named(&self, request: &ProviderRequest, named: &CallName) -> Reply {
-        match self.shape {
-            Shape::Chat => {
+        match self.mode {
+            Mode::Direct => {
                 (self.endpoint)
                     .call(
                         &request.idempotency_key,
                         &self.body(request),
                         bearer,
-                        read_answer,
+                        self.read_as_called(),
                     )
                     .await
             }
-            Shape::Responses => {
-                (self.endpoint)
-                    .call(
-                        &request.idempotency_key,
-                        &self.body(request),
-                        bearer,
-                        read_response,
-                    )
-                    .await
-            }
-            Shape::Background => self.in_background(request, named).await,
+            Mode::Background => self.in_background(request, named).await,
+            Mode::Batch => batch::call(self, self.clock.as_ref(), request, named).await,
         }
     }
 
     /// Stored chat completions: the one the call made under the attempt's identity, `GET …/chat/completions`
     /// filtered by its metadata (OpenAI's list of stored chat completions). Background responses: the response
     /// the call named, `GET …/responses/{id}` — done (its answer), cancelled (ended without the work), or still
-    /// running.
-    async fn look_up(&self, request: &ProviderRequest, call_id: Option<&str>) -> Lookup {
-        match (self.shape, call_id) {
-            (Shape::Background, Some(id)) => match self.read(id).await {
+    /// running. Batches: [`batch::look_up`].
+    async fn look_up(&self, request: &ProviderRequest, asked: Asked<'_>) -> Lookup {
+        match (self.mode, self.api, asked.call_id) {
+            (Mode::Batch, ..) => batch::look_up(self, request, asked).await,
+            (Mode::Background, _, Some(id)) => match self.read(id).await {
                 Ok(response) if response["status"] == "cancelled" => Lookup::Ended,
                 Ok(response) => {
                     done(&response).map_or(Lookup::Running, |reply| Lookup::Found(Box::new(reply)))
                 }
-                Err(reply) => Lookup::Failed(match reply.outcome {
-                    ProviderOutcome::Failed(error) | ProviderOutcome::Lost(error) => error,
-                    ProviderOutcome::Answered(_) => {
-                        ErrorInfo::new("bad_response", "no lookup answer")
-                    }
-                }),
+                Err(reply) => Lookup::unanswered(reply),
             },
-            (Shape::Background | Shape::Responses, _) => Lookup::Failed(ErrorInfo::new(
-                "not_asked",
-                "this call left no name to ask about it by",
-            )),
-            (Shape::Chat, _) => {
+            (Mode::Background, ..) | (Mode::Direct, OpenAiApi::Responses, _) => Lookup::Failed(
+                ErrorInfo::new("not_asked", "this call left no name to ask about it by"),
+            ),
+            (Mode::Direct, OpenAiApi::ChatCompletions, _) => {
                 let filter = format!("metadata[{ATTEMPT_METADATA}]");
                 let query = [
                     (filter.as_str(), request.idempotency_key.as_str()),
@@ -352,6 +355,179 @@ impl Provider for OpenAiProvider {
                 ];
                 self.endpoint.look_up(&query, bearer, read_stored).await
             }
+        }
+    }
+}
+
+/// A 2xx body as JSON, or the reply that says it is not `what` was asked for.
+fn json_of(text: &str, what: &str) -> Result<Value, Reply> {
+    serde_json::from_str(text)
+        .map_err(|_| Reply::failed("bad_response", format!("not {what}: {}", unread(text))))
+}
+
+/// OpenAI's Batch API: a file of one request uploaded (`POST …/files`, purpose `batch`), a batch of it created
+/// (`POST …/batches`, with the attempt's identity in its `metadata`), read (`GET …/batches/{id}`) and listed
+/// (`GET …/batches`, newest first), its result read from its output or error file (`GET …/files/{id}/content`).
+#[async_trait]
+impl BatchApi for OpenAiProvider {
+    async fn submit(&self, request: &ProviderRequest, custom_id: &str) -> Result<String, Reply> {
+        let endpoint = self.endpoint.url.path();
+        let line = json!({
+            "custom_id": custom_id, "method": "POST", "url": endpoint, "body": self.body(request),
+        });
+        let boundary = format!("onejob-{:016x}", fastrand::u64(..));
+        let form = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{custom_id}.jsonl\"\r\n\
+             Content-Type: application/jsonl\r\n\r\n{line}\n\r\n--{boundary}--\r\n"
+        );
+        let upload = (self.endpoint.http.post(self.endpoint.at(&["files"])))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(form);
+        let uploaded = (self.endpoint.fetch(upload, bearer).await)
+            .and_then(|text| json_of(&text, "a file"))
+            .map_err(batch::nothing_submitted)?;
+        let Some(file) = uploaded["id"].as_str() else {
+            return Err(Reply::failed(
+                "bad_response",
+                format!("not a file: {}", unread(&uploaded.to_string())),
+            ));
+        };
+        let create = json!({
+            "input_file_id": file,
+            "endpoint": endpoint,
+            "completion_window": "24h",
+            "metadata": { ATTEMPT_METADATA: request.idempotency_key },
+            // Its result kept as long as OpenAI keeps stored calls, whatever the account's default.
+            "output_expires_after": {"anchor": "created_at", "seconds": OUTPUT_KEPT_S},
+        });
+        let created = (self.endpoint).post(
+            self.endpoint.at(&["batches"]),
+            &request.idempotency_key,
+            &create,
+        );
+        let text = self.endpoint.fetch(created, bearer).await?;
+        batch::batch_id(&text)
+            .ok_or_else(|| Reply::failed("bad_response", format!("not a batch: {}", unread(&text))))
+    }
+
+    async fn read(&self, id: &str) -> Result<Value, Reply> {
+        (self.get_named(
+            self.endpoint.at(&["batches", id]),
+            id,
+            "the batch asked for",
+        ))
+        .await
+    }
+
+    fn ended(&self, batch: &Value) -> bool {
+        matches!(
+            batch["status"].as_str(),
+            Some("completed" | "failed" | "expired" | "cancelled")
+        )
+    }
+
+    async fn result(&self, batch: &Value, custom_id: &str) -> Lookup {
+        for file in ["output_file_id", "error_file_id"] {
+            let Some(file) = batch[file].as_str() else {
+                continue;
+            };
+            let url = self.endpoint.at(&["files", file, "content"]);
+            let results = self.endpoint.fetch(self.endpoint.http.get(url), bearer);
+            match results.await {
+                Ok(results) => {
+                    if let Some(line) = batch::line_of(&results, custom_id) {
+                        return Lookup::Found(Box::new(self.read_line(&line)));
+                    }
+                }
+                Err(reply) => return Lookup::unanswered(reply),
+            }
+        }
+        match batch["status"].as_str() {
+            Some("cancelled") => Lookup::Ended,
+            Some("expired") => batch::not_run(
+                "batch_expired",
+                "the batch expired before the request was run",
+            ),
+            Some("failed") => batch::not_run(
+                "provider_refused",
+                format!(
+                    "the batch failed: {}",
+                    snippet(&batch["errors"].to_string())
+                ),
+            ),
+            _ => Lookup::Failed(ErrorInfo::new(
+                "bad_response",
+                "the batch ended with no result for the request",
+            )),
+        }
+    }
+
+    async fn page(&self, after: Option<&str>) -> Result<Page, Reply> {
+        let mut url = self.endpoint.at(&["batches"]);
+        url.query_pairs_mut().append_pair("limit", "100");
+        if let Some(after) = after {
+            url.query_pairs_mut().append_pair("after", after);
+        }
+        let listed = self.get(url, "a list of batches").await?;
+        Ok(Page {
+            batches: listed["data"].as_array().cloned().unwrap_or_default(),
+            next: (listed["has_more"] == true)
+                .then(|| listed["last_id"].as_str().map(str::to_owned))
+                .flatten(),
+        })
+    }
+
+    fn created_at(&self, batch: &Value) -> Option<crate::domain::Timestamp> {
+        chrono::DateTime::from_timestamp(batch["created_at"].as_i64()?, 0)
+    }
+
+    async fn is_ours(
+        &self,
+        batch: &Value,
+        request: &ProviderRequest,
+        _custom_id: &str,
+    ) -> Result<Ours, Reply> {
+        Ok(
+            match batch["metadata"][ATTEMPT_METADATA] == request.idempotency_key.as_str() {
+                true => Ours::Yes,
+                false => Ours::No,
+            },
+        )
+    }
+}
+
+impl OpenAiProvider {
+    /// A line of a batch's output or error file: the request's response (a 2xx body read as the call's would be;
+    /// any other status a definite failure: the batch has ended, nothing more is done), or its error.
+    fn read_line(&self, line: &Value) -> Reply {
+        let response = &line["response"];
+        let status = response["status_code"].as_u64().unwrap_or(0);
+        match u16::try_from(status) {
+            Ok(200..=299) => (self.read_as_called())(&response["body"].to_string()),
+            Ok(status) if status >= 400 => {
+                let code = match status {
+                    429 => "rate_limited",
+                    500.. => "provider_error",
+                    _ => "provider_refused",
+                };
+                refused(
+                    code,
+                    status,
+                    &crate::providers::http::error_text(&response["body"].to_string()),
+                    None,
+                )
+            }
+            _ => Reply::failed(
+                "provider_refused",
+                format!(
+                    "the batch did not run the request: {}",
+                    snippet(&line["error"].to_string())
+                ),
+            ),
         }
     }
 }
@@ -509,6 +685,31 @@ mod tests {
     use super::*;
     use crate::providers::failure_code as code;
 
+    /// A batch provider on `api`, not to be called.
+    fn provider(api: OpenAiApi) -> OpenAiProvider {
+        let settings = OpenAiSettings(ProviderEndpoint {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-5-mini".into(),
+            api: Some(api),
+            batch: Some(true),
+            ..ProviderEndpoint::default()
+        });
+        let keys = crate::providers::keys::ProviderKeys::default();
+        let endpoint = HttpEndpoint::new(
+            &settings.0,
+            settings.defaults(),
+            &keys,
+            &reqwest::Client::new(),
+        );
+        OpenAiProvider {
+            endpoint,
+            api,
+            mode: settings.mode(),
+            store: false,
+            clock: Arc::new(crate::clock::SystemClock),
+        }
+    }
+
     #[test]
     fn answers_are_read_from_the_first_choice_with_model_and_usage() {
         let body = json!({
@@ -590,6 +791,67 @@ mod tests {
         assert!(!settings(responses, Some(true), None).can_be_asked());
         assert!(settings(None, Some(true), None).can_be_asked());
         assert_eq!(background.defaults().path, "responses");
+    }
+
+    #[test]
+    fn a_batch_provider_is_asked_by_listing_and_is_not_also_in_background() {
+        let batch = |api, background: Option<bool>| {
+            OpenAiSettings(ProviderEndpoint {
+                base_url: "https://api.openai.com/v1".into(),
+                model: "gpt-5-mini".into(),
+                api,
+                store: background.map(|_| true),
+                background,
+                batch: Some(true),
+                ..ProviderEndpoint::default()
+            })
+        };
+        for api in [None, Some(OpenAiApi::Responses)] {
+            let lane = batch(api, None);
+            assert_eq!(lane.check(), Ok(()));
+            // Found by listing where its submit's answer was lost: no name needed.
+            assert!(lane.in_batch() && lane.can_be_asked() && !lane.asked_by_call_name());
+        }
+        let both = batch(Some(OpenAiApi::Responses), Some(true));
+        assert!(both.check().unwrap_err().contains("choose one"));
+    }
+
+    #[test]
+    fn a_batch_line_is_read_as_its_api_answers_and_any_other_status_is_definite() {
+        let chat = provider(OpenAiApi::ChatCompletions);
+        let completion = json!({
+            "model": "m", "choices": [{"message": {"content": "{\"summary\": \"s\"}"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        });
+        let line = |status: u16, body: Value| json!({"custom_id": "j_1", "response": {"status_code": status, "body": body}, "error": null});
+        let reply = chat.read_line(&line(200, completion));
+        assert_eq!(
+            reply.outcome,
+            ProviderOutcome::Answered(json!({"summary": "s"}))
+        );
+        let refused = json!({"error": {"message": "bad request"}});
+        assert_eq!(
+            code(&chat.read_line(&line(400, refused.clone()))),
+            "provider_refused"
+        );
+        assert_eq!(
+            code(&chat.read_line(&line(429, refused.clone()))),
+            "rate_limited"
+        );
+        let failed = chat.read_line(&line(500, refused));
+        assert!(
+            matches!(failed.outcome, ProviderOutcome::Failed(_)),
+            "the batch has ended: nothing more is done"
+        );
+        let no_response =
+            json!({"custom_id": "j_1", "response": null, "error": {"code": "x", "message": "y"}});
+        assert_eq!(code(&chat.read_line(&no_response)), "provider_refused");
+        let responses = provider(OpenAiApi::Responses);
+        let response = json!({"status": "completed", "output": [{"type": "message", "content": [{"type": "output_text", "text": "{\"summary\": \"r\"}"}]}]});
+        assert_eq!(
+            responses.read_line(&line(200, response)).outcome,
+            ProviderOutcome::Answered(json!({"summary": "r"}))
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ fn storing(base_url: String) -> ProviderConfig {
 }
 
 /// The attempt's state and how it left `unknown`.
-fn cleared(job: &Job, number: u32) -> (AttemptState, Option<ClearedBy>) {
+pub(super) fn cleared(job: &Job, number: u32) -> (AttemptState, Option<ClearedBy>) {
     let attempt = job.attempt(number).unwrap();
     (attempt.state, attempt.cleared.map(|c| c.by))
 }
@@ -74,7 +74,7 @@ async fn unknown_past_its_lease(
 }
 
 /// The lease of every attempt, in milliseconds: until it ends, a worker may still hear the answer.
-fn lease_ms(rig: &Rig) -> u64 {
+pub(super) fn lease_ms(rig: &Rig) -> u64 {
     rig.engine.lease().num_milliseconds() as u64
 }
 
@@ -198,23 +198,59 @@ pub(crate) async fn a_call_the_provider_never_did_is_tried_again_once_its_absenc
 
 /// A provider that cannot be asked (no stored calls): without a policy its `unknown` waits for a person, in the
 /// operators' list; with `unknown_retry_after_ms` it is tried again that long after its time-out, recorded as
-/// cleared by policy and possibly paid on the bill — and never before the lease ends.
+/// cleared by policy and possibly paid on the bill — and never before the lease ends. The job's contract's own
+/// policy, where it states one, is the one that holds: its `unknown_retry_after_ms` retries on a provider with
+/// none, its `unknown = "hold"` holds on a provider that would retry.
 pub(crate) async fn an_unknown_no_provider_can_answer_waits_for_its_policy_or_a_person(
     store: Arc<dyn JobStore>,
 ) {
     // Longer than the lease (the longest listen of any provider configured, and its margin).
     let retry_after_ms = 600_000;
-    for policy in [Some(retry_after_ms), None] {
+    let contracts = tempfile::tempdir().unwrap();
+    let summarize = include_str!("../../../contracts/summarize.toml");
+    for (case, (provider_policy, contract_policy)) in [
+        // The holding cases last: each rig's sweep reads every unknown job of the shared store.
+        (Some(retry_after_ms), None),
+        (
+            None,
+            Some(format!("unknown_retry_after_ms = {retry_after_ms}")),
+        ),
+        (None, None),
+        (Some(retry_after_ms), Some("unknown = \"hold\"".to_owned())),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let policy = match contract_policy.as_deref() {
+            Some(said) => (!said.contains("hold")).then_some(retry_after_ms),
+            None => provider_policy,
+        };
         let primary = StandIn::spawn(
             vec![Reply::AfterWork(summary("lost"), Loss::Dropped)],
             Reply::Answer(summary("again")),
         )
         .await;
         let mut config = anthropic(primary.base_url());
-        config.limits.unknown_retry_after_ms = policy;
+        config.limits.unknown_retry_after_ms = provider_policy;
         let fallback = StandIn::answering(summary("B")).await;
-        let mut rig = Rig::new(store.clone(), config, openai(fallback.base_url()));
-        let (job, message) = rig.create(&format!("policy-{policy:?}")).await;
+        // The contract as built in, with the policy it states (before its first table).
+        let file = contracts.path().join(format!(
+            "summarize-{provider_policy:?}-{}.toml",
+            contract_policy.is_some()
+        ));
+        let said = contract_policy.clone().unwrap_or_default();
+        std::fs::write(
+            &file,
+            summarize.replacen("\n[input_schema]", &format!("{said}\n\n[input_schema]"), 1),
+        )
+        .unwrap();
+        let mut rig = Rig::configured(
+            store.clone(),
+            config,
+            openai(fallback.base_url()),
+            |config| config.contract_files = vec![file],
+        );
+        let (job, message) = rig.create(&format!("policy-{case}")).await;
         to_unknown(&rig, &primary, &job, &message, Loss::Dropped).await;
         assert_eq!(
             rig.engine.clears_itself(&rig.job(&job).await),
@@ -461,7 +497,7 @@ fn background(base_url: String) -> ProviderConfig {
 
 /// Waits (on the worker's own progress, not on time) until `provider` was read `n` times and the worker sleeps
 /// until its next read, beside its time-out.
-async fn read(rig: &Rig, provider: &StandIn, n: usize) {
+pub(super) async fn read(rig: &Rig, provider: &StandIn, n: usize) {
     let started = std::time::Instant::now();
     while !(provider.lookups().len() >= n && rig.clock.sleepers() >= 2) {
         assert!(
@@ -601,29 +637,48 @@ pub(crate) async fn an_unknown_background_response_is_settled_by_reading_its_id(
         );
     }
 
-    let primary = StandIn::spawn(
-        vec![Reply::AfterWork(summary("lost"), Loss::Dropped)],
-        Reply::Answer(summary("again")),
-    )
-    .await;
-    let fallback = StandIn::answering(summary("B")).await;
-    let mut rig = Rig::new(
-        store,
-        background(primary.base_url()),
-        openai(fallback.base_url()),
-    );
-    let (job, message) = rig.create("create-lost").await;
-    assert_eq!(rig.process(&message).await, Processed::Unknown);
-    rig.advance(lease_ms(&rig));
-    assert_eq!(rig.reconcile().await, []);
-    let waiting = rig.job(&job).await;
-    assert_eq!(
-        (
-            cleared(&waiting, 1),
-            waiting.attempt(1).unwrap().call_id.clone()
-        ),
-        ((AttemptState::Unknown, None), None)
-    );
-    assert!(!rig.engine.clears_itself(&waiting));
-    assert_eq!((primary.call_count(), primary.lookups().len()), (1, 0));
+    // The policy's case first: each rig's sweep reads every unknown job of the shared store.
+    for policy in [Some(0), None] {
+        let primary = StandIn::spawn(
+            vec![Reply::AfterWork(summary("lost"), Loss::Dropped)],
+            Reply::Answer(summary("again")),
+        )
+        .await;
+        let fallback = StandIn::answering(summary("B")).await;
+        let mut config = background(primary.base_url());
+        config.limits.unknown_retry_after_ms = policy;
+        let mut rig = Rig::new(store.clone(), config, openai(fallback.base_url()));
+        let (job, message) = rig.create(&format!("create-lost-{policy:?}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Unknown);
+        assert_eq!(
+            rig.engine.clears_itself(&rig.job(&job).await),
+            policy.is_some()
+        );
+        rig.advance(lease_ms(&rig));
+        assert_eq!(rig.reconcile().await, []);
+        let after = rig.job(&job).await;
+        assert_eq!(after.attempt(1).unwrap().call_id, None);
+        assert_eq!(primary.lookups().len(), 0, "nothing to read it by");
+        if policy.is_none() {
+            assert_eq!(cleared(&after, 1), (AttemptState::Unknown, None));
+            assert_eq!(primary.call_count(), 1);
+            continue;
+        }
+        // The provider's policy holds for a call it never named: retried, recorded as possibly paid.
+        assert_eq!(
+            cleared(&after, 1),
+            (AttemptState::Cancelled, Some(ClearedBy::Policy))
+        );
+        assert_eq!(onejob::domain::Bill::of(&after).possibly_paid, vec![1]);
+        let retry = rig.message().await;
+        assert_eq!(rig.process(&retry).await, Processed::Succeeded);
+        assert_eq!(
+            (
+                primary.call_count(),
+                primary.stored_count(),
+                fallback.call_count()
+            ),
+            (2, 2, 0)
+        );
+    }
 }
