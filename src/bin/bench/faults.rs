@@ -1,8 +1,10 @@
 //! Faults side by side: per fault of a provider (healthy, slow past the time-out, a 500 after the work, the
 //! connection dropped after the work, a 429), the same intents through onejob in each way an `unknown` clears —
-//! `hold` (a person), `lookup` (the provider asked: OpenAI's stored completions), `policy` (`unknown_retry_after_ms`)
-//! — and through a client that retries as the OpenAI SDK does by default, in the same run, against the same
-//! stand-in: a real HTTP server on loopback that speaks OpenAI's chat completions and its stored-completions list.
+//! `hold` (a person), `lookup` (the provider asked: OpenAI's stored completions), `policy` (`unknown_retry_after_ms`),
+//! `batch` (the calls through OpenAI's Batch API, each batch read by its id, a lost submit found by listing) — and
+//! through a client that retries as the OpenAI SDK does by default, in the same run, against the same stand-in: a
+//! real HTTP server on loopback that speaks OpenAI's chat completions, its stored-completions list, and its Batch
+//! API (files, batches, their list, output files). A batch's fault meets its submit: its work runs as a call's.
 //! Each intent's first call meets the fault; any later call is answered. A call is billed when the stand-in did its
 //! work, whatever became of the answer. Reported per cell: billed calls per intent, intents answered, jobs left for a
 //! person, and the median time to an answer.
@@ -13,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use onejob::clock::SystemClock;
 use onejob::domain::{JobStatus, Owner, ProviderName};
 use onejob::providers::keys::ProviderKeys;
@@ -72,14 +74,18 @@ enum Mode {
     Hold,
     Lookup,
     Policy,
+    Batch,
 }
 
 impl Mode {
+    const ALL: [Self; 4] = [Self::Hold, Self::Lookup, Self::Policy, Self::Batch];
+
     fn name(self) -> &'static str {
         match self {
             Self::Hold => "onejob, hold",
             Self::Lookup => "onejob, lookup",
             Self::Policy => "onejob, policy",
+            Self::Batch => "onejob, batch",
         }
     }
 }
@@ -96,6 +102,10 @@ struct StandIn {
     /// Calls whose work is still running (counted once it ends, whoever still listens).
     working: AtomicUsize,
     stored: Mutex<Vec<Value>>,
+    /// The files uploaded for batches: the one request line of each, by its id.
+    files: Mutex<HashMap<String, Value>>,
+    /// The batches made, oldest first, as the Batch API shows them (`_output`: the output file's one line).
+    batches: Arc<Mutex<Vec<Value>>>,
 }
 
 /// What one cell came to.
@@ -126,7 +136,7 @@ pub(super) async fn faults(intents: usize) {
         "answer p50 ms"
     );
     for fault in Fault::ALL {
-        for mode in [Mode::Hold, Mode::Lookup, Mode::Policy] {
+        for mode in Mode::ALL {
             let cell = onejob_cell(fault, mode, intents).await;
             print_cell(fault, mode.name(), &cell);
         }
@@ -172,6 +182,7 @@ async fn onejob_cell(fault: Fault, mode: Mode, intents: usize) -> Cell {
         base_url,
         model: "gpt-4o-mini".into(),
         store: (mode == Mode::Lookup).then_some(true),
+        batch: (mode == Mode::Batch).then_some(true),
         ..ProviderEndpoint::default()
     })))
     .with_timings(TIMEOUT_MS, LATE_MS);
@@ -325,9 +336,15 @@ async fn stand_in(fault: Fault) -> (Arc<StandIn>, String) {
         billed: AtomicUsize::new(0),
         working: AtomicUsize::new(0),
         stored: Mutex::new(Vec::new()),
+        files: Mutex::new(HashMap::new()),
+        batches: Arc::new(Mutex::new(Vec::new())),
     });
     let app = axum::Router::new()
         .route("/v1/chat/completions", post(call).get(list))
+        .route("/v1/files", post(upload))
+        .route("/v1/files/{id}/content", get(output))
+        .route("/v1/batches", post(submit).get(batches))
+        .route("/v1/batches/{id}", get(batch))
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -335,39 +352,29 @@ async fn stand_in(fault: Fault) -> (Arc<StandIn>, String) {
     (state, format!("http://{addr}/v1"))
 }
 
-/// One call: the fault for an intent's first, an answer for any other.
-async fn call(State(state): State<Arc<StandIn>>, Json(body): Json<Value>) -> Response {
-    state.calls.fetch_add(1, Ordering::SeqCst);
-    let prompt = body["messages"][1]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let first = {
-        let mut seen = state.seen.lock().unwrap();
-        let n = seen.entry(prompt.clone()).or_default();
+impl StandIn {
+    /// The fault an intent's call meets: its first call's, none for any later one.
+    fn fault_for(&self, prompt: &str) -> Fault {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut seen = self.seen.lock().unwrap();
+        let n = seen.entry(prompt.to_owned()).or_default();
         *n += 1;
-        *n == 1
-    };
-    let fault = if first { state.fault } else { Fault::Healthy };
-    if fault == Fault::RateLimited {
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after-ms", "100")],
-            "slow down",
-        )
-            .into_response();
+        if *n == 1 { self.fault } else { Fault::Healthy }
     }
-    // The work runs to its end (and is billed) whether or not the caller still listens.
-    state.working.fetch_add(1, Ordering::SeqCst);
-    let worked = tokio::spawn({
-        let state = state.clone();
-        async move {
+
+    /// The work of a call sent `body`, run to its end (and billed) whether or not the caller still listens, slow as
+    /// `fault` says: its chat completion, kept as a stored one if the call asked for `store`.
+    fn work(self: &Arc<Self>, fault: Fault, body: Value) -> tokio::task::JoinHandle<Value> {
+        self.working.fetch_add(1, Ordering::SeqCst);
+        let state = self.clone();
+        tokio::spawn(async move {
             if fault == Fault::Slow {
                 tokio::time::sleep(Duration::from_millis(SLOW_MS)).await;
             }
-            state.billed.fetch_add(1, Ordering::SeqCst);
+            let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
+            let billed = state.billed.fetch_add(1, Ordering::SeqCst) + 1;
             let completion = json!({
-                "id": format!("chatcmpl-{}", state.billed.load(Ordering::SeqCst)),
+                "id": format!("chatcmpl-{billed}"),
                 "object": "chat.completion",
                 "model": "gpt-4o-mini",
                 "choices": [{"index": 0, "finish_reason": "stop",
@@ -381,16 +388,135 @@ async fn call(State(state): State<Arc<StandIn>>, Json(body): Json<Value>) -> Res
             }
             state.working.fetch_sub(1, Ordering::SeqCst);
             completion
-        }
-    });
-    let completion = worked.await.unwrap();
+        })
+    }
+}
+
+/// What a call's answer becomes on its way back, as `fault` says, once its work is done.
+fn answered(fault: Fault, answer: Value) -> Response {
     match fault {
         Fault::ErrorAfterWork => {
             (StatusCode::INTERNAL_SERVER_ERROR, "failed after the work").into_response()
         }
         // The connection's task ends without a response: the caller reads no answer.
         Fault::DroppedAfterWork => std::panic::resume_unwind(Box::new("dropped")),
-        _ => Json(completion).into_response(),
+        _ => Json(answer).into_response(),
+    }
+}
+
+fn rate_limited() -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [("retry-after-ms", "100")],
+        "slow down",
+    )
+        .into_response()
+}
+
+/// One call: the fault for an intent's first, an answer for any other.
+async fn call(State(state): State<Arc<StandIn>>, Json(body): Json<Value>) -> Response {
+    let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
+    let fault = state.fault_for(prompt);
+    if fault == Fault::RateLimited {
+        return rate_limited();
+    }
+    let completion = state.work(fault, body).await.unwrap();
+    answered(fault, completion)
+}
+
+/// `POST /v1/files` (a multipart form): the batch's one request line kept, its id answered.
+async fn upload(State(state): State<Arc<StandIn>>, form: String) -> Json<Value> {
+    let line = (form.lines())
+        .find(|line| line.starts_with('{'))
+        .and_then(|line| serde_json::from_str::<Value>(line).ok())
+        .unwrap_or_default();
+    let mut files = state.files.lock().unwrap();
+    let id = format!("file-{}", files.len() + 1);
+    files.insert(id.clone(), line);
+    Json(json!({"id": id, "object": "file", "purpose": "batch"}))
+}
+
+/// `POST /v1/batches`: the batch's submit meets the intent's fault; the batch runs its request as a call's work, and
+/// is completed when it is done.
+async fn submit(State(state): State<Arc<StandIn>>, Json(create): Json<Value>) -> Response {
+    let file = create["input_file_id"].as_str().unwrap_or_default();
+    let line = state
+        .files
+        .lock()
+        .unwrap()
+        .get(file)
+        .cloned()
+        .unwrap_or_default();
+    let prompt = line["body"]["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default();
+    let fault = state.fault_for(prompt);
+    if fault == Fault::RateLimited {
+        return rate_limited();
+    }
+    let shown = {
+        let mut batches = state.batches.lock().unwrap();
+        let id = format!("batch_{}", batches.len() + 1);
+        let shown = json!({
+            "id": id, "object": "batch", "status": "in_progress", "output_file_id": null,
+            "created_at": chrono::Utc::now().timestamp(), "metadata": create["metadata"],
+        });
+        batches.push(shown.clone());
+        shown
+    };
+    let work = state.work(fault, line["body"].clone());
+    let (batches, id, custom_id) = (
+        state.batches.clone(),
+        shown["id"].clone(),
+        line["custom_id"].clone(),
+    );
+    let completed = tokio::spawn(async move {
+        let completion = work.await.unwrap();
+        let mut batches = batches.lock().unwrap();
+        let kept = batches.iter_mut().find(|b| b["id"] == id).unwrap();
+        kept["status"] = json!("completed");
+        kept["output_file_id"] = json!(format!("out-{}", id.as_str().unwrap()));
+        kept["_output"] =
+            json!({"custom_id": custom_id, "response": {"status_code": 200, "body": completion}});
+        kept.clone()
+    });
+    match fault {
+        // A healthy batch is done before its submit answers (it is read at once either way).
+        Fault::Healthy => Json(completed.await.unwrap()).into_response(),
+        Fault::Slow => Json(shown).into_response(),
+        _ => answered(fault, shown),
+    }
+}
+
+/// The batch, as the Batch API shows it.
+fn shown(batch: &Value) -> Value {
+    let mut shown = batch.clone();
+    shown.as_object_mut().unwrap().remove("_output");
+    shown
+}
+
+/// `GET /v1/batches/{id}`.
+async fn batch(State(state): State<Arc<StandIn>>, Path(id): Path<String>) -> Response {
+    let batches = state.batches.lock().unwrap();
+    match batches.iter().find(|b| b["id"] == id.as_str()) {
+        Some(batch) => Json(shown(batch)).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// `GET /v1/batches`: every batch, newest first, on one page.
+async fn batches(State(state): State<Arc<StandIn>>) -> Json<Value> {
+    let batches = state.batches.lock().unwrap();
+    let data: Vec<Value> = batches.iter().rev().map(shown).collect();
+    Json(json!({"object": "list", "data": data, "has_more": false}))
+}
+
+/// `GET /v1/files/{id}/content`: a completed batch's output file.
+async fn output(State(state): State<Arc<StandIn>>, Path(id): Path<String>) -> Response {
+    let batches = state.batches.lock().unwrap();
+    match batches.iter().find(|b| b["output_file_id"] == id.as_str()) {
+        Some(batch) => format!("{}\n", batch["_output"]).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
