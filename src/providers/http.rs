@@ -335,6 +335,19 @@ impl HttpEndpoint {
         }
     }
 
+    /// `GET url`, sent as [`Self::fetch`] sends it: the 2xx body as JSON, or the reply that says why not (`what` was
+    /// asked for, if the body is not JSON).
+    pub(crate) async fn get_json(
+        &self,
+        url: reqwest::Url,
+        kind_key: impl FnOnce(reqwest::RequestBuilder, &str) -> reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<Value, Reply> {
+        let text = self.fetch(self.http.get(url), kind_key).await?;
+        serde_json::from_str(&text)
+            .map_err(|_| Reply::failed("bad_response", format!("not {what}: {}", unread(&text))))
+    }
+
     /// A `POST` of `body` to `url`, carrying the attempt's idempotency key: a call's request, to be [sent](Self::send).
     pub fn post(
         &self,

@@ -96,15 +96,6 @@ fn x_api_key(call: reqwest::RequestBuilder, key: &str) -> reqwest::RequestBuilde
 }
 
 impl AnthropicProvider {
-    /// `GET url`: the 2xx body as JSON, or the reply that says why not.
-    async fn get(&self, url: reqwest::Url, what: &str) -> Result<Value, Reply> {
-        let text = (self.endpoint)
-            .fetch(self.endpoint.http.get(url), x_api_key)
-            .await?;
-        serde_json::from_str(&text)
-            .map_err(|_| Reply::failed("bad_response", format!("not {what}: {}", unread(&text))))
-    }
-
     /// The results of the ended `batch` (JSONL), read at its `results_url` if that is on `base_url`'s origin (the
     /// key goes nowhere else), else at `…/messages/batches/{id}/results`.
     async fn results(&self, batch: &Value) -> Result<String, Reply> {
@@ -179,7 +170,8 @@ impl BatchApi for AnthropicProvider {
     }
 
     async fn read(&self, id: &str) -> Result<Value, Reply> {
-        let batch = (self.get(self.endpoint.at(&["messages", "batches", id]), "a batch")).await?;
+        let url = self.endpoint.at(&["messages", "batches", id]);
+        let batch = self.endpoint.get_json(url, x_api_key, "a batch").await?;
         match batch["id"] == id {
             true => Ok(batch),
             false => Err(Reply::failed(
@@ -230,7 +222,7 @@ impl BatchApi for AnthropicProvider {
         if let Some(after) = after {
             url.query_pairs_mut().append_pair("after_id", after);
         }
-        let listed = self.get(url, "a list of batches").await?;
+        let listed = (self.endpoint.get_json(url, x_api_key, "a list of batches")).await?;
         Ok(Page {
             batches: listed["data"].as_array().cloned().unwrap_or_default(),
             next: (listed["has_more"] == true)

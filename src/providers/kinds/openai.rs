@@ -239,17 +239,9 @@ impl OpenAiProvider {
             .await
     }
 
-    /// `GET url`: the 2xx body as JSON, or the reply that says why not.
-    async fn get(&self, url: reqwest::Url, what: &str) -> Result<Value, Reply> {
-        let text = (self.endpoint)
-            .fetch(self.endpoint.http.get(url), bearer)
-            .await?;
-        json_of(&text, what)
-    }
-
     /// `GET url`, the object named `id` (a response, a batch).
     async fn get_named(&self, url: reqwest::Url, id: &str, what: &str) -> Result<Value, Reply> {
-        let object = self.get(url, what).await?;
+        let object = self.endpoint.get_json(url, bearer, what).await?;
         match object["id"] == id {
             true => Ok(object),
             false => Err(Reply::failed(
@@ -359,12 +351,6 @@ impl Provider for OpenAiProvider {
     }
 }
 
-/// A 2xx body as JSON, or the reply that says it is not `what` was asked for.
-fn json_of(text: &str, what: &str) -> Result<Value, Reply> {
-    serde_json::from_str(text)
-        .map_err(|_| Reply::failed("bad_response", format!("not {what}: {}", unread(text))))
-}
-
 /// OpenAI's Batch API: a file of one request uploaded (`POST …/files`, purpose `batch`), a batch of it created
 /// (`POST …/batches`, with the attempt's identity in its `metadata`), read (`GET …/batches/{id}`) and listed
 /// (`GET …/batches`, newest first), its result read from its output or error file (`GET …/files/{id}/content`).
@@ -387,13 +373,13 @@ impl BatchApi for OpenAiProvider {
                 format!("multipart/form-data; boundary={boundary}"),
             )
             .body(form);
-        let uploaded = (self.endpoint.fetch(upload, bearer).await)
-            .and_then(|text| json_of(&text, "a file"))
-            .map_err(batch::nothing_submitted)?;
-        let Some(file) = uploaded["id"].as_str() else {
+        let uploaded =
+            (self.endpoint.fetch(upload, bearer).await).map_err(batch::nothing_submitted)?;
+        let file = serde_json::from_str::<Value>(&uploaded).ok();
+        let Some(file) = file.as_ref().and_then(|f| f["id"].as_str()) else {
             return Err(Reply::failed(
                 "bad_response",
-                format!("not a file: {}", unread(&uploaded.to_string())),
+                format!("not a file: {}", unread(&uploaded)),
             ));
         };
         let create = json!({
@@ -472,7 +458,7 @@ impl BatchApi for OpenAiProvider {
         if let Some(after) = after {
             url.query_pairs_mut().append_pair("after", after);
         }
-        let listed = self.get(url, "a list of batches").await?;
+        let listed = (self.endpoint.get_json(url, bearer, "a list of batches")).await?;
         Ok(Page {
             batches: listed["data"].as_array().cloned().unwrap_or_default(),
             next: (listed["has_more"] == true)
