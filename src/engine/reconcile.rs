@@ -221,7 +221,7 @@ impl Engine {
         };
         let left = deadline.map_or(Duration::MAX, |deadline| deadline - self.clock.now());
         let looked = tokio::select! {
-            looked = provider.client.look_up(&prepared.request, Asked { call_id: attempt.call_id.as_deref(), since: call_start(attempt) }) => looked,
+            looked = provider.client.look_up(&prepared.request, Asked { call_id: attempt.call_id.as_deref(), since: call_start(attempt), until: attempt.lease_expires_at }) => looked,
             () = self.clock.sleep(provider.config.timeout().min(left)) => Lookup::Failed(crate::domain::ErrorInfo::new(
                 "timeout",
                 "the provider did not answer the lookup in time",

@@ -20,9 +20,9 @@ use crate::domain::Timestamp;
 /// under 64 characters).
 pub(crate) const MAX_CALL_ID: usize = 256;
 
-/// How far a provider's clock may be behind ours: a batch created this long before its call started may still be
-/// the call's.
-const CLOCK_SKEW_S: i64 = 300;
+/// How far a provider's clock may be from ours: a batch created this long before its call started, or after its
+/// worker stopped listening, may still be the call's.
+const CLOCK_SKEW_S: i64 = 60;
 
 /// The most pages of the provider's batches a lookup reads for a submit whose answer was lost.
 const MAX_PAGES: usize = 20;
@@ -158,7 +158,7 @@ pub(crate) async fn look_up(
     let custom_id = custom_id(request);
     let batch = match asked.call_id {
         Some(id) => api.read(id).await,
-        None => match find(api, request, &custom_id, asked.since).await {
+        None => match find(api, request, &custom_id, asked).await {
             Ok(Search::Found(batch)) => Ok(batch),
             Ok(Search::Maybe) => return Lookup::Running,
             Ok(Search::None) => return Lookup::NotFound,
@@ -180,25 +180,30 @@ enum Search {
     None,
 }
 
-/// Searches the batches created since `since` (less the clock skew), newest first, for the one submitted for
-/// `request` under `custom_id`.
+/// Searches the batches created while the call could have submitted one (from its start to its worker's end, give
+/// or take the clock skew), newest first, for the one submitted for `request` under `custom_id`.
 async fn find(
     api: &dyn BatchApi,
     request: &ProviderRequest,
     custom_id: &str,
-    since: Timestamp,
+    asked: Asked<'_>,
 ) -> Result<Search, Reply> {
-    let oldest = since - chrono::Duration::seconds(CLOCK_SKEW_S);
+    let skew = chrono::Duration::seconds(CLOCK_SKEW_S);
+    let (oldest, newest) = (asked.since - skew, asked.until.map(|until| until + skew));
     let mut found = Search::None;
     let mut after: Option<String> = None;
     for _ in 0..MAX_PAGES {
         let page = api.page(after.as_deref()).await?;
         for batch in page.batches {
-            if api
-                .created_at(&batch)
-                .is_some_and(|created| created < oldest)
-            {
+            let created = api.created_at(&batch);
+            if created.is_some_and(|created| created < oldest) {
                 return Ok(found);
+            }
+            if created
+                .zip(newest)
+                .is_some_and(|(created, newest)| created > newest)
+            {
+                continue;
             }
             match api.is_ours(&batch, request, custom_id).await? {
                 Ours::Yes => return Ok(Search::Found(batch)),

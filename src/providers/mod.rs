@@ -174,6 +174,8 @@ pub struct Asked<'a> {
     pub call_id: Option<&'a str>,
     /// When the call started, at the latest: nothing older can be the call.
     pub since: Timestamp,
+    /// When its worker's listening ended at the latest (the attempt's lease): nothing newer can be the call.
+    pub until: Option<Timestamp>,
 }
 
 /// Where a call that names itself before its answer (a background response's id) leaves that name, for the worker

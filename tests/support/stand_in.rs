@@ -201,6 +201,9 @@ struct Script {
     batches: Arc<Mutex<Vec<batches::Batch>>>,
     /// Where it listens (what its batches' `results_url` name).
     addr: std::sync::OnceLock<SocketAddr>,
+    /// The clock its batches are stamped by (`created_at`), if not the system's: a test's, as the provider's clock
+    /// agrees with the caller's.
+    clock: std::sync::OnceLock<Arc<dyn onejob::clock::Clock>>,
 }
 
 #[derive(Debug, Clone)]
@@ -332,6 +335,7 @@ impl StandIn {
             files: Mutex::new(Vec::new()),
             batches: Arc::new(Mutex::new(Vec::new())),
             addr: std::sync::OnceLock::new(),
+            clock: std::sync::OnceLock::new(),
         });
         let app = axum::Router::new()
             .route(

@@ -42,7 +42,7 @@ fn batching(lane: Lane, base_url: String) -> ProviderConfig {
 
 /// A rig whose primary (at `primary`) batches through `lane`, priced at 1,000 a million tokens either way.
 fn rig(store: Arc<dyn JobStore>, lane: Lane, primary: &StandIn, fallback: &StandIn) -> Rig {
-    Rig::configured(
+    let rig = Rig::configured(
         store,
         batching(lane, primary.base_url()),
         openai(fallback.base_url()),
@@ -52,7 +52,9 @@ fn rig(store: Arc<dyn JobStore>, lane: Lane, primary: &StandIn, fallback: &Stand
             prices.per_million.insert("primary".into(), price);
             config.prices = Some(prices);
         },
-    )
+    );
+    primary.keep_time_by(rig.clock.clone());
+    rig
 }
 
 /// A batch still running at its time-out: the attempt goes `unknown` with the batch's id, no sign of a failing
@@ -210,8 +212,8 @@ enum Left {
 /// A submit whose answer was lost: the attempt is `unknown` with no batch id. The reconciler lists the provider's
 /// batches — never submits again —: the batch made is found (by its metadata at OpenAI, by its results at
 /// Anthropic) and its result is the answer, one batch in all. One still running is waited on, however long past the
-/// time absence would be sure — at Anthropic, a running batch of one request may be it, as its requests cannot be
-/// seen before it ends. A submit lost before any batch was made is found nowhere: once its absence is sure the
+/// time absence would be sure — at Anthropic, a running batch of one request made while the call ran may be it, as
+/// its requests cannot be seen before it ends (one made long before is not). A submit lost before any batch was made is found nowhere: once its absence is sure the
 /// attempt is cleared and submitted anew — two submits, one done.
 pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_never_submitted_again(
     store: Arc<dyn JobStore>,
@@ -227,6 +229,11 @@ pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_nev
             let primary = StandIn::spawn(vec![lost], Reply::Answer(summary("again"))).await;
             let fallback = StandIn::answering(summary("B")).await;
             let mut rig = rig(store.clone(), lane, &primary, &fallback);
+            if lane == Lane::Anthropic {
+                // A running batch of one request made long before this call: not its, whatever it holds.
+                let before = rig.clock.now() - chrono::Duration::minutes(10);
+                primary.someone_elses_batch(before);
+            }
             let (job, message) = rig.create(&format!("submit-lost-{lane:?}-{left:?}")).await;
             assert_eq!(rig.process(&message).await, Processed::Unknown);
             let unknown = rig.job(&job).await;

@@ -93,6 +93,26 @@ impl Batch {
 }
 
 impl StandIn {
+    /// Stamps its batches by `clock`, as a provider whose clock agrees with its caller's.
+    pub(crate) fn keep_time_by(&self, clock: Arc<dyn onejob::clock::Clock>) {
+        let _ = self.script.clock.set(clock);
+    }
+
+    /// A batch of one request someone else made at `at` (another application of the account), still running.
+    pub(crate) fn someone_elses_batch(&self, at: chrono::DateTime<chrono::Utc>) {
+        let mut batches = self.script.batches.lock().unwrap();
+        let id = format!("msgbatch_someone_elses_{}", batches.len() + 1);
+        batches.push(Batch {
+            id,
+            wire: Wire::Anthropic,
+            custom_id: "theirs".into(),
+            metadata: Value::Null,
+            created_at: at,
+            answer: None,
+            cancelled: false,
+        });
+    }
+
     /// The batches made, as their API shows them.
     pub(crate) fn batches(&self) -> Vec<Value> {
         let base = self.base_url();
@@ -237,7 +257,7 @@ async fn submit(
             wire: request.wire,
             custom_id: request.custom_id.clone(),
             metadata: request.metadata.clone(),
-            created_at: chrono::Utc::now(),
+            created_at: (script.clock.get()).map_or_else(chrono::Utc::now, |clock| clock.now()),
             answer,
             cancelled: false,
         };
