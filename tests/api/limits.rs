@@ -96,7 +96,7 @@ async fn a_live_jobs_limit_of_n_admits_exactly_n_of_a_burst_and_never_refuses_a_
 }
 
 #[tokio::test]
-async fn creates_a_minute_are_counted_by_the_clock_and_replays_are_not() {
+async fn creates_a_minute_are_spread_over_the_minute_and_replays_are_not_counted() {
     let app = app_with(OwnerLimits {
         creates_per_minute: Some(2),
         ..OwnerLimits::default()
@@ -107,11 +107,20 @@ async fn creates_a_minute_are_counted_by_the_clock_and_replays_are_not() {
     }
     assert_eq!(app.create(ALICE, "a", &summarize("a")).await.status(), 200);
     let third = app.create(ALICE, "c", &summarize("c")).await;
-    // The clock stands at 09:00:00: the window ends in a minute.
-    assert_eq!(third.headers()["retry-after"], "60");
+    // Two a minute is one each 30 s: after a burst of two, the next is due 30 s on.
+    assert_eq!(third.headers()["retry-after"], "30");
     assert_problem(third, 429, "too_many_creates").await;
-    app.clock.advance(Duration::seconds(60));
+    app.clock.advance(Duration::seconds(30));
     assert_eq!(app.create(ALICE, "c", &summarize("c")).await.status(), 201);
+    // No window edge: a minute on from the burst, one more is due, not two.
+    app.clock.advance(Duration::seconds(30));
+    assert_eq!(app.create(ALICE, "d", &summarize("d")).await.status(), 201);
+    assert_problem(
+        app.create(ALICE, "e", &summarize("e")).await,
+        429,
+        "too_many_creates",
+    )
+    .await;
 }
 
 #[tokio::test]

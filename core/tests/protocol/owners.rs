@@ -327,11 +327,7 @@ impl Model for Owners {
                             false => after,
                         };
                         if let Some(after) = after {
-                            let before = match after.window_ms == checked.window_ms {
-                                true => checked.window_creates,
-                                false => 0,
-                            };
-                            if after.window_creates > before {
+                            if after.rate_tat_us != checked.rate_tat_us {
                                 w.ghost.counted[usize::from(request.intent)] += 1;
                             }
                             if fault {

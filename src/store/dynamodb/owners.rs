@@ -131,8 +131,7 @@ fn read_ledger(item: &Item, key: &str) -> Result<(OwnerLedger, u64), StoreError>
             *spend = stored;
         }
     }
-    ledger.window_ms = number(item, "window_ms") as i64;
-    ledger.window_creates = number(item, "window_creates") as u32;
+    ledger.rate_tat_us = number(item, "rate_tat_us") as i64;
     ledger.places = places;
     Ok((ledger, number(item, "rev")))
 }
@@ -149,8 +148,7 @@ fn ledger_values(ledger: &OwnerLedger) -> HashMap<String, AttributeValue> {
         })
         .collect();
     let mut values = HashMap::from([
-        (":window".to_owned(), n(ledger.window_ms)),
-        (":creates".to_owned(), n(ledger.window_creates)),
+        (":rate".to_owned(), n(ledger.rate_tat_us)),
         (":places".to_owned(), AttributeValue::M(places)),
     ]);
     for (kind, spend) in [("day", &ledger.day), ("month", &ledger.month)] {
@@ -161,10 +159,10 @@ fn ledger_values(ledger: &OwnerLedger) -> HashMap<String, AttributeValue> {
     values
 }
 
-const LEDGER_SET: &str = "SET window_ms = :window, window_creates = :creates, places = :places, \
+const LEDGER_SET: &str = "SET rate_tat_us = :rate, places = :places, \
      day_period = :day_period, day_tokens = :day_tokens, day_nanos = :day_nanos, \
      month_period = :month_period, month_tokens = :month_tokens, month_nanos = :month_nanos, rev = :next \
-     REMOVE live, spend_period, spent_tokens, spent_nanos";
+     REMOVE live, spend_period, spent_tokens, spent_nanos, window_ms, window_creates";
 
 fn limit_refused(limit: crate::domain::LimitReached) -> StoreError {
     StoreError::Refused(crate::domain::Refusal::Limit(limit))

@@ -8,9 +8,10 @@ use super::*;
 /// of its period), and the places its jobs hold. Bounded by the limits (see the module's doc).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OwnerLedger {
-    /// The minute the window counts (its start, in milliseconds), and the creates in it.
-    pub window_ms: i64,
-    pub window_creates: u32,
+    /// When the owner's next create is due by its rate, `creates_per_minute` spread evenly over the minute (its
+    /// theoretical arrival time, in microseconds since the epoch: GCRA). A create is admitted while it comes no more
+    /// than a minute's burst (`creates_per_minute` less one) ahead of it, and moves it on by one interval.
+    pub rate_tat_us: i64,
     pub day: PeriodSpend,
     pub month: PeriodSpend,
     /// The places intents hold, by intent (the key its job is kept under, [`crate::domain::JobId::intent`]). A store that
@@ -34,9 +35,7 @@ pub struct Place {
 #[derive(Deserialize)]
 struct StoredLedger {
     #[serde(default)]
-    window_ms: i64,
-    #[serde(default)]
-    window_creates: u32,
+    rate_tat_us: i64,
     #[serde(default)]
     day: PeriodSpend,
     #[serde(default)]
@@ -55,8 +54,7 @@ impl<'de> Deserialize<'de> for OwnerLedger {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let stored = StoredLedger::deserialize(deserializer)?;
         let mut ledger = Self {
-            window_ms: stored.window_ms,
-            window_creates: stored.window_creates,
+            rate_tat_us: stored.rate_tat_us,
             day: stored.day,
             month: stored.month,
             places: stored.places,
@@ -115,19 +113,10 @@ impl OwnerLedger {
         }
     }
 
-    /// The ledger as it stands at `now`: the window (where creates are counted) moved to `now`'s minute, and,
-    /// without a live-jobs limit, places past [`Self::CREATE_HELD`] gone (they only kept a create from being counted
-    /// twice).
+    /// The ledger as it stands at `now`: without a live-jobs limit, places past [`Self::CREATE_HELD`] gone (they
+    /// only kept a create from being counted twice).
     fn at(&self, limits: &OwnerLimits, now: Timestamp) -> Self {
         let mut after = self.clone();
-        let minute = now
-            .duration_trunc(Duration::minutes(1))
-            .expect("a time truncates to minutes")
-            .timestamp_millis();
-        if limits.creates_per_minute.is_some() && after.window_ms != minute {
-            after.window_ms = minute;
-            after.window_creates = 0;
-        }
         if limits.live_jobs.is_none() {
             let fresh = (now - Self::CREATE_HELD).timestamp_millis();
             after.places.retain(|_, place| place.at > fresh);
@@ -137,7 +126,7 @@ impl OwnerLedger {
 
     /// A create of `intent` at `now`, under `limits`, the owner's live jobs known as `live` says. An intent that
     /// holds its place already was counted: it is admitted as it is (another writer's create of it, or this
-    /// create's own earlier try). Else it takes a place among the live jobs, then one of the minute's creates,
+    /// create's own earlier try). Else it takes a place among the live jobs, then its turn at the create rate,
     /// within the budget.
     pub fn admit_create(
         &self,
@@ -154,14 +143,17 @@ impl OwnerLedger {
             return refused;
         }
         if let Some(limit) = limits.creates_per_minute {
-            if after.window_creates >= limit {
-                let retry_after = Timestamp::from_timestamp_millis(after.window_ms)
-                    .expect("a minute")
-                    + Duration::minutes(1)
-                    - now;
+            // GCRA: one create every interval, a minute's worth at once at most — whatever the clock's minutes.
+            const MINUTE_US: i64 = 60_000_000;
+            let interval = MINUTE_US / i64::from(limit.max(1));
+            let burst = MINUTE_US - interval;
+            let now_us = now.timestamp_micros();
+            let due = after.rate_tat_us.max(now_us);
+            if due - now_us > burst {
+                let retry_after = Duration::microseconds(due - burst - now_us);
                 return Within::Beyond(LimitReached::CreateRate { limit, retry_after });
             }
-            after.window_creates += 1;
+            after.rate_tat_us = due + interval;
         }
         if let Some(spent) = limits.spent(&after, now) {
             return Within::Beyond(spent);

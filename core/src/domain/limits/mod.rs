@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{Datelike, Duration, DurationRound, NaiveDate, TimeZone, Utc};
+use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::ids::Owner;
@@ -60,7 +60,8 @@ impl Limits {
 pub struct OwnerLimits {
     /// Jobs `queued`, `running` or `unknown` at once.
     pub live_jobs: Option<u32>,
-    /// Creates in one minute of the clock (12:00:00 to 12:00:59), replays not counted.
+    /// Creates a minute, replays not counted: spread evenly (one each `60 s / creates_per_minute`), with a minute's
+    /// worth at once at most — no window edge to pass twice (GCRA, [`OwnerLedger::rate_tat_us`]).
     pub creates_per_minute: Option<u32>,
     /// Spend in one period: once it is reached, creates wait for the next period.
     pub budget: Option<Budget>,

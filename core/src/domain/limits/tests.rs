@@ -20,7 +20,8 @@ fn an_intent_counts_once_however_often_its_create_is_written() {
     };
     let ledger = OwnerLedger::default();
     let after = admitted(ledger.admit_create("i1", &limits, at(0), Live::Places)).unwrap();
-    assert_eq!(after.window_creates, 1);
+    // One create counted: the next is due a minute on.
+    assert_eq!(after.rate_tat_us, at(60_000).timestamp_micros());
     // The same intent again (another process, a lost answer's repeat): admitted, nothing to write.
     assert_eq!(
         after.admit_create("i1", &limits, at(5), Live::Places),
@@ -39,7 +40,10 @@ fn an_intent_counts_once_however_often_its_create_is_written() {
         Within::Beyond(LimitReached::LiveJobs { .. })
     ));
     let next_minute = admitted(counted.admit_create("i2", &limits, at(61_000), Live::Counted(0)));
-    assert_eq!(next_minute.unwrap().window_creates, 1);
+    assert_eq!(
+        next_minute.unwrap().rate_tat_us,
+        at(121_000).timestamp_micros()
+    );
 }
 
 #[test]
@@ -192,4 +196,48 @@ fn a_spent_budget_admits_neither_a_create_nor_a_manual_attempt() {
         spent.admit_attempt("a", 2, &limits, at(86_400_000), Live::Places),
         Within::Yes(None)
     );
+}
+
+#[test]
+fn creates_are_spread_over_the_minute_with_no_window_edge_to_pass_twice() {
+    let limits = OwnerLimits {
+        creates_per_minute: Some(4),
+        ..OwnerLimits::default()
+    };
+    let create = |ledger: &OwnerLedger, i: usize, ms: i64| {
+        ledger.admit_create(&format!("i{i}"), &limits, at(ms), Live::Places)
+    };
+    // A minute's worth at once, just before a clock minute ends (at(0) starts one)...
+    let mut ledger = OwnerLedger::default();
+    for i in 0..4 {
+        ledger = admitted(create(&ledger, i, 59_900)).unwrap();
+    }
+    // ...and none more just after it: a window would have let four more through.
+    match create(&ledger, 4, 60_100) {
+        Within::Beyond(LimitReached::CreateRate {
+            limit: 4,
+            retry_after,
+        }) => {
+            // One interval (15 s) after the burst, less the 0.2 s gone.
+            assert_eq!(retry_after, Duration::milliseconds(14_800));
+        }
+        other => panic!("admitted past the rate: {other:?}"),
+    }
+    // Then one each interval, not four at the next minute.
+    let ledger = admitted(create(&ledger, 4, 74_900)).unwrap();
+    assert!(matches!(
+        create(&ledger, 5, 75_000),
+        Within::Beyond(LimitReached::CreateRate { .. })
+    ));
+    assert!(admitted(create(&ledger, 5, 89_900)).is_some());
+    // A quiet owner earns no more than a minute's burst.
+    let rested = admitted(create(&ledger, 6, 3_600_000)).unwrap();
+    let mut later = rested;
+    for i in 7..10 {
+        later = admitted(create(&later, i, 3_600_000)).unwrap();
+    }
+    assert!(matches!(
+        create(&later, 10, 3_600_000),
+        Within::Beyond(LimitReached::CreateRate { .. })
+    ));
 }
