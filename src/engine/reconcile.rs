@@ -28,6 +28,14 @@ use crate::providers::{Asked, ConfiguredProvider, Lookup, ProviderOutcome};
 use crate::queue::Message;
 use crate::store::{Cursor, StoreError};
 
+/// How long after its call's start the reconciler is trusted with an `unknown` attempt it asks about: a batch's
+/// 24-hour window and its finalising. Past it, a person is needed too (the operators' list).
+const ASKED_AT_MOST: Duration = Duration::hours(26);
+
+/// However short the provider's time-out (a batch provider's is), a lookup gets this long: reading a batch's results
+/// may take longer than a call's first answer.
+const LOOKUP_AT_LEAST: Duration = Duration::seconds(60);
+
 /// What one page of the reconciler came to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reconciled {
@@ -129,12 +137,17 @@ impl Engine {
     }
 
     /// Whether `job` waits on an `unknown` attempt that the reconciler clears by itself (its provider can be asked,
-    /// or a retry policy holds for it): no person is needed for it.
+    /// or a retry policy holds for it): no person is needed for it. A provider asked for longer than
+    /// [`ASKED_AT_MOST`] without an answer that clears it (its lookups failing, its batch unreadable, a batch that
+    /// may be it still running) hands the attempt back to a person, while the reconciler goes on asking.
     pub fn clears_itself(&self, job: &Job) -> bool {
         let unknown = (job.attempts.iter()).find(|a| a.state == AttemptState::Unknown);
+        let now = self.clock.now();
         unknown.is_some_and(|a| {
-            (self.providers.get(&a.provider))
-                .is_some_and(|p| askable(p, a) || self.retry_after_ms(job, p).is_some())
+            (self.providers.get(&a.provider)).is_some_and(|p| {
+                (askable(p, a) && now < call_start(a) + ASKED_AT_MOST)
+                    || self.retry_after_ms(job, p).is_some()
+            })
         })
     }
 
@@ -222,7 +235,7 @@ impl Engine {
         let left = deadline.map_or(Duration::MAX, |deadline| deadline - self.clock.now());
         let looked = tokio::select! {
             looked = provider.client.look_up(&prepared.request, Asked { call_id: attempt.call_id.as_deref(), since: call_start(attempt), until: attempt.lease_expires_at }) => looked,
-            () = self.clock.sleep(provider.config.timeout().min(left)) => Lookup::Failed(crate::domain::ErrorInfo::new(
+            () = self.clock.sleep(provider.config.timeout().max(LOOKUP_AT_LEAST).min(left)) => Lookup::Failed(crate::domain::ErrorInfo::new(
                 "timeout",
                 "the provider did not answer the lookup in time",
             )),

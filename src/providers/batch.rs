@@ -21,8 +21,9 @@ use crate::domain::Timestamp;
 pub(crate) const MAX_CALL_ID: usize = 256;
 
 /// How far a provider's clock may be from ours: a batch created this long before its call started, or after its
-/// worker stopped listening, may still be the call's.
-const CLOCK_SKEW_S: i64 = 60;
+/// worker stopped listening, may still be the call's. (A provider's clock further off makes a lost submit look
+/// absent: NTP keeps both within seconds.)
+const CLOCK_SKEW_S: i64 = 300;
 
 /// The most pages of the provider's batches a lookup reads for a submit whose answer was lost.
 const MAX_PAGES: usize = 20;
@@ -60,6 +61,31 @@ pub(crate) struct Page {
     pub next: Option<String>,
 }
 
+impl Page {
+    /// A page as both APIs list it (`data`, `has_more`, `last_id`). One that says more follow but names no
+    /// `last_id` goes on from its last batch's id; one that says more follow and lists nothing cannot be read on.
+    pub(crate) fn of(listed: &Value) -> Result<Self, crate::domain::ErrorInfo> {
+        let batches = listed["data"].as_array().cloned().unwrap_or_default();
+        let next = match listed["has_more"] == true {
+            false => None,
+            true => (listed["last_id"].as_str())
+                .or_else(|| batches.last().and_then(|b| b["id"].as_str()))
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    crate::domain::ErrorInfo::new(
+                        "bad_response",
+                        format!(
+                            "a page of batches with more to come and no way on: {}",
+                            super::unread(&listed.to_string())
+                        ),
+                    )
+                })
+                .map(Some)?,
+        };
+        Ok(Self { batches, next })
+    }
+}
+
 /// What a kind's batch API does, as its reference says.
 #[async_trait]
 pub(crate) trait BatchApi: Send + Sync {
@@ -92,11 +118,31 @@ pub(crate) trait BatchApi: Send + Sync {
     ) -> Result<Ours, Reply>;
 }
 
-/// A batch's id from what its submit answered: one that is not empty and not longer than any provider's.
+/// A create or submit the provider answered 2xx — so its work was taken, and will be done and billed — whose
+/// answer names it by no id onejob can keep: as good as lost, to be found by asking (never a failure, which would
+/// pay for the work again).
+pub(crate) fn unnamed(text: &str) -> Reply {
+    ProviderOutcome::Lost(crate::domain::ErrorInfo::new(
+        "bad_response",
+        format!(
+            "taken, but named by no id onejob can keep: {}",
+            super::unread(text)
+        ),
+    ))
+    .into()
+}
+
+/// The id a create or submit answered with, if onejob can keep it and read by it: not empty, not longer than any
+/// provider's, and a plain path segment (letters, digits, `-`, `_`, `.`; not `.` or `..`, which a URL would fold
+/// into another resource).
 pub(crate) fn batch_id(answered: &str) -> Option<String> {
     let created = serde_json::from_str::<Value>(answered).ok()?;
     let id = created["id"].as_str()?;
-    (!id.is_empty() && id.len() <= MAX_CALL_ID).then(|| id.to_owned())
+    let plain = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let usable = !id.is_empty() && id.len() <= MAX_CALL_ID && plain && id != "." && id != "..";
+    usable.then(|| id.to_owned())
 }
 
 /// One call through the batch lane: `request` submitted as a batch of its own, its id left in `named`, then the
@@ -131,12 +177,7 @@ pub(crate) async fn call(
         };
         match api.result(&batch, &custom_id).await {
             Lookup::Found(reply) => return *reply,
-            Lookup::Ended => {
-                return Reply::failed(
-                    "provider_refused",
-                    "the batch was cancelled at the provider before its work",
-                );
-            }
+            Lookup::Ended => return super::cancelled_at_provider("batch"),
             looked => {
                 tracing::info!(
                     batch = id,
@@ -205,10 +246,12 @@ async fn find(
             {
                 continue;
             }
-            match api.is_ours(&batch, request, custom_id).await? {
-                Ours::Yes => return Ok(Search::Found(batch)),
-                Ours::Maybe => found = Search::Maybe,
-                Ours::No => {}
+            // A batch that cannot be told (its results unreadable: another's, archived, a 5xx) may be it; the search
+            // goes on to the others, one of which may be.
+            match api.is_ours(&batch, request, custom_id).await {
+                Ok(Ours::Yes) => return Ok(Search::Found(batch)),
+                Ok(Ours::Maybe) | Err(_) => found = Search::Maybe,
+                Ok(Ours::No) => {}
             }
         }
         match page.next {
@@ -233,6 +276,15 @@ pub(crate) fn not_run(code: &str, message: impl Into<String>) -> Lookup {
     Lookup::Found(Box::new(Reply::failed(code, message)))
 }
 
+/// An ended batch whose results hold nothing for the request: final (an ended batch's results do not change), so
+/// a definite failure — not a question to ask again forever.
+pub(crate) fn no_result() -> Lookup {
+    Lookup::Found(Box::new(Reply::failed(
+        "bad_response",
+        "the batch ended with no result for the request",
+    )))
+}
+
 /// A reply from a step of the lane that does no paid work (a file uploaded): whatever went wrong, nothing was
 /// submitted — lost is failed (`connection_failed`: safe to try again).
 pub(crate) fn nothing_submitted(reply: Reply) -> Reply {
@@ -249,6 +301,7 @@ pub(crate) fn nothing_submitted(reply: Reply) -> Reply {
 mod tests {
     use super::*;
     use crate::domain::ContractRef;
+    use serde_json::json;
 
     fn request(key: &str) -> ProviderRequest {
         ProviderRequest {
@@ -294,5 +347,88 @@ mod tests {
             None
         );
         assert_eq!(batch_id("{\"id\":\"batch_1\"}").as_deref(), Some("batch_1"));
+        for unusable in ["..", ".", "a/b", "a b", "é", "a?b"] {
+            assert_eq!(
+                batch_id(&json!({"id": unusable}).to_string()),
+                None,
+                "{unusable}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_page_that_says_more_follow_goes_on_from_its_last_batch_or_cannot_be_read_on() {
+        let named = Page::of(
+            &json!({"data": [{"id": "b2"}, {"id": "b1"}], "has_more": true, "last_id": "b1"}),
+        );
+        assert_eq!(named.unwrap().next.as_deref(), Some("b1"));
+        let unnamed = Page::of(&json!({"data": [{"id": "b2"}, {"id": "b1"}], "has_more": true}));
+        assert_eq!(unnamed.unwrap().next.as_deref(), Some("b1"));
+        assert!(Page::of(&json!({"data": [], "has_more": true})).is_err());
+        assert_eq!(Page::of(&json!({"data": []})).unwrap().next, None);
+    }
+
+    /// Batches listed newest first, each ours, not, or unreadable.
+    struct Listed(Vec<(Value, Result<Ours, ()>)>);
+
+    #[async_trait]
+    impl BatchApi for Listed {
+        async fn submit(&self, _: &ProviderRequest, _: &str) -> Result<String, Reply> {
+            unreachable!("a lookup never submits")
+        }
+        async fn read(&self, _: &str) -> Result<Value, Reply> {
+            unreachable!("no id kept")
+        }
+        fn ended(&self, _: &Value) -> bool {
+            true
+        }
+        async fn result(&self, _: &Value, _: &str) -> Lookup {
+            Lookup::Found(Box::new(Reply::failed("found", "the one")))
+        }
+        async fn page(&self, _: Option<&str>) -> Result<Page, Reply> {
+            let batches = self.0.iter().map(|(b, _)| b.clone()).collect();
+            Ok(Page {
+                batches,
+                next: None,
+            })
+        }
+        fn created_at(&self, batch: &Value) -> Option<Timestamp> {
+            chrono::DateTime::from_timestamp(batch["at"].as_i64()?, 0)
+        }
+        async fn is_ours(
+            &self,
+            batch: &Value,
+            _: &ProviderRequest,
+            _: &str,
+        ) -> Result<Ours, Reply> {
+            let (_, ours) = (self.0.iter()).find(|(b, _)| b == batch).unwrap();
+            ours.clone()
+                .map_err(|()| Reply::failed("provider_refused", "HTTP 404: results gone"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_submit_is_searched_past_batches_that_cannot_be_told_and_outside_the_calls_window()
+     {
+        let at = |s: i64| json!({"at": 1_800_000_000 + s});
+        let asked = Asked {
+            call_id: None,
+            since: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            until: chrono::DateTime::from_timestamp(1_800_000_100, 0),
+        };
+        let request = request("job:1");
+        let found = |looked: Lookup| matches!(looked, Lookup::Found(reply) if crate::providers::failure_code(&reply) == "found");
+        // A newer batch whose results cannot be read does not stop the search: the call's own is further down.
+        let api = Listed(vec![(at(90), Err(())), (at(50), Ok(Ours::Yes))]);
+        assert!(found(look_up(&api, &request, asked).await));
+        // Unreadable, and nothing else: it may be it — waited on, never "not found".
+        let api = Listed(vec![(at(90), Err(())), (at(50), Ok(Ours::No))]);
+        assert_eq!(look_up(&api, &request, asked).await, Lookup::Running);
+        // Batches made after the call's window, or long before it, are not asked about.
+        let api = Listed(vec![
+            (at(100 + 2 * CLOCK_SKEW_S), Ok(Ours::Maybe)),
+            (at(-2 * CLOCK_SKEW_S), Ok(Ours::Maybe)),
+        ]);
+        assert_eq!(look_up(&api, &request, asked).await, Lookup::NotFound);
     }
 }

@@ -320,7 +320,8 @@ impl HttpEndpoint {
         url
     }
 
-    /// Sends `call` as [`Self::send`] does: its 2xx body, or the reply anything else is, either scrubbed of the key.
+    /// Sends `call` as [`Self::send`] does: its 2xx body as it came (an answer is never altered), or the reply
+    /// anything else is, scrubbed of the key. What is read from the body is scrubbed by [`Self::scrubbed`].
     pub(crate) async fn fetch(
         &self,
         call: reqwest::RequestBuilder,
@@ -328,10 +329,31 @@ impl HttpEndpoint {
     ) -> Result<String, Reply> {
         let (sent, key) = self.send(call, kind_key).await;
         match &key {
-            Some(key) => sent
-                .map(|text| key.scrub(&text))
-                .map_err(|reply| reply.scrubbed(key)),
+            Some(key) => sent.map_err(|reply| reply.scrubbed(key)),
             None => sent,
+        }
+    }
+
+    /// `reply` with the key scrubbed from its message (never from an answer), as a call's reply is.
+    pub(crate) fn scrubbed(&self, reply: Reply) -> Reply {
+        match self.key.current() {
+            Some(key) => reply.scrubbed(&key),
+            None => reply,
+        }
+    }
+
+    /// `looked` with the key scrubbed from its messages (never from an answer found).
+    pub(crate) fn scrubbed_lookup(&self, looked: Lookup) -> Lookup {
+        let Some(key) = self.key.current() else {
+            return looked;
+        };
+        match looked {
+            Lookup::Found(reply) => Lookup::Found(Box::new(reply.scrubbed(&key))),
+            Lookup::Failed(mut error) => {
+                error.message = key.scrub(&error.message);
+                Lookup::Failed(error)
+            }
+            looked => looked,
         }
     }
 

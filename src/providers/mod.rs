@@ -156,6 +156,17 @@ pub enum Lookup {
     Failed(ErrorInfo),
 }
 
+/// A call the provider cancelled before its work (a background response, a batch: cancelled there, by a person or
+/// its own rules): definitively not done, so tried again on the same provider; nothing of the provider's health.
+pub(crate) fn cancelled_at_provider(what: &str) -> Reply {
+    let mut reply = Reply::failed(
+        "cancelled_at_provider",
+        format!("the {what} was cancelled at the provider before its work"),
+    );
+    reply.health = Health::Silent;
+    reply
+}
+
 impl Lookup {
     /// The question went unanswered, as `reply` (an error status, a connection lost, a body not the API's) says.
     pub(crate) fn unanswered(reply: Reply) -> Self {
@@ -251,7 +262,12 @@ impl Providers {
         keys: &ProviderKeys,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, NoAwsSettings> {
-        let http = reqwest::Client::new();
+        // A redirect is never followed: it would take the key (a header of the kind's or the config's) and the
+        // prompt to wherever it points. A 3xx is the provider's refusal of the request.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("a client with no redirects");
         let parts = kinds::ClientParts {
             keys,
             http: &http,

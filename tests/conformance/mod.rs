@@ -141,6 +141,7 @@ macro_rules! conformance_suite {
             a_slow_endpoints_tries_hold_up_no_other_batch,
             every_reply_of_every_provider_kind_means_what_it_says_of_the_work,
             an_operators_keys_are_its_own,
+            a_redirect_is_never_followed_so_the_key_goes_nowhere_else,
             a_lost_answer_is_found_at_the_provider_not_bought_again,
             a_call_the_provider_never_did_is_tried_again_once_its_absence_is_sure,
             an_unknown_no_provider_can_answer_waits_for_its_policy_or_a_person,

@@ -310,7 +310,7 @@ pub(crate) async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_an
 
     let placeholder = StandIn::spawn(vec![Reply::EchoKey(2_100)], Reply::EchoKey(0)).await;
     let mut rig = Rig::new(
-        store,
+        store.clone(),
         openai(placeholder.base_url()),
         openai(unused.base_url()),
     );
@@ -321,6 +321,25 @@ pub(crate) async fn an_echoed_key_is_scrubbed_from_messages_and_never_from_an_an
     let (job, message) = rig.create("placeholder-valid").await;
     assert_eq!(rig.process(&message).await, Processed::Succeeded);
     assert_eq!(rig.job(&job).await.result, Some(summary("Bearer onejob")));
+
+    // The batch lane reads its answer from a results file: kept whole as well, its messages scrubbed as well.
+    let echoing = StandIn::spawn(vec![Reply::EchoKey(2_100)], Reply::EchoKey(0)).await;
+    let mut batching = keyed(echoing.base_url());
+    if let onejob::providers::ProviderKind::Openai(settings) = &mut batching.kind {
+        settings.batch = Some(true);
+    }
+    let mut rig = Rig::new(store, batching, openai(unused.base_url()));
+    let (job, message) = rig.create("batch-echo-invalid").await;
+    assert_eq!(rig.process(&message).await, Processed::Failed);
+    let error = rig.attempt_error(&job, 1).await;
+    assert!(error.message.contains("Bearer [redacted]"), "{error:?}");
+    assert!(!error.message.contains(&long), "{error:?}");
+    let (job, message) = rig.create("batch-echo-valid").await;
+    assert_eq!(rig.process(&message).await, Processed::Succeeded);
+    assert_eq!(
+        rig.job(&job).await.result,
+        Some(summary(&format!("Bearer {long}")))
+    );
 }
 
 /// A prompt of separator lines counts far fewer tokens than a quarter of its bytes. The provider's honest count

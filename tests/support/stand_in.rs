@@ -132,6 +132,9 @@ pub(crate) enum Reply {
     /// A batch's submit: the batch is made and runs until the gate opens, the submit's answer lost as the [`Loss`]
     /// says.
     Accepted(Gate, Loss),
+    /// A batch's submit: the batch is made and done with this JSON as its answer, and the submit answered 200 with
+    /// an empty `id`.
+    Unnamed(Value),
 
     /// As OpenAI's reasoning models answer: 400 `unsupported_parameter` to a body with `max_tokens`, 400
     /// `unsupported_value` to a temperature other than 1, else this JSON.
@@ -684,7 +687,7 @@ async fn respond(
             let output = gate.opened().await;
             answered(output)
         }
-        Reply::Accepted(..) => unreachable!("a batch's reply, to a call"),
+        Reply::Accepted(..) | Reply::Unnamed(_) => unreachable!("a batch's reply, to a call"),
     }
 }
 

@@ -102,13 +102,15 @@ impl RetryPolicy {
 }
 
 /// The error codes of answers that say the provider did not do the work: a 429, a 503 with `Retry-After`, a
-/// connection refused before anything was sent, and no call at all (the provider's breaker was open). Nothing else
-/// is retried on the same provider.
-pub const NOT_DONE: [&str; 4] = [
+/// connection refused before anything was sent, no call at all (the provider's breaker was open), and a call the
+/// provider cancelled before its work (a background response or a batch cancelled there). Nothing else is retried
+/// on the same provider.
+pub const NOT_DONE: [&str; 5] = [
     "rate_limited",
     "provider_unavailable",
     "connection_failed",
     "breaker_open",
+    "cancelled_at_provider",
 ];
 
 /// What follows when an attempt ends `failed` or `cancelled` without a result.

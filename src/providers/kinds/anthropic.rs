@@ -134,7 +134,8 @@ impl Provider for AnthropicProvider {
 
     async fn call_named(&self, request: &ProviderRequest, named: &CallName) -> Reply {
         if self.batch {
-            return batch::call(self, self.clock.as_ref(), request, named).await;
+            let reply = batch::call(self, self.clock.as_ref(), request, named).await;
+            return self.endpoint.scrubbed(reply);
         }
         let body = self.body(request);
         (self.endpoint)
@@ -145,7 +146,10 @@ impl Provider for AnthropicProvider {
     /// A batch: [`batch::look_up`]. A call made directly leaves nothing to ask about.
     async fn look_up(&self, request: &ProviderRequest, asked: Asked<'_>) -> Lookup {
         match self.batch {
-            true => batch::look_up(self, request, asked).await,
+            true => {
+                let looked = batch::look_up(self, request, asked).await;
+                self.endpoint.scrubbed_lookup(looked)
+            }
             false => Lookup::Failed(ErrorInfo::new(
                 "not_asked",
                 "this provider cannot be asked about its calls",
@@ -165,8 +169,7 @@ impl BatchApi for AnthropicProvider {
         let url = self.endpoint.at(&["messages", "batches"]);
         let sent = (self.endpoint).post(url, &request.idempotency_key, &create);
         let text = self.endpoint.fetch(sent, x_api_key).await?;
-        batch::batch_id(&text)
-            .ok_or_else(|| Reply::failed("bad_response", format!("not a batch: {}", unread(&text))))
+        batch::batch_id(&text).ok_or_else(|| batch::unnamed(&text))
     }
 
     async fn read(&self, id: &str) -> Result<Value, Reply> {
@@ -191,10 +194,7 @@ impl BatchApi for AnthropicProvider {
             Err(reply) => return Lookup::unanswered(reply),
         };
         let Some(line) = batch::line_of(&results, custom_id) else {
-            return Lookup::Failed(ErrorInfo::new(
-                "bad_response",
-                "the batch ended with no result for the request",
-            ));
+            return batch::no_result();
         };
         let result = &line["result"];
         match result["type"].as_str() {
@@ -223,12 +223,7 @@ impl BatchApi for AnthropicProvider {
             url.query_pairs_mut().append_pair("after_id", after);
         }
         let listed = (self.endpoint.get_json(url, x_api_key, "a list of batches")).await?;
-        Ok(Page {
-            batches: listed["data"].as_array().cloned().unwrap_or_default(),
-            next: (listed["has_more"] == true)
-                .then(|| listed["last_id"].as_str().map(str::to_owned))
-                .flatten(),
-        })
+        Page::of(&listed).map_err(|error| ProviderOutcome::Failed(error).into())
     }
 
     fn created_at(&self, batch: &Value) -> Option<Timestamp> {

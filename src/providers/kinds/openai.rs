@@ -274,7 +274,7 @@ impl OpenAiProvider {
         };
         // An id is kept on the attempt: one longer than any provider's is not the API's.
         let Some(id) = batch::batch_id(&text) else {
-            return Reply::failed("bad_response", format!("not a response: {}", unread(&text)));
+            return batch::unnamed(&text);
         };
         let _ = named.set(id.clone());
         let mut response = serde_json::from_str::<Value>(&text).expect("read by batch_id");
@@ -317,8 +317,14 @@ impl Provider for OpenAiProvider {
                     )
                     .await
             }
-            Mode::Background => self.in_background(request, named).await,
-            Mode::Batch => batch::call(self, self.clock.as_ref(), request, named).await,
+            Mode::Background => {
+                let reply = self.in_background(request, named).await;
+                self.endpoint.scrubbed(reply)
+            }
+            Mode::Batch => {
+                let reply = batch::call(self, self.clock.as_ref(), request, named).await;
+                self.endpoint.scrubbed(reply)
+            }
         }
     }
 
@@ -328,12 +334,15 @@ impl Provider for OpenAiProvider {
     /// running. Batches: [`batch::look_up`].
     async fn look_up(&self, request: &ProviderRequest, asked: Asked<'_>) -> Lookup {
         match (self.mode, self.api, asked.call_id) {
-            (Mode::Batch, ..) => batch::look_up(self, request, asked).await,
+            (Mode::Batch, ..) => {
+                let looked = batch::look_up(self, request, asked).await;
+                self.endpoint.scrubbed_lookup(looked)
+            }
             (Mode::Background, _, Some(id)) => match self.read(id).await {
                 Ok(response) if response["status"] == "cancelled" => Lookup::Ended,
-                Ok(response) => {
-                    done(&response).map_or(Lookup::Running, |reply| Lookup::Found(Box::new(reply)))
-                }
+                Ok(response) => self.endpoint.scrubbed_lookup(
+                    done(&response).map_or(Lookup::Running, |reply| Lookup::Found(Box::new(reply))),
+                ),
                 Err(reply) => Lookup::unanswered(reply),
             },
             (Mode::Background, ..) | (Mode::Direct, OpenAiApi::Responses, _) => Lookup::Failed(
@@ -396,8 +405,7 @@ impl BatchApi for OpenAiProvider {
             &create,
         );
         let text = self.endpoint.fetch(created, bearer).await?;
-        batch::batch_id(&text)
-            .ok_or_else(|| Reply::failed("bad_response", format!("not a batch: {}", unread(&text))))
+        batch::batch_id(&text).ok_or_else(|| batch::unnamed(&text))
     }
 
     async fn read(&self, id: &str) -> Result<Value, Reply> {
@@ -445,10 +453,7 @@ impl BatchApi for OpenAiProvider {
                     snippet(&batch["errors"].to_string())
                 ),
             ),
-            _ => Lookup::Failed(ErrorInfo::new(
-                "bad_response",
-                "the batch ended with no result for the request",
-            )),
+            _ => batch::no_result(),
         }
     }
 
@@ -459,12 +464,7 @@ impl BatchApi for OpenAiProvider {
             url.query_pairs_mut().append_pair("after", after);
         }
         let listed = (self.endpoint.get_json(url, bearer, "a list of batches")).await?;
-        Ok(Page {
-            batches: listed["data"].as_array().cloned().unwrap_or_default(),
-            next: (listed["has_more"] == true)
-                .then(|| listed["last_id"].as_str().map(str::to_owned))
-                .flatten(),
-        })
+        Page::of(&listed).map_err(|error| ProviderOutcome::Failed(error).into())
     }
 
     fn created_at(&self, batch: &Value) -> Option<crate::domain::Timestamp> {
@@ -523,10 +523,7 @@ impl OpenAiProvider {
 fn done(response: &Value) -> Option<Reply> {
     match response["status"].as_str() {
         Some("queued" | "in_progress") => None,
-        Some("cancelled") => Some(Reply::failed(
-            "provider_refused",
-            "the response was cancelled at the provider before its answer",
-        )),
+        Some("cancelled") => Some(crate::providers::cancelled_at_provider("response")),
         _ => Some(read_response(&response.to_string())),
     }
 }

@@ -154,38 +154,71 @@ pub(crate) async fn a_batch_is_answered_from_its_results_at_half_the_price(
     }
 }
 
-/// A batch cancelled at the provider before its work: the attempt is cleared by the reconciler's lookup and its
-/// provider tried again, in a new batch. Two submitted, one done.
+/// A batch cancelled at the provider before its work is not done, and its provider is tried again in a new batch:
+/// seen by the reconciler, the attempt is cleared by its lookup; seen by the worker still reading it, the attempt
+/// fails `cancelled_at_provider`, which is retried on the same provider. Two submitted, one done, either way.
 pub(crate) async fn a_batch_cancelled_at_the_provider_is_cleared_and_submitted_anew(
     store: Arc<dyn JobStore>,
 ) {
-    for lane in [Lane::OpenAiChat, Lane::Anthropic] {
+    for (lane, by_worker) in [
+        (Lane::OpenAiChat, false),
+        (Lane::Anthropic, false),
+        (Lane::OpenAiChat, true),
+        (Lane::Anthropic, true),
+    ] {
         let gate = Gate::new();
         let primary =
             StandIn::spawn(vec![Reply::Held(gate)], Reply::Answer(summary("again"))).await;
         let fallback = StandIn::answering(summary("B")).await;
         let mut rig = rig(store.clone(), lane, &primary, &fallback);
-        let (job, message) = rig.create(&format!("cancelled-{lane:?}")).await;
+        let (job, message) = rig.create(&format!("cancelled-{lane:?}-{by_worker}")).await;
         let step = rig.process_in_background(&message);
         read(&rig, &primary, 1).await;
-        rig.advance(TIMEOUT_MS);
-        rig.until(&job, |j| {
-            j.attempt(1).unwrap().state == AttemptState::Unknown
-        })
-        .await;
-        rig.advance(LATE_MS);
-        assert_eq!(step.await.unwrap(), Processed::Unknown);
-        primary.cancel_batches();
-        rig.advance(lease_ms(&rig));
-        assert_eq!(rig.reconcile().await, [Processed::Cleared], "{lane:?}");
+        if by_worker {
+            primary.cancel_batches();
+            rig.advance(250);
+            assert_eq!(step.await.unwrap(), Processed::Failed);
+            let failed = rig.job(&job).await;
+            assert_eq!(
+                failed
+                    .attempt(1)
+                    .unwrap()
+                    .error
+                    .as_ref()
+                    .map(|e| e.code.as_str()),
+                Some("cancelled_at_provider")
+            );
+            // Retried on the same provider, after its backoff.
+            let retry = failed.attempt(2).unwrap();
+            assert_eq!(
+                (retry.provider.as_str(), retry.retry_of),
+                ("primary", Some(1))
+            );
+            let wait = retry.not_before.unwrap() - rig.clock.now();
+            rig.advance(wait.num_milliseconds().max(0) as u64 + 5_000);
+        } else {
+            rig.advance(TIMEOUT_MS);
+            rig.until(&job, |j| {
+                j.attempt(1).unwrap().state == AttemptState::Unknown
+            })
+            .await;
+            rig.advance(LATE_MS);
+            assert_eq!(step.await.unwrap(), Processed::Unknown);
+            primary.cancel_batches();
+            rig.advance(lease_ms(&rig));
+            assert_eq!(rig.reconcile().await, [Processed::Cleared], "{lane:?}");
+            let cleared_job = rig.job(&job).await;
+            assert_eq!(
+                cleared(&cleared_job, 1),
+                (AttemptState::Cancelled, Some(ClearedBy::Lookup))
+            );
+        }
         let retry = rig.message().await;
+        assert_eq!(retry.number, 2);
         assert_eq!(rig.process(&retry).await, Processed::Succeeded);
         let done = rig.job(&job).await;
         assert_eq!(done.result, Some(summary("again")));
-        assert_eq!(
-            cleared(&done, 1),
-            (AttemptState::Cancelled, Some(ClearedBy::Lookup))
-        );
+        assert_eq!(done.attempt(2).unwrap().provider.as_str(), "primary");
         assert_eq!(
             (
                 primary.call_count(),
@@ -193,7 +226,7 @@ pub(crate) async fn a_batch_cancelled_at_the_provider_is_cleared_and_submitted_a
                 fallback.call_count()
             ),
             (2, 1, 0),
-            "{lane:?}"
+            "{lane:?} {by_worker}"
         );
     }
 }
@@ -205,13 +238,16 @@ enum Left {
     Done,
     /// A batch, still running.
     Running,
+    /// A batch, done, its submit answered 2xx with no id onejob can keep.
+    Unnamed,
     /// Nothing.
     Nothing,
 }
 
 /// A submit whose answer was lost: the attempt is `unknown` with no batch id. The reconciler lists the provider's
 /// batches — never submits again —: the batch made is found (by its metadata at OpenAI, by its results at
-/// Anthropic) and its result is the answer, one batch in all. One still running is waited on, however long past the
+/// Anthropic) and its result is the answer, one batch in all — as is one whose submit was answered 2xx with no id
+/// onejob can keep: taken, so never failed and paid again. One still running is waited on, however long past the
 /// time absence would be sure — at Anthropic, a running batch of one request made while the call ran may be it, as
 /// its requests cannot be seen before it ends (one made long before is not). A submit lost before any batch was made is found nowhere: once its absence is sure the
 /// attempt is cleared and submitted anew — two submits, one done.
@@ -219,11 +255,12 @@ pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_nev
     store: Arc<dyn JobStore>,
 ) {
     for lane in [Lane::OpenAiChat, Lane::Anthropic] {
-        for left in [Left::Done, Left::Running, Left::Nothing] {
+        for left in [Left::Done, Left::Unnamed, Left::Running, Left::Nothing] {
             let gate = Gate::new();
             let lost = match left {
                 Left::Done => Reply::AfterWork(summary("A, found"), Loss::Dropped),
                 Left::Running => Reply::Accepted(gate.clone(), Loss::Dropped),
+                Left::Unnamed => Reply::Unnamed(summary("A, found")),
                 Left::Nothing => Reply::BeforeWork(Loss::Dropped),
             };
             let primary = StandIn::spawn(vec![lost], Reply::Answer(summary("again"))).await;
@@ -259,7 +296,7 @@ pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_nev
                 primary.lookups()
             );
             match left {
-                Left::Done => {
+                Left::Done | Left::Unnamed => {
                     assert_eq!(processed, [Processed::Succeeded], "{lane:?}");
                     assert_eq!(rig.job(&job).await.result, Some(summary("A, found")));
                     assert_eq!(
@@ -270,6 +307,20 @@ pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_nev
                 }
                 Left::Running => {
                     assert_eq!(processed, [Processed::Unknown], "{lane:?}: waited on");
+                    // Not a person's while the batch may be it — until a batch's day is long gone: then a person is
+                    // told too, while the reconciler goes on asking.
+                    assert!(rig.engine.clears_itself(&rig.job(&job).await));
+                    rig.advance(26 * 3_600_000);
+                    let listed = rig
+                        .engine
+                        .needing_a_person(Some(JobStatus::Unknown), 100, None)
+                        .await
+                        .unwrap();
+                    assert!(listed.jobs.iter().any(|j| j.id == job.id));
+                    assert!(
+                        !rig.engine.clears_itself(&rig.job(&job).await),
+                        "{lane:?}: a person's too"
+                    );
                     gate.open(summary("A, at last"));
                     while primary.stored_count() < 1 {
                         tokio::task::yield_now().await;

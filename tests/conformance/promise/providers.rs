@@ -282,3 +282,52 @@ pub(crate) async fn jobs_waiting_on_a_probe_are_called_once_it_answers(store: Ar
     assert_eq!(primary.call_count(), 10);
     assert_eq!(unqualified.call_count(), 0);
 }
+
+/// A provider's endpoint that redirects (a 307 to another origin) is never followed, by any kind or lane: the key —
+/// in the kind's header or the config's — and the prompt would go with it. The 3xx is the provider's refusal: the
+/// attempt fails, nothing reached the other origin.
+pub(crate) async fn a_redirect_is_never_followed_so_the_key_goes_nowhere_else(
+    store: Arc<dyn JobStore>,
+) {
+    let elsewhere = StandIn::answering(summary("taken elsewhere")).await;
+    let target = elsewhere.base_url();
+    let redirecting = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let to = format!("{target}{}", uri.path().trim_start_matches("/v1"));
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [("location", to)],
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, redirecting).await });
+    let unused = StandIn::answering(summary("B")).await;
+    let keyed = |mut config: onejob::providers::ProviderConfig, header: Option<&str>| {
+        if let onejob::providers::ProviderKind::Openai(settings) = &mut config.kind {
+            settings.api_key_env = Some("CARGO_PKG_NAME".into());
+            settings.api_key_header = header.map(str::to_owned);
+        }
+        if let onejob::providers::ProviderKind::Anthropic(settings) = &mut config.kind {
+            settings.api_key_env = Some("CARGO_PKG_NAME".into());
+        }
+        config
+    };
+    let anthropic = crate::support::stand_in::anthropic;
+    for (case, primary) in [
+        ("anthropic", keyed(anthropic(base_url.clone()), None)),
+        (
+            "azure-style",
+            keyed(openai(base_url.clone()), Some("api-key")),
+        ),
+    ] {
+        let mut rig = Rig::new(store.clone(), primary, openai(unused.base_url()));
+        let (job, message) = rig.create(&format!("redirected-{case}")).await;
+        assert_eq!(rig.process(&message).await, Processed::Failed, "{case}");
+        let error = rig.attempt_error(&job, 1).await;
+        assert_eq!(error.code, "provider_refused", "{case}");
+        assert!(error.message.contains("HTTP 307"), "{case}: {error:?}");
+    }
+    assert_eq!(elsewhere.call_count(), 0, "followed to the other origin");
+}

@@ -3,7 +3,8 @@
 //! Message Batches (a batch created of `requests`, read, listed newest first, its results read as JSONL). Each
 //! batch's request is answered as the script says: at once (`Answer`), when the gate opens (`Held`: in progress
 //! until then), done and the submit's answer lost (`AfterWork`), made and running and the submit's answer lost
-//! (`Accepted`), lost before any batch is made (`BeforeWork`), or the submit refused (`Status`).
+//! (`Accepted`), made and done and its submit answered with no usable id (`Unnamed`), lost before any batch is made
+//! (`BeforeWork`), the submit refused (`Status`), or made and done with the key it was sent quoted (`EchoKey`).
 
 use axum::extract::{Path, RawQuery};
 
@@ -278,6 +279,19 @@ async fn submit(
             let batch = made(None);
             run_until_open(&script, &batch, gate, honest);
             Json(batch.shown(&base)).into_response()
+        }
+        Reply::Unnamed(output) => {
+            let mut shown = made(Some(done(output))).shown(&base);
+            shown["id"] = json!("");
+            Json(shown).into_response()
+        }
+        Reply::EchoKey(width) => {
+            let sent = headers_of(&script);
+            let key = (sent.get("authorization").or_else(|| sent.get("x-api-key")))
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            let summary = format!("{key:<width$}");
+            Json(made(Some(done(json!({"summary": summary})))).shown(&base)).into_response()
         }
         Reply::Accepted(gate, loss) => {
             let batch = made(None);
