@@ -470,9 +470,13 @@ pub(crate) enum Meaning {
 /// that stopped waiting (408, 502, 504, Cloudflare's 524: the provider behind it may still run) and a provider
 /// failing while it had the request (500 and the other 5xx but those below) may have done the work; 429 is
 /// `rate_limited`, 503 and Anthropic's 529 (`overloaded_error`) `provider_unavailable` — both not taken — and the
-/// 4xx and 501 `provider_refused`.
+/// 4xx and 501 `provider_refused`. A redirect is never followed (it would take the key along): a 307 or 308 says
+/// the request was not taken here (`provider_refused`); any other 3xx — 303 "see other" says it was done, a 301 or
+/// 302 does not say — may have done the work (`redirected`).
 pub(crate) fn meaning(status: u16) -> Meaning {
     match status {
+        307 | 308 => Meaning::Failed("provider_refused"),
+        300..=399 => Meaning::MayBeDone("redirected"),
         408 | 502 | 504 | 524 => Meaning::MayBeDone("gateway_timeout"),
         429 => Meaning::Failed("rate_limited"),
         503 | 529 => Meaning::Failed("provider_unavailable"),

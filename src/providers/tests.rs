@@ -140,11 +140,17 @@ fn an_error_body_keeps_the_providers_message_and_no_address() {
 }
 
 /// Invariant 5 for every error status: only what said the request was not taken, or refused it, is a definite
-/// failure; a gateway's time-out and a provider's own 5xx may have run the model.
+/// failure; a gateway's time-out, a provider's own 5xx and a redirect that does not say "repeat it there" (a 303,
+/// a 302) may have run the model.
 #[test]
 fn an_error_status_is_definite_only_where_the_work_was_not_done() {
     use http::Meaning::{Failed, MayBeDone};
     for (status, meaning) in [
+        (301, MayBeDone("redirected")),
+        (302, MayBeDone("redirected")),
+        (303, MayBeDone("redirected")),
+        (307, Failed("provider_refused")),
+        (308, Failed("provider_refused")),
         (400, Failed("provider_refused")),
         (401, Failed("provider_refused")),
         (404, Failed("provider_refused")),

@@ -150,6 +150,8 @@ pub(crate) enum Loss {
     ServerError,
     /// No answer ever: the call hangs until the caller gives up.
     Never,
+    /// A 303 "see other" to another origin instead of the answer.
+    SeeOther,
 }
 
 /// Holds a [`Reply::Held`] answer back until the test opens it.
@@ -537,6 +539,11 @@ async fn lost(loss: Loss) -> Response {
         )
             .into_response(),
         Loss::Never => std::future::pending().await,
+        Loss::SeeOther => (
+            StatusCode::SEE_OTHER,
+            [("location", "http://127.0.0.1:9/elsewhere")],
+        )
+            .into_response(),
     }
 }
 

@@ -240,6 +240,8 @@ enum Left {
     Running,
     /// A batch, done, its submit answered 2xx with no id onejob can keep.
     Unnamed,
+    /// A batch, done, its submit answered 303 "see other".
+    Redirected,
     /// Nothing.
     Nothing,
 }
@@ -247,7 +249,7 @@ enum Left {
 /// A submit whose answer was lost: the attempt is `unknown` with no batch id. The reconciler lists the provider's
 /// batches — never submits again —: the batch made is found (by its metadata at OpenAI, by its results at
 /// Anthropic) and its result is the answer, one batch in all — as is one whose submit was answered 2xx with no id
-/// onejob can keep: taken, so never failed and paid again. One still running is waited on, however long past the
+/// onejob can keep, or 303 "see other" (never followed): taken, so never failed and paid again. One still running is waited on, however long past the
 /// time absence would be sure — at Anthropic, a running batch of one request made while the call ran may be it, as
 /// its requests cannot be seen before it ends (one made long before is not). A submit lost before any batch was made is found nowhere: once its absence is sure the
 /// attempt is cleared and submitted anew — two submits, one done.
@@ -255,12 +257,19 @@ pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_nev
     store: Arc<dyn JobStore>,
 ) {
     for lane in [Lane::OpenAiChat, Lane::Anthropic] {
-        for left in [Left::Done, Left::Unnamed, Left::Running, Left::Nothing] {
+        for left in [
+            Left::Done,
+            Left::Unnamed,
+            Left::Redirected,
+            Left::Running,
+            Left::Nothing,
+        ] {
             let gate = Gate::new();
             let lost = match left {
                 Left::Done => Reply::AfterWork(summary("A, found"), Loss::Dropped),
                 Left::Running => Reply::Accepted(gate.clone(), Loss::Dropped),
                 Left::Unnamed => Reply::Unnamed(summary("A, found")),
+                Left::Redirected => Reply::AfterWork(summary("A, found"), Loss::SeeOther),
                 Left::Nothing => Reply::BeforeWork(Loss::Dropped),
             };
             let primary = StandIn::spawn(vec![lost], Reply::Answer(summary("again"))).await;
@@ -296,7 +305,7 @@ pub(crate) async fn a_batch_whose_submit_answer_was_lost_is_found_by_listing_nev
                 primary.lookups()
             );
             match left {
-                Left::Done | Left::Unnamed => {
+                Left::Done | Left::Unnamed | Left::Redirected => {
                     assert_eq!(processed, [Processed::Succeeded], "{lane:?}");
                     assert_eq!(rig.job(&job).await.result, Some(summary("A, found")));
                     assert_eq!(

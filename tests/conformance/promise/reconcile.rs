@@ -78,13 +78,19 @@ pub(super) fn lease_ms(rig: &Rig) -> u64 {
     rig.engine.lease().num_milliseconds() as u64
 }
 
-/// The work was done and its answer lost — the connection dropped, a 500 after the work, no answer ever: the
+/// The work was done and its answer lost — the connection dropped, a 500 after the work, a 303 "see other" (never
+/// followed), no answer ever: the
 /// reconciler finds the stored answer once no worker can still hear it, and writes it as a late answer. One call,
 /// one billed, the fallback never called, no second attempt; the attempt says it was cleared by a lookup.
 pub(crate) async fn a_lost_answer_is_found_at_the_provider_not_bought_again(
     store: Arc<dyn JobStore>,
 ) {
-    for loss in [Loss::Dropped, Loss::ServerError, Loss::Never] {
+    for loss in [
+        Loss::Dropped,
+        Loss::ServerError,
+        Loss::SeeOther,
+        Loss::Never,
+    ] {
         let primary = StandIn::spawn(
             vec![Reply::AfterWork(summary("found"), loss)],
             Reply::Answer(summary("bought again")),
