@@ -259,9 +259,10 @@ impl OpenAiProvider {
         }
     }
 
-    /// A background response: created, its id left in `named`, then read at once and after each [`poll_wait`] until it is done. A read
-    /// that goes wrong is harmless — the work goes on at the provider, and the next read finds it —, so only the
-    /// create decides whether the work may have been done without an answer (a create lost after sending).
+    /// A background response: created, its id left in `named`, then read at once and after each
+    /// [`batch::poll_wait`] until it is done. A read that goes wrong is harmless — the work goes on at the provider,
+    /// and the next read finds it —, so only the create decides whether the work may have been done without an
+    /// answer (a create lost after sending).
     async fn in_background(&self, request: &ProviderRequest, named: &CallName) -> Reply {
         let create = (self.endpoint).post(
             self.endpoint.url.clone(),

@@ -515,6 +515,27 @@ pub(super) async fn read(rig: &Rig, provider: &StandIn, n: usize) {
     }
 }
 
+/// Runs a call its provider named and the worker reads until done (a background response, a batch), the `step`
+/// already begun, past its time-out and its late window: the attempt `unknown`, the step over. The job as it went
+/// `unknown`, with the name it kept.
+pub(super) async fn read_past_its_time_out(
+    rig: &Rig,
+    provider: &StandIn,
+    job: &Job,
+    step: tokio::task::JoinHandle<Processed>,
+) -> Job {
+    read(rig, provider, 1).await;
+    rig.advance(TIMEOUT_MS);
+    let unknown = rig
+        .until(job, |j| {
+            j.attempt(1).unwrap().state == AttemptState::Unknown
+        })
+        .await;
+    rig.advance(LATE_MS);
+    assert_eq!(step.await.unwrap(), Processed::Unknown);
+    unknown
+}
+
 /// A background response: the create answers at once with its id, and the call reads the response by it until it
 /// is done. Reads lost on the wire (500s) are harmless: the next read finds the answer. One call, one create, the
 /// answer kept; the request is the Responses API's, in background, stored under the attempt's identity.
@@ -594,19 +615,11 @@ pub(crate) async fn an_unknown_background_response_is_settled_by_reading_its_id(
         );
         let (job, message) = rig.create(&format!("slow-in-background-{cancelled}")).await;
         let step = rig.process_in_background(&message);
-        read(&rig, &primary, 1).await;
-        rig.advance(TIMEOUT_MS);
-        let unknown = rig
-            .until(&job, |j| {
-                j.attempt(1).unwrap().state == AttemptState::Unknown
-            })
-            .await;
+        let unknown = read_past_its_time_out(&rig, &primary, &job, step).await;
         assert_eq!(
             unknown.attempt(1).unwrap().call_id.as_deref(),
             Some("resp_stand_in_1")
         );
-        rig.advance(LATE_MS);
-        assert_eq!(step.await.unwrap(), Processed::Unknown);
         match cancelled {
             false => gate.open(summary("A, late")),
             true => primary.cancel_responses(),
