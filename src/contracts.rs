@@ -91,6 +91,19 @@ impl Contract {
         Ok(out)
     }
 
+    /// The most tokens one call on `input` can take, prompt and answer ([`crate::domain::Bound`]): a token is at
+    /// least a byte, so the rendered prompt's bytes and the output schema's, with the messages' framing
+    /// ([`crate::domain::Bound::FRAMING_TOKENS`]); and the output budget, reasoning included.
+    pub fn worst_case_tokens(&self, input: &Value) -> (u64, u64) {
+        let prompt = self.render(input).map_or(0, |p| p.len());
+        let schema = self.output_schema.to_string().len();
+        let framing = crate::domain::Bound::FRAMING_TOKENS;
+        (
+            (prompt + schema) as u64 + framing,
+            u64::from(self.max_output_tokens),
+        )
+    }
+
     /// Every way a provider's output breaks the contract: its schema, and any top-level key the schema does not
     /// name (even where the schema forgot `additionalProperties: false`). Empty when it keeps it.
     pub fn output_problems(&self, output: &Value) -> Vec<String> {

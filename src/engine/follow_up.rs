@@ -107,6 +107,16 @@ impl Engine {
         if ends(wrote) || wrote == Wrote::JobCancelled {
             self.metrics.ended(job);
         }
+        // The attempt this write ended: what its reservation settled to, under a budget.
+        let settled = match wrote {
+            Wrote::Lost(n) => Some(n),
+            Wrote::JobCancelled => job.attempts.last().map(|a| a.number),
+            _ if ends(wrote) => wrote.attempt(),
+            _ => None,
+        };
+        if let Some(n) = settled {
+            self.settled_metric(job, n);
+        }
         if ends(wrote) && !matches!(wrote, Wrote::Won(_))
             || matches!(wrote, Wrote::Created | Wrote::Added)
         {
@@ -116,20 +126,32 @@ impl Engine {
             .changed(&job.id, || job.is_final().then(|| job.clone()));
         let may_end = ends(wrote) || matches!(wrote, Wrote::JobCancelled | Wrote::Nothing);
         if may_end && job.live_attempt().is_none() {
-            self.free_place(job).await;
+            self.settle_place(job).await;
         }
         self.arm_deliveries(job).await
     }
 
-    /// The job is no longer live: the place it held among its owner's live jobs is free (where the owner has a
-    /// live-jobs limit). Advisory: a store that fails here is logged, and a place not freed is checked against its
-    /// job when the owner reaches its limit.
-    async fn free_place(&self, job: &Job) {
-        if self.settings.limits.of(&job.owner).live_jobs.is_none() {
+    /// The job has no live attempt: what its last call reserved is settled against its owner's budget from its
+    /// record, and the place it held is free if it is no longer live (where the owner keeps places: a live-jobs
+    /// limit, a budget). Advisory: a store that fails here is logged; a reservation not settled is settled by the
+    /// job's next reservation, or checked against its job when the owner reaches a limit.
+    async fn settle_place(&self, job: &Job) {
+        if !self.settings.limits.of(&job.owner).keeps_places() {
             return;
         }
-        if let Err(e) = self.store.free_place(job).await {
-            tracing::warn!(job_id = %job.id, error = %crate::telemetry::error_chain(&e), "the job's place among its owner's live jobs was not freed: it is checked at the limit");
+        if let Err(e) = self.store.settle_place(job, self.clock.now()).await {
+            tracing::warn!(job_id = %job.id, error = %crate::telemetry::error_chain(&e), "the job's reservation and place were not settled: they are checked at the limit");
+        }
+    }
+
+    /// Under a budget, what attempt `n` of `job` (ended) settled to, counted ([`crate::metrics::Metrics::budget`]).
+    fn settled_metric(&self, job: &Job, n: u32) {
+        if self.settings.limits.of(&job.owner).budget.is_none() {
+            return;
+        }
+        let provider = job.attempt(n).map(|a| &a.provider);
+        if let Some(cost) = job.settlement(n, self.bound_of(job, provider)) {
+            self.metrics.budget(&job.owner, "settled", cost);
         }
     }
 

@@ -51,7 +51,7 @@ impl Engine {
             max_attempts: self.settings.max_attempts,
             retry: None,
             jitter_permille: 0,
-            budget: self.budget_spent(&job.owner).await?,
+            budget: self.budget_left(job, None).await?,
         })
     }
 

@@ -17,8 +17,8 @@ use tracing::Instrument;
 use super::Engine;
 use crate::contracts::Contract;
 use crate::domain::{
-    Admission, Attempt, CallReport, Completion, ErrorInfo, Health, Job, Refusal, Timestamp,
-    WriteToken,
+    Admission, Attempt, BUDGET_EXCEEDED, CallReport, Completion, ErrorInfo, Health, Job, Refusal,
+    Timestamp, WriteToken,
 };
 use crate::providers::checks::{self, Prepared};
 use crate::providers::{ConfiguredProvider, ProviderOutcome, ProviderRequest, Reply};
@@ -162,7 +162,23 @@ impl Engine {
             self.free_slot(sent).await;
             return Ok(Begun::Done(Processed::Unknown));
         }
-        match self.prepare(&job, message.number).await {
+        let prepared = match self.prepare(&job, message.number).await {
+            // Under a budget, the call is reserved before it is made ([`Engine::reserve`]).
+            Ok(ready) => match self.reserve(&job, message.number, &token, deadline).await {
+                Ok(None) => Ok(ready),
+                Ok(Some(limit)) => {
+                    // Its worst case does not fit: not called, and no other call is (invariant 18).
+                    let what = format!("{limit}: no call is made for this job");
+                    Err((ErrorInfo::new(BUDGET_EXCEEDED, what), CallReport::default()))
+                }
+                Err(e) => {
+                    self.free_slot(sent).await;
+                    return Err(e);
+                }
+            },
+            Err(failed) => Err(failed),
+        };
+        match prepared {
             Ok((provider, prepared)) => Ok(Begun::Claimed(Box::new(Claimed {
                 job,
                 message: sent.clone(),
@@ -203,6 +219,7 @@ impl Engine {
         let key = super::reconcile::attempt_key(job, number);
         let prepared = checks::prepare(contract, provider, &job.input, key)
             .map_err(|e| (e, CallReport::default()))?;
+
         if let Admission::Skip { until } = self.admit(&attempt.provider).await {
             // No call: the provider's breaker is open. Failover takes the job on, or a retry waits it out.
             let wait = (until - self.clock.now()).num_milliseconds().max(0);
@@ -250,7 +267,7 @@ impl Engine {
                 // No answer at all: the provider's health, for its breaker (the time-out is written already) —
                 // unless it took the work under a name, and runs it still.
                 if !named {
-                    step.advise(Health::Failing, None, None, None).await;
+                    step.advise(Health::Failing, None, None).await;
                 }
                 Ok(Processed::Unknown)
             }
@@ -299,7 +316,7 @@ impl Claimed {
 impl Engine {
     /// An answer the reconciler found by asking the provider about `claimed`'s call ([`Claimed::asked`]): a late
     /// answer, written as one — held to the contract, a result by compare-and-swap (it wins, or is discarded), a
-    /// failure with its failover — and its cost spent if its write landed. It tells nothing of the provider's
+    /// failure with its failover (its cost settled against the budget by the write's follow-up). It tells nothing of the provider's
     /// health now, and frees no call slot (the reconciler took none).
     pub(super) async fn settle_found(
         &self,
@@ -355,7 +372,6 @@ impl Step<'_> {
         checks::annotate(prepared, &mut report);
         self.price(&mut report);
         let model = report.model.clone();
-        let spent = report.clone();
         let (processed, broke) = match outcome {
             ProviderOutcome::Answered(output) => {
                 self.answered(contract, prepared, &reply, output, report)
@@ -375,16 +391,7 @@ impl Step<'_> {
                 (marked, None)
             }
         };
-        // What the call cost is spent by the write that recorded its answer: a write refused (another step wrote
-        // this answer first) spends nothing.
-        let landed = !matches!(processed, Ok(Processed::Dropped));
-        (self.advise(
-            health,
-            model.as_deref(),
-            broke.as_ref(),
-            landed.then_some(&spent),
-        ))
-        .await;
+        (self.advise(health, model.as_deref(), broke.as_ref())).await;
         processed
     }
 
@@ -417,34 +424,20 @@ impl Step<'_> {
 
     /// The call's cost by the price table, kept with its usage: what it cost when it was made.
     fn price(&self, report: &mut CallReport) {
-        let provider = &self.attempt().provider;
-        let configured = self.engine.providers.get(provider);
-        let model = configured.and_then(|p| p.config.model());
-        let cost = (self.engine.settings.prices).cost_nanos(provider, model, report);
-        // The batch APIs' price: half the list price, OpenAI's and Anthropic's alike.
-        let in_batch = configured.is_some_and(|p| p.config.kind.kind().in_batch());
-        report.cost_nanos = cost.map(|nanos| if in_batch { nanos / 2 } else { nanos });
+        report.cost_nanos = self.engine.priced(&self.attempt().provider, report);
     }
 
     /// What the call told of its provider, once its answer is written: its health (the breaker) and what model
-    /// answered and whether the answer broke the contract (its standing); and what it cost, for its owner's budget.
-    /// Advisory state: it never decides the attempt, and it stops at the deadline.
-    async fn advise(
-        &self,
-        health: Health,
-        model: Option<&str>,
-        broke: Option<&ErrorInfo>,
-        spent: Option<&CallReport>,
-    ) {
+    /// answered and whether the answer broke the contract (its standing). Advisory state: it never decides the
+    /// attempt, and it stops at the deadline. (What the call cost is settled against the owner's budget from the
+    /// attempt's record, by the write's follow-up.)
+    async fn advise(&self, health: Health, model: Option<&str>, broke: Option<&ErrorInfo>) {
         let engine = self.engine;
         let provider = &self.attempt().provider;
         let name = format!("{}#{}", self.job.id, self.number());
         let advice = async {
             engine.breaker_saw(provider, &name, health).await;
             engine.observe(self.job, self.number(), model, broke).await;
-            if let Some(report) = spent {
-                engine.record_spend(&self.job.owner, report).await;
-            }
         };
         match self.deadline {
             None => advice.await,

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use chrono::{Days, NaiveDate};
 
 use super::Engine;
-use crate::domain::{Bill, CallReport, ContractRef, LimitReached, Owner, Share, Spend};
+use crate::domain::{
+    Bill, Bound, Budget, CallReport, ContractRef, Job, LimitReached, Owner, ProviderName, Refusal,
+    Share, Timestamp, WriteToken,
+};
 use crate::store::{Cursor, ListQuery, StoreError};
 
 /// One day's usage of one contract.
@@ -28,6 +31,20 @@ pub struct UsageRow {
     /// Attempts cleared by their provider's retry policy with no answer since (possibly paid twice).
     pub possibly_paid_attempts: u32,
     pub unpriced_attempts: u32,
+    /// The most the unknown and possibly paid attempts can have cost: each call's worst case.
+    pub reserved: Bound,
+}
+
+/// Where an owner's budget stands now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetStanding {
+    pub budget: Budget,
+    /// The current period's key.
+    pub current: String,
+    /// What its ended calls cost this period.
+    pub settled: Bound,
+    /// What its calls not settled yet hold, at their worst case.
+    pub reserved: Bound,
 }
 
 /// An owner's usage over whole days.
@@ -46,40 +63,122 @@ impl Usage {
 }
 
 impl Engine {
-    /// What a call for `owner` reported, added to its day's and month's spend when its limits have a budget: what
-    /// the budget is held to. Advisory, after the answer is written; a store that fails here is logged, and the
-    /// spend is short by this call.
-    pub(super) async fn record_spend(&self, owner: &Owner, report: &CallReport) {
-        if self.settings.limits.of(owner).budget.is_none() {
-            return;
-        }
-        let tokens = report.input_tokens.unwrap_or(0) + report.output_tokens.unwrap_or(0);
-        let nanos = report.cost_nanos.unwrap_or(0);
-        if tokens == 0 && nanos == 0 {
-            return;
-        }
-        let spend = Spend {
-            at: self.clock.now(),
-            tokens,
-            nanos,
+    /// What `report`'s usage costs on `provider` by the price table: the batch price (half) for a provider that
+    /// calls through a batch API.
+    pub(super) fn priced(&self, provider: &ProviderName, report: &CallReport) -> Option<u64> {
+        let configured = self.providers.get(provider);
+        let model = configured.and_then(|p| p.config.model());
+        let cost = (self.settings.prices).cost_nanos(provider, model, report);
+        let in_batch = configured.is_some_and(|p| p.config.kind.kind().in_batch());
+        cost.map(|nanos| if in_batch { nanos / 2 } else { nanos })
+    }
+
+    /// The worst case of one call of an intent on `contract` with `input` ([`Bound`]): its prompt's bytes and its
+    /// output schema's with the framing, and the contract's output budget, priced at the dearest of `providers`
+    /// (the chain, and an attempt's own provider) that has a price.
+    pub fn bound<'a>(
+        &self,
+        contract: &ContractRef,
+        input: &serde_json::Value,
+        providers: impl IntoIterator<Item = &'a ProviderName>,
+    ) -> Bound {
+        let Some(contract) = self.contracts.get(contract) else {
+            return Bound::default();
         };
-        if let Err(e) = self.store.record_spend(owner, &spend).await {
-            tracing::warn!(%owner, error = %crate::telemetry::error_chain(&e), "spend not recorded");
+        let (input_tokens, output_tokens) = contract.worst_case_tokens(input);
+        let worst = CallReport {
+            input_tokens: Some(input_tokens),
+            output_tokens: Some(output_tokens),
+            ..CallReport::default()
+        };
+        let nanos = providers
+            .into_iter()
+            .filter_map(|p| self.priced(p, &worst))
+            .max();
+        Bound {
+            tokens: input_tokens + output_tokens,
+            nanos: nanos.unwrap_or(0),
         }
     }
 
-    /// Whether `owner`'s budget is spent now: then no call may be ordered for it (invariant 18) — a failover, a
-    /// retry or a manual attempt stops with `budget_exceeded`. Without a budget, nothing is read.
-    pub(crate) async fn budget_spent(
+    /// [`Engine::bound`] of a call of `job`, on its chain or on `also`.
+    pub fn bound_of(&self, job: &Job, also: Option<&ProviderName>) -> Bound {
+        self.bound(&job.contract, &job.input, job.providers.iter().chain(also))
+    }
+
+    /// Whether a call of `job` (on its chain or on `also`) would not fit its owner's budget now: then no call is
+    /// ordered for it (invariant 18) — a failover, a retry or a manual attempt stops with `budget_exceeded`. The
+    /// job's own reservation is left out: it is settled before the next call of the job is reserved (which holds
+    /// the call to the budget exactly: [`crate::store::JobStore::reserve`]). Without a budget, nothing is read.
+    pub(crate) async fn budget_left(
         &self,
-        owner: &Owner,
+        job: &Job,
+        also: Option<&ProviderName>,
     ) -> Result<Option<LimitReached>, StoreError> {
-        let limits = self.settings.limits.of(owner);
+        let limits = self.settings.limits.of(&job.owner);
         if limits.budget.is_none() {
             return Ok(None);
         }
+        let mut ledger = self.store.owner_ledger(&job.owner).await?;
+        ledger.places.remove(job.id.intent());
+        Ok(limits.fits(&ledger, self.clock.now(), self.bound_of(job, also)))
+    }
+
+    /// Before attempt `number` of `job` calls its provider, under a budget: its worst case reserved, or the
+    /// reservation its create or manual attempt made kept ([`crate::store::JobStore::reserve`]), tried again while
+    /// the store fails until the step's answer deadline (`deadline`): the write is the same each time. `Some`
+    /// refusal: the call does not fit, and is not made.
+    pub(super) async fn reserve(
+        &self,
+        job: &Job,
+        number: u32,
+        token: &WriteToken,
+        deadline: Option<Timestamp>,
+    ) -> Result<Option<LimitReached>, StoreError> {
+        let limits = self.settings.limits.of(&job.owner);
+        if limits.budget.is_none() {
+            return Ok(None);
+        }
+        let provider = job.attempt(number).map(|a| &a.provider);
+        let bound = self.bound_of(job, provider);
+        let until = self.answer_deadline(deadline);
+        let reserved = self.persist("reservation", token, until, |stamp| {
+            (self.store).reserve(job, number, limits, bound, stamp.now)
+        });
+        match reserved.await {
+            Ok(()) => {
+                self.metrics.budget(&job.owner, "reserved", bound);
+                Ok(None)
+            }
+            Err(StoreError::Refused(Refusal::Limit(limit))) => Ok(Some(limit)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Where `owner`'s budget stands now, if it has one: its ledger read.
+    pub async fn budget_standing(
+        &self,
+        owner: &Owner,
+    ) -> Result<Option<BudgetStanding>, StoreError> {
+        let Some(budget) = self.settings.limits.of(owner).budget else {
+            return Ok(None);
+        };
         let ledger = self.store.owner_ledger(owner).await?;
-        Ok(limits.spent(&ledger, self.clock.now()))
+        let (current, _) = budget.period.of(self.clock.now());
+        let spend = ledger.spend_of(budget.period);
+        let settled = match spend.period == current {
+            true => Bound {
+                tokens: spend.tokens,
+                nanos: spend.nanos,
+            },
+            false => Bound::default(),
+        };
+        Ok(Some(BudgetStanding {
+            budget,
+            current,
+            settled,
+            reserved: ledger.reserved(),
+        }))
     }
 
     /// `owner`'s usage on the days `from` to `to` (both included).
@@ -131,6 +230,7 @@ impl Engine {
                         unknown_attempts: 0,
                         possibly_paid_attempts: 0,
                         unpriced_attempts: 0,
+                        reserved: Bound::default(),
                     });
                 row.jobs += 1;
                 row.won = row.won.plus(&bill.won);
@@ -139,6 +239,14 @@ impl Engine {
                 row.unknown_attempts += bill.unknown.len() as u32;
                 row.possibly_paid_attempts += bill.possibly_paid.len() as u32;
                 row.unpriced_attempts += bill.unpriced.len() as u32;
+                let uncertain = (bill.unknown.len() + bill.possibly_paid.len()) as u64;
+                if uncertain > 0 {
+                    let worst = self.bound_of(job, None);
+                    row.reserved = row.reserved.plus(Bound {
+                        tokens: worst.tokens * uncertain,
+                        nanos: worst.nanos * uncertain,
+                    });
+                }
             }
             match page.next_cursor {
                 Some(next) => cursor = Some(next),

@@ -8,11 +8,11 @@ use super::follow_up::Wrote;
 use super::in_flight::{Turn, led_by};
 use super::{Actor, Engine};
 use crate::domain::{
-    AttemptCancel, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName, Refusal,
-    WriteToken,
+    AttemptCancel, Bound, IdempotencyKey, Job, JobCancel, JobId, NewJob, Owner, ProviderName,
+    Refusal, WriteToken,
 };
 use crate::metrics::CreateKind;
-use crate::store::{CreateOutcome, CreateTerms, StoreError};
+use crate::store::{CreateOutcome, CreateTerms, Held, StoreError};
 use crate::telemetry::trace;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -86,12 +86,18 @@ impl Engine {
     ) -> Result<CreateOutcome, StoreError> {
         let retention = self.settings.retention;
         let limits = self.settings.limits.of(&new.owner);
+        // The job's worst case, where a budget or a token rate weighs it.
+        let bound = match limits.budget.is_some() || limits.tokens_per_minute.is_some() {
+            true => self.bound(&new.contract, &new.input, &new.providers),
+            false => Bound::default(),
+        };
         self.persist("create", token, self.write_deadline(), |stamp| {
             let job = Job::new(new.clone(), retention, &stamp);
             async move {
                 let terms = CreateTerms {
                     stamp: &stamp,
                     limits,
+                    bound,
                 };
                 self.store.create_within(job, terms).await
             }
@@ -118,6 +124,7 @@ impl Engine {
         };
         // The job is the owner's, and so are its limits, whoever asks (an operator bypasses none).
         let limits = self.settings.limits.of(owner);
+        let bound = self.bound_of(&job, provider.as_ref());
         let asked = format!("attempt {}", provider.as_ref().map_or("", |p| p.as_str()));
         let request =
             key.map(|key| WriteToken::for_request(owner, id, &actor.scope(), key, &asked));
@@ -129,8 +136,9 @@ impl Engine {
                 let (provider, failover) = (provider.clone(), &failover);
                 let stamp = (stamp.serving(request.clone())).by_operator(actor.operator());
                 async move {
+                    let held = Held { limits, bound };
                     self.store
-                        .add_attempt(owner, id, provider, failover, limits, &stamp)
+                        .add_attempt(owner, id, provider, failover, held, &stamp)
                         .await
                 }
             })

@@ -20,7 +20,7 @@ pub enum ApiError {
     /// and another owner's usage want an operator's).
     #[error("this is for operators: send an operator's credential")]
     Forbidden,
-    /// 429 `too_many_live_jobs`, `too_many_creates` or `budget_exceeded`, with `Retry-After`: a create, or a manual
+    /// 429 `too_many_live_jobs`, `too_many_creates`, `too_many_tokens` or `budget_exceeded`, with `Retry-After`: a create, or a manual
     /// attempt that would make a job live again, beyond one of its owner's limits. Nothing was written; a replay of
     /// an existing job is never refused.
     #[error("{0}")]
@@ -119,6 +119,7 @@ impl ApiError {
                 match limit {
                     LimitReached::LiveJobs { .. } => "too_many_live_jobs",
                     LimitReached::CreateRate { .. } => "too_many_creates",
+                    LimitReached::TokenRate { .. } => "too_many_tokens",
                     LimitReached::Budget { .. } => "budget_exceeded",
                 },
             ),

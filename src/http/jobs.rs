@@ -104,8 +104,8 @@ pub(super) fn rfc3339(t: Timestamp) -> String {
 }
 
 impl JobView {
-    /// The job as it reads at `now` (whether it is settled depends on the time), its bill in `currency`.
-    pub fn new(job: &Job, now: Timestamp, currency: &str) -> Self {
+    /// The job as it reads at `now` (whether it is settled depends on the time), its bill as `engine` prices it.
+    pub fn new(job: &Job, now: Timestamp, engine: &Engine) -> Self {
         let settles_at = job.settles_at();
         Self {
             id: job.id.to_string(),
@@ -125,7 +125,11 @@ impl JobView {
             created_at: rfc3339(job.created_at),
             updated_at: rfc3339(job.updated_at),
             expires_at: rfc3339(job.expires_at),
-            bill: BillView::new(&Bill::of(job), currency),
+            bill: BillView::new(
+                &Bill::of(job),
+                engine.currency(),
+                engine.bound_of(job, None),
+            ),
             interventions: job.interventions.clone(),
         }
     }
@@ -154,7 +158,7 @@ impl From<&Attempt> for AttemptView {
 }
 
 pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Response {
-    let view = JobView::new(job, app.engine.clock.now(), app.engine.currency());
+    let view = JobView::new(job, app.engine.clock.now(), &app.engine);
     (status, Json(view)).into_response()
 }
 
@@ -175,7 +179,7 @@ pub(super) fn job_response(app: &AppState, status: StatusCode, job: &Job) -> Res
         (status = 413, description = "body_too_large"),
         (status = 415, description = "unsupported_media_type"),
         (status = 422, description = "invalid_request, unknown_contract, unknown_provider, invalid_input"),
-        (status = 429, description = "too_many_live_jobs, too_many_creates, budget_exceeded: beyond one of the owner's limits; nothing was written",
+        (status = 429, description = "too_many_live_jobs, too_many_creates, too_many_tokens, budget_exceeded: beyond one of the owner's limits; nothing was written",
          headers(("Retry-After" = u64, description = "Seconds until a create may be admitted again"))),
         (status = 503, description = "store_busy: other writers kept winning the owner's ledger; nothing was written, send it again under the same key",
          headers(("Retry-After" = u64, description = "Seconds to wait"))),
@@ -342,7 +346,7 @@ struct TaggedView {
 impl TaggedView {
     fn new(job: &Job, engine: &Engine) -> Self {
         let now = engine.clock.now();
-        let view = JobView::new(job, now, engine.currency());
+        let view = JobView::new(job, now, engine);
         let bytes = serde_json::to_vec(&view).expect("a job view always serialises");
         let etag = format!("\"{}\"", &hex::encode(Sha256::digest(bytes))[..32]);
         let settles_at = job.settles_at().filter(|at| !view.settled && *at > now);
@@ -464,7 +468,7 @@ pub async fn list_jobs(
     let now = app.engine.clock.now();
     Ok(Json(JobList {
         jobs: (page.jobs.iter())
-            .map(|job| JobView::new(job, now, app.engine.currency()))
+            .map(|job| JobView::new(job, now, &app.engine))
             .collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))

@@ -74,7 +74,7 @@ pub async fn needing_a_person(
     Ok(Json(JobList {
         jobs: (page.jobs.iter())
             .filter(|job| !engine.clears_itself(job))
-            .map(|job| JobView::new(job, now, engine.currency()))
+            .map(|job| JobView::new(job, now, engine))
             .collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))

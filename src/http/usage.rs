@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::auth::Viewer;
 use super::error::ApiError;
-use crate::domain::{Bill, Owner, Share, amount};
+use crate::domain::{Bill, Bound, Owner, Share, amount};
 use crate::engine::UsageRow;
 
 /// Usage of some attempts.
@@ -65,11 +65,34 @@ pub struct BillView {
     pub unpriced_attempts: Vec<u32>,
     /// Whether `total` is the whole cost (nothing unknown, nothing unpriced).
     pub complete: bool,
+    /// The most the attempts whose cost is not known (`unknown_attempts`, `possibly_paid_attempts`) can have
+    /// cost: each call's worst case, its prompt's bound and the contract's output budget at the dearest price it
+    /// may have had. `total` and this together bound the whole cost.
+    pub reserved: ReservedView,
+}
+
+/// The upper bound of calls whose cost is not known yet.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReservedView {
+    pub attempts: Vec<u32>,
+    /// Prompt and answer tokens, at most.
+    pub tokens: u64,
+    /// In the currency, at most (0 where no price applies).
+    pub cost: f64,
 }
 
 impl BillView {
-    pub fn new(bill: &Bill, currency: &str) -> Self {
+    /// `bill` in `currency`, each call whose cost is not known bounded by `worst` ([`crate::domain::Bound`]).
+    pub fn new(bill: &Bill, currency: &str, worst: Bound) -> Self {
+        let mut attempts = [bill.unknown.clone(), bill.possibly_paid.clone()].concat();
+        attempts.sort_unstable();
+        let calls = attempts.len() as u64;
         Self {
+            reserved: ReservedView {
+                tokens: worst.tokens * calls,
+                cost: amount(worst.nanos * calls),
+                attempts,
+            },
             currency: currency.to_owned(),
             total: ShareView::from(&bill.total()),
             won: ShareView::from(&bill.won),
@@ -111,6 +134,41 @@ pub struct UsageRowView {
     pub unknown_attempts: u32,
     pub possibly_paid_attempts: u32,
     pub unpriced_attempts: u32,
+    /// The most the unknown and possibly paid attempts can have cost (each call's worst case): with `total`, the
+    /// day's bound.
+    pub reserved: AmountView,
+}
+
+/// Tokens and their cost.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AmountView {
+    pub tokens: u64,
+    /// In the currency.
+    pub cost: f64,
+}
+
+impl From<Bound> for AmountView {
+    fn from(bound: Bound) -> Self {
+        Self {
+            tokens: bound.tokens,
+            cost: amount(bound.nanos),
+        }
+    }
+}
+
+/// Where the owner's budget stands this period: what its calls that ended cost (`settled`), and what its calls
+/// not settled yet hold at their worst case (`reserved`). A call is made only if its worst case fits beside both.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetView {
+    /// `day` or `month`.
+    pub period: String,
+    /// The period (`2026-12-06`, `2026-12`).
+    pub current: String,
+    /// The budget's limits, as configured.
+    pub tokens: Option<u64>,
+    pub cost: Option<f64>,
+    pub settled: AmountView,
+    pub reserved: AmountView,
 }
 
 impl From<&UsageRow> for UsageRowView {
@@ -126,6 +184,7 @@ impl From<&UsageRow> for UsageRowView {
             unknown_attempts: row.unknown_attempts,
             possibly_paid_attempts: row.possibly_paid_attempts,
             unpriced_attempts: row.unpriced_attempts,
+            reserved: AmountView::from(row.reserved),
         }
     }
 }
@@ -141,6 +200,8 @@ pub struct UsageView {
     /// again with `to` the day before it for the rest.
     #[schema(value_type = Option<String>, format = Date)]
     pub complete_from: Option<NaiveDate>,
+    /// The owner's budget now, where it has one.
+    pub budget: Option<BudgetView>,
 }
 
 /// The caller's usage by day and contract: what its jobs created on those days cost, as their bills say. An
@@ -182,10 +243,23 @@ pub async fn get_usage(
     let total = (usage.rows.iter()).fold(Share::default(), |sum, r| {
         sum.plus(&r.won).plus(&r.discarded).plus(&r.failed)
     });
+    let budget = app
+        .engine
+        .budget_standing(&owner)
+        .await?
+        .map(|b| BudgetView {
+            period: b.budget.period.as_str().to_owned(),
+            current: b.current,
+            tokens: b.budget.tokens,
+            cost: b.budget.cost,
+            settled: AmountView::from(b.settled),
+            reserved: AmountView::from(b.reserved),
+        });
     Ok(Json(UsageView {
         currency: app.engine.settings.prices.currency.clone(),
         rows: usage.rows.iter().map(UsageRowView::from).collect(),
         total: ShareView::from(&total),
         complete_from: usage.complete_from,
+        budget,
     }))
 }

@@ -16,7 +16,7 @@ use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedS
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::domain::{
-    AttemptState, ClearedBy, ContractRef, Job, JobStatus, Owner, ProviderName, SinkKind,
+    AttemptState, Bound, ClearedBy, ContractRef, Job, JobStatus, Owner, ProviderName, SinkKind,
 };
 use prometheus::Prometheus;
 
@@ -182,8 +182,16 @@ const EVENT_DELIVERY_SECONDS: MetricSpec = histogram(
     "From a job's settle to its event's delivery, by sink, the tries before included.",
 );
 
+const BUDGET: MetricSpec = counter(
+    "onejob_budget_total",
+    &["owner", "phase", "unit"],
+    "Under a budget: each call's worst case, reserved before it was made (phase reserved), and what its \
+     reservation settled to once its attempt ended (phase settled), in tokens and in billionths of the price \
+     table's currency (unit tokens, nanos); reserved less settled is what calls not settled yet hold.",
+);
+
 /// Every metric onejob records.
-pub const METRICS: [MetricSpec; 18] = [
+pub const METRICS: [MetricSpec; 19] = [
     CREATES,
     ATTEMPTS,
     RACES_LOST,
@@ -202,6 +210,7 @@ pub const METRICS: [MetricSpec; 18] = [
     COST,
     TOKENS,
     CALLS_AVOIDED,
+    BUDGET,
 ];
 
 /// The durations of a request's parts, in seconds, with their bucket bounds: a create takes milliseconds, a
@@ -357,6 +366,14 @@ impl Metrics {
         if let Some(nanos) = report.cost_nanos {
             self.histogram(&COST, &[owner, contract, provider, outcome])
                 .record(crate::domain::amount(nanos));
+        }
+    }
+
+    /// Under `owner`'s budget, a call's worst case reserved (`phase` reserved) or a reservation settled to what its
+    /// call cost (`phase` settled).
+    pub fn budget(&self, owner: &Owner, phase: &str, amount: Bound) {
+        for (unit, value) in [("tokens", amount.tokens), ("nanos", amount.nanos)] {
+            (self.counter(&BUDGET, &[owner.as_str(), phase, unit])).increment(value);
         }
     }
 

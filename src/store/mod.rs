@@ -19,10 +19,10 @@ use serde_json::Value;
 use chrono::Duration;
 
 use crate::domain::{
-    Applied, AttemptCancel, AttemptRef, Breaker, CallReport, ClearedBy, Completion, Deliveries,
-    Endpoint, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId, NewJob,
-    Owner, OwnerLedger, OwnerLimits, ProviderName, Qualification, Refusal, Spend, Stamp, Timestamp,
-    Transition, WriteToken,
+    Applied, AttemptCancel, AttemptRef, Bound, Breaker, CallReport, ClearedBy, Completion,
+    Deliveries, Endpoint, ErrorInfo, Failover, Fingerprint, IdempotencyKey, Job, JobCancel, JobId,
+    NewJob, Owner, OwnerLedger, OwnerLimits, ProviderName, Qualification, Refusal, Stamp,
+    Timestamp, Transition, WriteToken,
 };
 
 /// What a create did. Each variant carries the job as it is now in the store.
@@ -88,7 +88,34 @@ pub struct JobWrite<'a> {
     pub owner: Option<&'a Owner>,
     pub transition: Transition,
     pub stamp: &'a Stamp,
-    pub limits: Option<&'a OwnerLimits>,
+    pub held: Option<Held<'a>>,
+}
+
+/// What a write that makes a job live again is held to: its owner's limits, and its call's worst case for a
+/// budget.
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    pub limits: &'a OwnerLimits,
+    pub bound: Bound,
+}
+
+impl Held<'static> {
+    /// Held to no limit.
+    pub fn none() -> Self {
+        static NONE: OwnerLimits = OwnerLimits {
+            live_jobs: None,
+            creates_per_minute: None,
+            tokens_per_minute: None,
+            budget: None,
+        };
+        Self {
+            limits: &NONE,
+            bound: Bound {
+                tokens: 0,
+                nanos: 0,
+            },
+        }
+    }
 }
 
 impl<'a> JobWrite<'a> {
@@ -99,7 +126,7 @@ impl<'a> JobWrite<'a> {
             owner,
             transition,
             stamp,
-            limits: None,
+            held: None,
         }
     }
 
@@ -109,15 +136,15 @@ impl<'a> JobWrite<'a> {
             owner: None,
             transition,
             stamp,
-            limits: None,
+            held: None,
         }
     }
 
     /// This write, held to `limits` if it makes the job live: refused with [`Refusal::Limit`] beyond one, as a
     /// create would be ([`crate::domain::OwnerLedger::admit_attempt`]).
-    pub fn held_to(self, limits: &'a OwnerLimits) -> Self {
+    pub fn held_to(self, held: Held<'a>) -> Self {
         Self {
-            limits: Some(limits),
+            held: Some(held),
             ..self
         }
     }
@@ -134,11 +161,12 @@ fn answer<T>(
 }
 
 /// Who creates a job, and what the create is held to: the writer's stamp (a repeat of a create whose answer was
-/// lost finds its job by the token) and the owner's limits.
+/// lost finds its job by the token) and the owner's limits, with its first call's worst case for a budget.
 #[derive(Debug, Clone, Copy)]
 pub struct CreateTerms<'a> {
     pub stamp: &'a Stamp,
     pub limits: &'a OwnerLimits,
+    pub bound: Bound,
 }
 
 /// A provider's call slot to take: one of `cap`, held until `until`, as the slots stand at `now`.
@@ -169,6 +197,7 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         let terms = CreateTerms {
             stamp,
             limits: &limits,
+            bound: Bound::default(),
         };
         self.create_within(Job::new(new, retention, stamp), terms)
             .await
@@ -185,19 +214,27 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         terms: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError>;
 
-    /// Adds `spend` to `owner`'s spend in its day and its month ([`OwnerLedger::spend`]: a new period starts at 0):
-    /// what its budget is held to. Advisory, written after the answer it counts; a repeat after a lost answer may
-    /// count it twice.
-    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError>;
+    /// Before attempt `attempt` of `job` calls its provider: the call's worst case `bound` reserved against its
+    /// owner's budget at `now` ([`OwnerLedger::reserve`]) in a guarded write of the ledger — the reservation its
+    /// create or manual attempt made kept as it is, an earlier attempt's settled from `job`'s record. Beyond the
+    /// budget, [`Refusal::Limit`] and nothing written but checks.
+    async fn reserve(
+        &self,
+        job: &Job,
+        attempt: u32,
+        limits: &OwnerLimits,
+        bound: Bound,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
 
     /// `owner`'s ledger as stored (an empty one if it has none): what its budget stands at.
     async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError>;
 
-    /// `job`, no longer live, frees the place it held among its owner's live jobs — unless a later attempt took it
-    /// again ([`OwnerLedger::released`]). Advisory, after the write that ended it: a place not freed is checked
-    /// against its job when the owner is at its limit. A store that counts live jobs inside the create's write
-    /// keeps no places, and has nothing to free.
-    async fn free_place(&self, job: &Job) -> Result<(), StoreError>;
+    /// After a write that ended an attempt of `job` (the job as it left it): what its intent's place reserved is
+    /// settled to what the record says it cost, once, and the place is free if the job is no longer live — unless a
+    /// later attempt took it again ([`OwnerLedger::settle`]). Advisory, after the write: a reservation not settled
+    /// is settled by the next attempt's reservation, or checked against its job when the budget is reached.
+    async fn settle_place(&self, job: &Job, now: Timestamp) -> Result<(), StoreError>;
 
     /// Every owner's jobs that need a person — `unknown` or `failed` (or only `query.status`) — not expired by
     /// `now`, the latest to come to need one first: the operators' view, paged by `query`'s limit and cursor (its
@@ -287,12 +324,12 @@ pub trait JobStore: EventStore + ProviderStore + Send + Sync + Debug {
         id: &JobId,
         provider: Option<ProviderName>,
         failover: &Failover,
-        limits: &OwnerLimits,
+        held: Held<'_>,
         stamp: &Stamp,
     ) -> Result<(u32, Job), StoreError> {
         let failover = failover.clone();
         let add = Transition::AddAttempt { provider, failover };
-        let write = JobWrite::by(owner, add, stamp).held_to(limits);
+        let write = JobWrite::by(owner, add, stamp).held_to(held);
         answer(self.apply(id, write).await?, |applied| match applied {
             Applied::Added(number) => Some(number),
             _ => None,

@@ -4,9 +4,12 @@
 
 use chrono::Duration;
 use futures_util::future::join_all;
-use onejob::domain::{Budget, Limits, OwnerLimits, Period, ProviderName};
+use onejob::clock::Clock;
+use onejob::contracts::Contracts;
+use onejob::domain::{Budget, ContractRef, Limits, OwnerLimits, Period, ProviderName};
 use onejob::providers::{DemoBehavior, ProviderConfig};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 use crate::helpers::{ALICE, BOB, TestApp, assert_problem, config, json_with_status};
 use crate::support::faulty::{Call, Fault};
@@ -126,9 +129,16 @@ async fn creates_a_minute_are_spread_over_the_minute_and_replays_are_not_counted
 #[tokio::test]
 async fn a_spent_budget_refuses_creates_until_the_next_period_and_a_replay_still_answers() {
     let mut config = config();
+    let body = json!({"contract": "summarize@1", "input": {"text": "The projector broke. The meeting moved."}});
+    // Room for one call's worst case: the second create's does not fit beside what the first spent.
+    let contracts = Contracts::load(&[], &BTreeMap::new(), true, |_| true).unwrap();
+    let summarize = contracts
+        .get(&ContractRef::parse("summarize@1").unwrap())
+        .unwrap();
+    let (prompt, answer) = summarize.worst_case_tokens(&body["input"]);
     config.limits.default.budget = Some(Budget {
         period: Period::Day,
-        tokens: Some(10),
+        tokens: Some(prompt + answer),
         cost: None,
     });
     // The demo provider, at once, reports its usage: more than ten tokens for any summary.
@@ -137,13 +147,27 @@ async fn a_spent_budget_refuses_creates_until_the_next_period_and_a_replay_still
         ProviderConfig::demo(DemoBehavior::Answer, 0),
     );
     let app = TestApp::spawn_with(config).await;
-    let body = json!({"contract": "summarize@1", "input": {"text": "The projector broke. The meeting moved."}});
     let job = json_with_status(app.create(ALICE, "spends", &body).await, 201).await;
     let id = job["id"].as_str().unwrap();
-    app.wait_until(ALICE, id, |j| j["status"] == "succeeded")
+    let done = app
+        .wait_until(ALICE, id, |j| j["status"] == "succeeded")
         .await;
-    // The spend is recorded after the answer is written: wait for the record to land, not just to start.
-    app.faults.finished(Call::RecordSpend, 1).await;
+    // The call is settled after the answer is written: wait for the settle to land, not just to start.
+    app.faults.finished(Call::SettlePlace, 1).await;
+    // The metrics tell the worst case reserved from what it settled to: the tokens the demo reported.
+    let used = &done["attempts"][0]["report"];
+    let used = used["input_tokens"].as_u64().unwrap() + used["output_tokens"].as_u64().unwrap();
+    assert!(used < prompt + answer);
+    let counted = |phase: &str, value: u64| {
+        format!("onejob_budget_total{{owner=\"alice\",phase=\"{phase}\",unit=\"tokens\"}} {value}")
+    };
+    let metrics = app
+        .metrics_when(|m| m.contains(&counted("settled", used)))
+        .await;
+    assert!(
+        metrics.contains(&counted("reserved", prompt + answer)),
+        "{metrics}"
+    );
 
     let refused = app.create(ALICE, "next", &body).await;
     let problem = assert_problem(refused, 429, "budget_exceeded").await;
@@ -233,4 +257,80 @@ async fn a_provider_capped_at_two_calls_takes_two_and_the_rest_wait_without_a_tr
             .await;
     }
     assert_eq!(capped.call_count(), 5, "one call per job");
+}
+
+/// A hundred concurrent creates of one owner against a budget with room for exactly seven worst cases: seven are
+/// created, the rest are refused `budget_exceeded` with nothing written, a replay of an admitted one still answers,
+/// and each in-flight job's bill shows its worst case as reserved — which the usage report's budget adds up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_against_a_budget_admits_exactly_the_worst_cases_that_fit() {
+    let body = summarize("t");
+    let contracts = Contracts::load(&[], &BTreeMap::new(), true, |_| true).unwrap();
+    let summarize = contracts
+        .get(&ContractRef::parse("summarize@1").unwrap())
+        .unwrap();
+    let (prompt, answer) = summarize.worst_case_tokens(&body["input"]);
+    let worst = prompt + answer;
+    let app = app_with(OwnerLimits {
+        budget: Some(Budget {
+            period: Period::Day,
+            tokens: Some(7 * worst + worst / 2),
+            cost: None,
+        }),
+        ..OwnerLimits::default()
+    })
+    .await;
+    let burst = (0..100).map(|i| {
+        let (app, body) = (&app, &body);
+        async move { (i, app.create(ALICE, &format!("b-{i}"), body).await) }
+    });
+    let mut admitted = Vec::new();
+    for (i, response) in join_all(burst).await {
+        match response.status().as_u16() {
+            201 => admitted.push(json_with_status(response, 201).await),
+            _ => drop(assert_problem(response, 429, "budget_exceeded").await),
+        }
+        assert!(i < 100);
+    }
+    assert_eq!(admitted.len(), 7, "exactly the worst cases that fit");
+    let listed = json_with_status(app.list_jobs(ALICE, "?limit=100").await, 200).await;
+    assert_eq!(
+        listed["jobs"].as_array().unwrap().len(),
+        7,
+        "nothing else written"
+    );
+    let first = &admitted[0];
+    let key = first["idempotency_key"].as_str().unwrap();
+    assert_eq!(
+        app.create(ALICE, key, &body).await.status(),
+        200,
+        "a replay"
+    );
+    // Once its only attempt is in flight (its provider never answers), its bill bounds it.
+    let id = first["id"].as_str().unwrap();
+    let job = app
+        .wait_until(ALICE, id, |j| j["status"] == "running")
+        .await;
+    assert_eq!(
+        job["bill"]["reserved"]["tokens"],
+        json!(worst),
+        "{}",
+        job["bill"]
+    );
+    assert_eq!(job["bill"]["reserved"]["attempts"], json!([1]));
+    let today = app.clock.now().date_naive();
+    let usage = json_with_status(
+        app.get(ALICE, &format!("/v1/usage?from={today}&to={today}"))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(
+        usage["budget"]["reserved"]["tokens"],
+        json!(7 * worst),
+        "{usage}"
+    );
+    assert_eq!(usage["budget"]["settled"]["tokens"], json!(0));
+    let in_flight = usage["rows"][0]["reserved"]["tokens"].as_u64().unwrap();
+    assert!((worst..=7 * worst).contains(&in_flight), "{usage}");
 }

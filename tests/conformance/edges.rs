@@ -205,7 +205,7 @@ pub(crate) async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobSt
                     &job.id,
                     Some(long_name.clone()),
                     &everything,
-                    &onejob::domain::OwnerLimits::default(),
+                    onejob::store::Held::none(),
                     &by(t),
                 )
                 .await
@@ -237,7 +237,7 @@ pub(crate) async fn a_job_at_every_cap_still_fits_the_store(store: Arc<dyn JobSt
             &job.id,
             None,
             &everything,
-            &onejob::domain::OwnerLimits::default(),
+            onejob::store::Held::none(),
             &by(t),
         )
         .await;

@@ -84,7 +84,7 @@ pub(crate) async fn owners_are_isolated(store: Arc<dyn JobStore>) {
                 &alice.id,
                 Some(provider("fallback")),
                 &stop(),
-                &onejob::domain::OwnerLimits::default(),
+                onejob::store::Held::none(),
                 &by(1)
             )
             .await,

@@ -92,7 +92,7 @@ macro_rules! conformance_suite {
             a_breaker_write_that_fails_either_side_never_decides_a_job,
             an_evidence_write_that_fails_either_side_never_decides_a_job,
             a_call_slot_write_that_fails_either_side_never_calls_twice,
-            a_spend_record_that_fails_either_side_never_decides_a_job,
+            a_reservation_or_settle_that_fails_either_side_counts_each_call_once,
             a_claim_that_fails_either_side_of_its_write_calls_the_provider_once,
             a_completion_that_fails_either_side_of_its_write_keeps_the_answer,
             a_failure_that_fails_either_side_of_its_write_fails_over_at_once,

@@ -15,14 +15,14 @@ pub(crate) async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
             other => panic!("expected attempt_in_progress, got {other:?}"),
         }
     };
-    let (nowhere, one, unlimited) = (stop(), by(1), onejob::domain::OwnerLimits::default());
+    let (nowhere, one) = (stop(), by(1));
     let add = || {
         store.add_attempt(
             &job.owner,
             &job.id,
             Some(provider("fallback")),
             &nowhere,
-            &unlimited,
+            onejob::store::Held::none(),
             &one,
         )
     };
@@ -55,7 +55,7 @@ pub(crate) async fn a_second_live_attempt_is_refused(store: Arc<dyn JobStore>) {
                     &job.id,
                     Some(provider("fallback")),
                     &stop(),
-                    &onejob::domain::OwnerLimits::default(),
+                    onejob::store::Held::none(),
                     &by(5),
                 )
                 .await

@@ -164,24 +164,37 @@ pub(crate) async fn a_manual_attempt_is_held_to_the_owners_live_jobs(store: Arc<
     assert_eq!(rig.job(&failed).await.attempts.len(), 2);
 }
 
-/// Once the owner's budget is spent, no paid call is ordered for it: a create and a manual attempt are refused
-/// (429 `budget_exceeded`), and a failover stops with `budget_exceeded` — the fallback is never called.
+/// The worst case of one call of `rig`'s intents (they share a contract, an input and a chain).
+fn worst_case(rig: &Rig) -> u64 {
+    let intent = rig.intent("worst");
+    (rig.engine)
+        .bound(&intent.contract, &intent.input, &intent.providers)
+        .tokens
+}
+
+/// Once the owner's budget has no room for another call's worst case, no paid call is ordered for it: a create and
+/// a manual attempt are refused (429 `budget_exceeded`), and a failover stops with `budget_exceeded` — the fallback
+/// is never called. The budget has room for one worst case and a token: the primary's answer breaks the contract,
+/// and what it used leaves too little room for the failover's.
 pub(crate) async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc<dyn JobStore>) {
-    let down = StandIn::spawn(
-        vec![Reply::Answer(summary("paid"))],
-        Reply::Status(403, "down"),
-    )
-    .await;
+    let broken = StandIn::spawn(vec![], Reply::Answer(json!({"wrong": true}))).await;
     let fallback = StandIn::answering(summary("B")).await;
+    let probe = Rig::configured(
+        store.clone(),
+        openai(broken.base_url()),
+        openai(fallback.base_url()),
+        |_| {},
+    );
+    let worst = worst_case(&probe);
     let mut rig = Rig::configured(
         store,
-        openai(down.base_url()),
+        openai(broken.base_url()),
         openai(fallback.base_url()),
         |config| {
             config.limits = everyone(OwnerLimits {
                 budget: Some(Budget {
                     period: Period::Day,
-                    tokens: Some(10),
+                    tokens: Some(worst + 1),
                     cost: None,
                 }),
                 ..OwnerLimits::default()
@@ -189,21 +202,23 @@ pub(crate) async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc
         },
     );
     record_qualified(&rig.engine, rig.store.as_ref(), "fallback").await;
-    // Two jobs admitted while nothing is spent; the first one's answer spends the budget (its prompt alone is
-    // more than ten tokens).
-    let (paid, first) = rig.create("paid").await;
-    let (stopped, second) = rig.create("stopped").await;
-    assert_eq!(rig.process(&first).await, Processed::Succeeded);
-    assert_eq!(rig.job(&paid).await.status(), JobStatus::Succeeded);
-    // The second's primary fails: its failover would order a call past the spent budget.
+    let (stopped, first) = rig.create("stopped").await;
+    // The first job's worst case holds the budget: another create does not fit while it runs.
+    let refused = rig.engine.create_job(rig.intent("beside")).await;
+    assert!(matches!(limit_of(refused), LimitReached::Budget { .. }));
+    // The primary's answer breaks the contract, and was paid for. Failover queues the fallback's attempt, whose
+    // worker settles the first call before it reserves its own: what the first used leaves too little room, and
+    // the fallback is not called.
+    assert_eq!(rig.process(&first).await, Processed::Failed);
+    let second = rig.next_message();
     assert_eq!(rig.process(&second).await, Processed::Failed);
     let after = rig.job(&stopped).await;
     assert_eq!(after.status(), JobStatus::Failed);
     assert_eq!(after.error.unwrap().code, "budget_exceeded");
-    assert_eq!(after.attempts.len(), 1);
+    assert_eq!(after.attempts.len(), 2);
     assert!(rig.no_message());
     assert_eq!(fallback.call_count(), 0);
-    let owner = Actor::Owner(paid.owner.clone());
+    let owner = Actor::Owner(stopped.owner.clone());
     for provider in [None, Some(ProviderName::parse("fallback").unwrap())] {
         let refused = rig
             .engine
@@ -215,14 +230,11 @@ pub(crate) async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc
     assert!(matches!(limit_of(refused), LimitReached::Budget { .. }));
     // The next day, the budget admits again.
     rig.advance(86_400_000);
-    assert_eq!(
-        rig.engine
-            .add_attempt(&owner, &stopped.id, None, None)
-            .await
-            .unwrap()
-            .number,
-        2
-    );
+    let added = rig
+        .engine
+        .add_attempt(&owner, &stopped.id, None, None)
+        .await;
+    assert!(added.unwrap().number >= 2);
 }
 
 /// A budget whose period moves from a day to a month (the config changed) is held that very month: the spend is
@@ -230,10 +242,18 @@ pub(crate) async fn a_spent_budget_stops_manual_attempts_and_failover(store: Arc
 pub(crate) async fn a_budget_moved_from_day_to_month_is_held_that_month(store: Arc<dyn JobStore>) {
     let answering = StandIn::answering(summary("A")).await;
     let fallback = StandIn::answering(summary("B")).await;
+    let probe = Rig::configured(
+        store.clone(),
+        openai(answering.base_url()),
+        openai(fallback.base_url()),
+        |_| {},
+    );
+    // Room for one call's worst case and a token: what one call used leaves too little for another.
+    let worst = worst_case(&probe);
     let budget = |period| OwnerLimits {
         budget: Some(Budget {
             period,
-            tokens: Some(10),
+            tokens: Some(worst + 1),
             cost: None,
         }),
         ..OwnerLimits::default()
@@ -332,6 +352,11 @@ pub(crate) async fn a_long_lived_owners_ledger_stays_bounded(store: Arc<dyn JobS
             };
             let created = rig.engine.create_job(new).await;
             assert!(created.is_ok(), "{name} {i}: {created:?}");
+            // Under a budget, the jobs are worked as they go: each call's reservation is settled at its end.
+            if limits.budget.is_some() {
+                let message = rig.next_message();
+                assert_eq!(rig.process(&message).await, Processed::Succeeded);
+            }
             // The live jobs end as they go (a cancel frees its place at once).
             if limits.live_jobs.is_some() {
                 let job = created.unwrap().job().clone();

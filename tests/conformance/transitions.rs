@@ -98,7 +98,7 @@ pub(crate) async fn cancelling_a_job_is_idempotent_and_refused_once_it_succeeded
                 &job.id,
                 Some(provider("fallback")),
                 &stop(),
-                &onejob::domain::OwnerLimits::default(),
+                onejob::store::Held::none(),
                 &by(3)
             )
             .await,

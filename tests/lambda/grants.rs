@@ -102,6 +102,7 @@ async fn every_request_each_function_makes_is_granted_to_its_role() {
             tokens: Some(1_000_000),
             cost: None,
         }),
+        tokens_per_minute: Some(1_000_000),
     };
     let settings = Deployment {
         table,

@@ -6,9 +6,8 @@
 
 use std::sync::Arc;
 
-use onejob::clock::Clock;
 use onejob::domain::{
-    Budget, JobStatus, LimitReached, Limits, OwnerLimits, Period, ProviderName, Refusal, Spend,
+    Budget, JobStatus, LimitReached, Limits, OwnerLimits, Period, ProviderName, Refusal,
 };
 use onejob::engine::Actor;
 use onejob::store::dynamodb::DynamoStore;
@@ -99,29 +98,49 @@ fn limit_of(refused: Result<CreateOutcome, StoreError>) -> LimitReached {
 /// A double click that reaches two api processes while the first one's job `PutItem` is slow to land: the second
 /// finds no job yet, finds the intent holding its place already (the first's), and is not refused and not counted
 /// again — its own conditional put lands first and is the 201, the first's lands on it and is the replay. One 201,
-/// never a 429, under every limit kind — under a budget, even when another job's spend lands meanwhile and spends
-/// it; the owner's next intent is admitted (refused once the budget is spent), as the intent counted once.
+/// never a 429, under every limit kind — under a budget, even when another intent's reservation lands meanwhile
+/// and fills it; the owner's next intent is admitted (refused once the budget is full), as the intent counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_double_click_across_two_processes_with_a_slow_write_is_one_201_under_every_limit() {
     for (kind, limits) in every_limit() {
         let Some((proxy, first_store, second_store)) = two_processes().await else {
             return;
         };
-        let first = process(first_store, limits).await;
+        let mut first = process(first_store.clone(), limits).await;
+        let limits = match limits.budget {
+            // Room for two intents' worst cases: the click's, and one more.
+            Some(budget) => {
+                let click = first.intent("click-1");
+                let bound = (first.engine).bound(&click.contract, &click.input, &click.providers);
+                let budget = Budget {
+                    tokens: Some(2 * bound.tokens),
+                    ..budget
+                };
+                first = process(
+                    first_store,
+                    OwnerLimits {
+                        budget: Some(budget),
+                        ..limits
+                    },
+                )
+                .await;
+                OwnerLimits {
+                    budget: Some(budget),
+                    ..limits
+                }
+            }
+            None => limits,
+        };
         let mut second = process(second_store, limits).await;
         let held = proxy.hold("PutItem", "click-1");
         let engine = first.engine.clone();
         let intent = first.intent("click-1");
         let slow = tokio::spawn(async move { engine.create_job(intent).await });
         held.arrived().await;
-        let owner = first.intent("click-1").owner;
-        if let Some(budget) = limits.budget {
-            let spend = Spend {
-                at: second.clock.now(),
-                tokens: budget.tokens.unwrap(),
-                nanos: 0,
-            };
-            second.store.record_spend(&owner, &spend).await.unwrap();
+        if limits.budget.is_some() {
+            // Another intent's worst case fills the budget meanwhile.
+            let other = second.engine.create_job(second.intent("other")).await;
+            assert!(matches!(other, Ok(CreateOutcome::Created(_))), "{other:?}");
         }
         let fast = second.engine.create_job(second.intent("click-1")).await;
         assert!(
@@ -140,7 +159,7 @@ async fn a_double_click_across_two_processes_with_a_slow_write_is_one_201_under_
             "{kind}: one job"
         );
         // Counted once: the next intent fits; beyond it, the live-jobs and the creates' limits refuse. The budget
-        // was spent meanwhile: another intent is refused.
+        // was filled meanwhile: another intent is refused.
         let next = second.engine.create_job(second.intent("next")).await;
         if limits.budget.is_some() {
             assert!(
@@ -232,4 +251,45 @@ async fn a_manual_attempt_with_a_slow_write_holds_its_place_against_the_other_pr
             .is_ok()
     );
     while !second.no_message() {}
+}
+
+/// A hundred concurrent creates of one owner through two processes on one table, against a budget with room for
+/// exactly seven worst cases: seven jobs, ninety-three `budget_exceeded`, and the ledger reserves seven worst cases —
+/// never more than the budget, whichever process wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_through_two_processes_reserves_no_more_than_the_budget() {
+    let Some((_proxy, first_store, second_store)) = two_processes().await else {
+        return;
+    };
+    let probe = process(first_store.clone(), OwnerLimits::default()).await;
+    let intent = probe.intent("probe");
+    let worst = (probe.engine).bound(&intent.contract, &intent.input, &intent.providers);
+    let limits = OwnerLimits {
+        budget: Some(Budget {
+            period: Period::Day,
+            tokens: Some(7 * worst.tokens + worst.tokens / 2),
+            cost: None,
+        }),
+        ..OwnerLimits::default()
+    };
+    let first = process(first_store.clone(), limits).await;
+    let second = process(second_store, limits).await;
+    let creates = (0..100).map(|i| {
+        let rig = if i % 2 == 0 { &first } else { &second };
+        let (engine, intent) = (rig.engine.clone(), rig.intent(&format!("burst-{i}")));
+        tokio::spawn(async move { engine.create_job(intent).await })
+    });
+    let mut created = 0;
+    for create in futures_util::future::join_all(creates).await {
+        match create.unwrap() {
+            Ok(CreateOutcome::Created(_)) => created += 1,
+            refused => assert!(
+                matches!(limit_of(refused), LimitReached::Budget { .. }),
+                "refused by the budget only"
+            ),
+        }
+    }
+    assert_eq!(created, 7, "exactly the worst cases that fit");
+    let ledger = first_store.owner_ledger(&intent.owner).await.unwrap();
+    assert_eq!(ledger.reserved().tokens, 7 * worst.tokens);
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use onejob::domain::{
-    Applied, AttemptRef, Breaker, Deliveries, Endpoint, Fingerprint, IdempotencyKey, Job, JobId,
-    Owner, OwnerLedger, ProviderName, Qualification, Spend, Timestamp, Transition,
+    Applied, AttemptRef, Bound, Breaker, Deliveries, Endpoint, Fingerprint, IdempotencyKey, Job,
+    JobId, Owner, OwnerLedger, OwnerLimits, ProviderName, Qualification, Timestamp, Transition,
 };
 use onejob::store::{
     CallSlot, CreateOutcome, CreateTerms, EventStore, JobPage, JobStore, JobWrite, ListQuery,
@@ -44,9 +44,9 @@ pub(crate) enum Call {
     Deliveries,
     PutDeliveries,
     DueDeliveries,
-    RecordSpend,
+    Reserve,
     OwnerLedger,
-    FreePlace,
+    SettlePlace,
     NeedingAPerson,
     TakeCallSlot,
     FreeCallSlot,
@@ -323,9 +323,16 @@ impl JobStore for FaultyStore {
         self.through(Call::Create, op).await
     }
 
-    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
-        let op = self.inner.record_spend(owner, spend);
-        self.through(Call::RecordSpend, op).await
+    async fn reserve(
+        &self,
+        job: &Job,
+        attempt: u32,
+        limits: &OwnerLimits,
+        bound: Bound,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let op = self.inner.reserve(job, attempt, limits, bound, now);
+        self.through(Call::Reserve, op).await
     }
 
     async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError> {
@@ -333,8 +340,8 @@ impl JobStore for FaultyStore {
         self.through(Call::OwnerLedger, op).await
     }
 
-    async fn free_place(&self, job: &Job) -> Result<(), StoreError> {
-        self.through(Call::FreePlace, self.inner.free_place(job))
+    async fn settle_place(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
+        self.through(Call::SettlePlace, self.inner.settle_place(job, now))
             .await
     }
 

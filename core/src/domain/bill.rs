@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::attempt::{Attempt, AttemptState, ClearedBy};
+use super::failover::NOT_DONE;
 use super::ids::ProviderName;
 use super::job::Job;
+use super::limits::Bound;
 use super::report::CallReport;
 
 /// A deployment's price table (`[prices]`): what providers' calls cost, in one currency, per million tokens — by
@@ -208,6 +210,37 @@ impl Bill {
     /// Whether the total is the whole cost: no attempt's cost is unknown, possibly paid or unpriced.
     pub fn complete(&self) -> bool {
         self.unknown.is_empty() && self.possibly_paid.is_empty() && self.unpriced.is_empty()
+    }
+}
+
+impl Job {
+    /// What attempt `number`'s call cost, as its record says, for a budget that reserved `reserved` for it: `None`
+    /// while the attempt is live (queued, running or `unknown`: not known yet). Its usage where it reported one (its
+    /// priced cost; the tokens of an unpriced one). Nothing where no call was made or the provider said it did no
+    /// work: never claimed, refused (`provider_refused`, a 4xx) or not done ([`super::failover::NOT_DONE`]), or a lookup found no such
+    /// call. Else the call may have been paid with no usage known (a cleared time-out, a cancel after the call
+    /// began, an answer without usage): the reservation, whole.
+    pub fn settlement(&self, number: u32, reserved: Bound) -> Option<Bound> {
+        let Some(attempt) = self.attempt(number) else {
+            return Some(Bound::default());
+        };
+        if attempt.state.is_live() {
+            return None;
+        }
+        let usage = (attempt.report.as_ref())
+            .filter(|r| r.input_tokens.is_some() || r.output_tokens.is_some());
+        if let Some(report) = usage {
+            return Some(Bound {
+                tokens: report.input_tokens.unwrap_or(0) + report.output_tokens.unwrap_or(0),
+                nanos: report.cost_nanos.unwrap_or(0),
+            });
+        }
+        let not_done = attempt.started_at.is_none()
+            || cleared(attempt, ClearedBy::Lookup)
+            || (attempt.error.as_ref()).is_some_and(|e| {
+                NOT_DONE.contains(&e.code.as_str()) || e.code == "provider_refused"
+            });
+        Some(if not_done { Bound::default() } else { reserved })
     }
 }
 

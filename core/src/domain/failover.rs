@@ -113,6 +113,9 @@ pub const NOT_DONE: [&str; 5] = [
     "cancelled_at_provider",
 ];
 
+/// The error of an attempt whose call its owner's budget had no room for (it was not made): the job stops with it.
+pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
+
 /// What follows when an attempt ends `failed` or `cancelled` without a result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailoverDecision {
@@ -226,7 +229,7 @@ impl Job {
             }
             Some(_) if let Some(spent) = &failover.budget => {
                 FailoverDecision::Stop(ErrorInfo::new(
-                    "budget_exceeded",
+                    BUDGET_EXCEEDED,
                     format!("{spent}: no other provider is called for this job"),
                 ))
             }

@@ -12,7 +12,7 @@ use chrono::{Duration, DurationRound};
 use serde_json::Value;
 
 use super::attempt::{Attempt, AttemptState, ClearedBy};
-use super::failover::{Failover, FailoverDecision};
+use super::failover::{BUDGET_EXCEEDED, Failover, FailoverDecision};
 use super::fingerprint::Fingerprint;
 use super::ids::{ContractRef, IdempotencyKey, JobId, Owner, ProviderName, WriteToken};
 use super::intervention::Intervention;
@@ -352,12 +352,17 @@ impl Job {
         attempt.report = report.into_option();
         attempt.finished_at = Some(stamp.now);
         attempt.writer = Some(stamp.token.clone());
+        // Its call did not fit the owner's budget: no other call would (invariant 18).
+        let over_budget = (attempt.error.as_ref())
+            .filter(|e| e.code == BUDGET_EXCEEDED)
+            .cloned();
         let retry = was_started
             .then(|| self.retry_decision(number, failover, stamp.now))
             .flatten();
-        match retry {
-            Some(not_before) => self.queue_retry(number, not_before, stamp),
-            None => self.fail_over(failover, stamp),
+        match (retry, over_budget) {
+            (_, Some(error)) => self.error = Some(error),
+            (Some(not_before), None) => self.queue_retry(number, not_before, stamp),
+            (None, None) => self.fail_over(failover, stamp),
         }
         self.updated_at = stamp.now;
         Ok(())

@@ -41,14 +41,14 @@ pub use attempt::{Attempt, AttemptRef, AttemptState, Cleared, ClearedBy};
 pub use bill::{Bill, Price, PriceTable, Share, amount};
 pub use breaker::{Admission, Breaker, BreakerPolicy, BreakerState, Health};
 pub use event::{Deliveries, Endpoint, EventDelivery, SinkKind};
-pub use failover::{Failover, FailoverDecision, RetryLimits, RetryPolicy};
+pub use failover::{BUDGET_EXCEEDED, Failover, FailoverDecision, RetryLimits, RetryPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{ContractRef, IdempotencyKey, JobId, Owner, ParseError, ProviderName, WriteToken};
 pub use intervention::Intervention;
 pub use job::{Job, MAX_INPUT_BYTES, NewJob, expiry};
 pub use limits::{
-    Budget, LimitReached, Limits, Live, OwnerLedger, OwnerLimits, Period, PeriodSpend, Place,
-    Spend, Within,
+    Bound, Budget, LimitReached, Limits, Live, OwnerLedger, OwnerLimits, Period, PeriodSpend,
+    Place, Spend, Within,
 };
 pub use qualification::{ContractStanding, Qualification, RunEvidence, Standing, Suspicion};
 pub use report::{CallReport, ErrorInfo};

@@ -61,6 +61,14 @@ impl Job {
         }
     }
 
+    /// Whether the job is `queued`, `running` or `unknown`: what a place among its owner's live jobs stands for.
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self.status(),
+            JobStatus::Queued | JobStatus::Running | JobStatus::Unknown
+        )
+    }
+
     pub fn live_attempt(&self) -> Option<&Attempt> {
         self.attempts.iter().find(|a| a.state.is_live())
     }

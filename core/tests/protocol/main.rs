@@ -368,7 +368,7 @@ fn the_shared_state_holds() {
         let reached: &[&str] = match limited {
             Limited::Intake => &[owners::REACHED_REFUSED, owners::REACHED_REPLAY],
             Limited::Attempts => &[owners::REACHED_REFUSED],
-            Limited::Budgeted => &[owners::REACHED_REFUSED, owners::REACHED_REPLAY],
+            Limited::Budgeted => &[owners::REACHED_REFUSED],
             Limited::Rate => &[owners::REACHED_REPLAY],
         };
         assert_shared(&checker, &owners::musts(), reached);

@@ -1,28 +1,41 @@
 //! An owner's limits, model-checked (invariant 18): creates through two api processes on one table, a manual
-//! attempt by the owner and one by an operator, workers whose answers spend and fail over, and the advisory writes
-//! that follow (spend, a freed place) — every write of the owner's ledger as the DynamoDB store makes it, the
-//! strictest: the domain's own [`OwnerLedger`] rules (`admit_create`, `admit_attempt`, `checked`, `released`,
-//! `spend`), applied to the stored ledger in a write guarded by its revision, which fails before it lands, or lands
-//! and loses its answer (then tried again). A job's put is conditional on its intent's item, and may be slow: it
-//! lands later, after the other process's whole create. A create that took its place puts its job within the
-//! minute a place counts unchecked (the api's write budget is seconds, its function's timeout thirty); a failover's
-//! read of the budget and its write are one step (as in SQLite's transaction; on DynamoDB a spend recorded between
-//! the two is seen by the next call's).
+//! attempt by the owner and one by an operator, workers that reserve each call before they make it and whose
+//! answers fail over, and the settles that follow an attempt's end (its reservation to what it cost, a freed place)
+//! — every write of the owner's ledger as the DynamoDB store makes it, the strictest: the domain's own
+//! [`OwnerLedger`] rules (`admit_create`, `admit_attempt`, `reserve`, `checked`, `settle`), applied to the stored
+//! ledger in a write guarded by its revision, which fails before it lands, or lands and loses its answer (then
+//! tried again). A job's put is conditional on its intent's item, and may be slow: it lands later, after the other
+//! process's whole create. A create that took its place puts its job within the minute a place counts unchecked
+//! (the api's write budget is seconds, its function's timeout thirty). Every call's worst case is [`BOUND`] tokens
+//! and it reports [`USED`]: under a budget of 15, a second call is reserved only once the first is settled, and
+//! a third never.
 
 mod world;
 pub(crate) use world::*;
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use chrono::Duration;
 use onejob_core::domain::{
-    Budget, Failover, IdempotencyKey, Job, LimitReached, Live, NewJob, OwnerLedger, OwnerLimits,
-    Period, ProviderName, Spend, Stamp, Transition, Within, WriteToken,
+    Bound, Budget, CallReport, Failover, IdempotencyKey, Job, LimitReached, Live, NewJob,
+    OwnerLedger, OwnerLimits, Period, ProviderName, Spend, Stamp, Transition, Within, WriteToken,
 };
 use stateright::{Model, Property};
 
 use crate::world::{Tick, at, intent};
+
+/// Every call's worst case.
+const BOUND: Bound = Bound {
+    tokens: 10,
+    nanos: 0,
+};
+
+/// What every call uses (and reports): less than its worst case.
+pub(crate) const USED: u64 = 4;
+
+/// The budget, in tokens a day: one worst case at a time, two calls in all.
+const BUDGET_TOKENS: u64 = 15;
 
 /// A tick of this model is thirty seconds: a place not known to hold is looked at again after two.
 const TICK_S: i64 = 30;
@@ -56,22 +69,21 @@ pub(crate) enum Bug {
     PlaceByRequest,
     /// A manual attempt is not held to the live jobs (it queues without taking a place). Breaks the live limit.
     ManualUnheld,
-    /// Failover reads no budget. Breaks "no call past a spent budget".
-    FailoverIgnoresBudget,
+    /// A worker calls without reserving the call first. Breaks "the calls never pass the budget".
+    WorkerUnreserved,
+    /// A settle whose answer was lost, written again, counts the call again. Breaks "counted once".
+    SettledTwice,
     /// A create's place is never let go without a live-jobs limit. Breaks "bounded by the limits".
     PlacesKept,
-    /// A create under a budget alone holds no place: the other process's create of the same intent, finding the
-    /// budget spent meanwhile, is refused. Breaks "a replay is never refused".
-    NoPlaceUnderBudget,
 }
 
 impl Bug {
     pub(crate) const ALL: [Self; 5] = [
         Self::PlaceByRequest,
         Self::ManualUnheld,
-        Self::FailoverIgnoresBudget,
+        Self::WorkerUnreserved,
+        Self::SettledTwice,
         Self::PlacesKept,
-        Self::NoPlaceUnderBudget,
     ];
 }
 
@@ -115,14 +127,14 @@ impl Owners {
     pub(crate) fn limits(&self) -> OwnerLimits {
         let budget = Some(Budget {
             period: Period::Day,
-            tokens: Some(15),
+            tokens: Some(BUDGET_TOKENS),
             cost: None,
         });
         match self.limited {
             Limited::Intake => OwnerLimits {
                 live_jobs: Some(1),
-                creates_per_minute: None,
                 budget,
+                ..OwnerLimits::default()
             },
             Limited::Attempts => OwnerLimits {
                 live_jobs: Some(1),
@@ -164,11 +176,10 @@ impl Owners {
         loop {
             match ask(&ledger) {
                 Within::Check(intents) => {
-                    let holding: BTreeSet<String> = (0..2u8)
-                        .filter(|i| Self::live(&w.jobs[usize::from(*i)]))
-                        .map(|i| self.place(i, 0))
+                    let jobs: BTreeMap<String, Job> = (0..2u8)
+                        .filter_map(|i| Some((self.place(i, 0), w.jobs[usize::from(i)].clone()?)))
                         .collect();
-                    ledger = ledger.checked(&intents, &holding, now_of(w.now));
+                    ledger = ledger.checked(&intents, &jobs, now_of(w.now));
                 }
                 within => return (ledger, within),
             }
@@ -181,14 +192,18 @@ impl Owners {
         w.ghost.admitted_at = w.now;
     }
 
-    /// A write that notes a spend or a freed place.
+    /// A write that settles a reservation or frees a place.
     fn store_note(&self, w: &mut World, ledger: OwnerLedger) {
         w.ledger = ledger;
         w.rev += 1;
     }
 
-    fn spent(&self, w: &World) -> Option<LimitReached> {
-        self.limits().spent(&w.ledger, now_of(w.now))
+    /// What the engine's read of the budget tells failover and a manual attempt before their write: whether a
+    /// call's worst case fits beside the spend and the reservations (the job's own, to be settled, left out).
+    fn spent(&self, w: &World, i: u8) -> Option<LimitReached> {
+        let mut ledger = w.ledger.clone();
+        ledger.places.remove(&self.place(i, 0));
+        self.limits().fits(&ledger, now_of(w.now), BOUND)
     }
 }
 
@@ -199,10 +214,8 @@ impl Model for Owners {
     fn init_states(&self) -> Vec<World> {
         // Two api processes take a double click of intent 0 (requests 0 and 1); intent 1 is created by a third
         // request (2). From intent 0's job made, only the third.
-        // Under a budget alone, intent 1 is a double click too: another job's spend may land between one process's
-        // hold and its slow put.
         let made = matches!(self.limited, Limited::Attempts | Limited::Budgeted);
-        let clicked = self.limited == Limited::Budgeted;
+        let clicked = false;
         let requests: Vec<Request> = [(0, 0), (0, 1), (1, 2), (1, 3)]
             .into_iter()
             .filter(|(intent, id)| match made {
@@ -218,8 +231,13 @@ impl Model for Owners {
         let mut ledger = OwnerLedger::default();
         let mut jobs = [None, None];
         if made {
-            let within =
-                ledger.admit_create(&self.place(0, 0), &self.limits(), now_of(0), Live::Places);
+            let within = ledger.admit_create(
+                &self.place(0, 0),
+                &self.limits(),
+                now_of(0),
+                Live::Places,
+                BOUND,
+            );
             let Within::Yes(after) = within else {
                 unreachable!("the first create is admitted")
             };
@@ -272,7 +290,13 @@ impl Model for Owners {
                 actions.push(Action::Work(i, false));
             }
         }
-        actions.extend((0u8..).take(w.frees.len()).map(Action::Free));
+        // The settles in the order their attempts ended (each job's worker writes its own after its answer).
+        if !w.frees.is_empty() {
+            actions.push(Action::Free(0, false));
+            if w.faults > 0 && self.limits().budget.is_some() {
+                actions.push(Action::Free(0, true));
+            }
+        }
         if worked {
             for (a, manual) in (0u8..).zip(&w.manual) {
                 let failed = w.jobs[0].as_ref().is_some_and(|j| {
@@ -315,17 +339,11 @@ impl Model for Owners {
                 let request = w.requests[usize::from(r)];
                 let place = self.place(request.intent, request.id);
                 let limits = self.limits();
-                let (checked, within) =
-                    self.within(&w, |l| l.admit_create(&place, &limits, now, Live::Places));
+                let (checked, within) = self.within(&w, |l| {
+                    l.admit_create(&place, &limits, now, Live::Places, BOUND)
+                });
                 let phase = match within {
                     Within::Yes(after) => {
-                        let after = match self.has(Bug::NoPlaceUnderBudget) {
-                            true => after.map(|mut after| {
-                                after.places.remove(&place);
-                                after
-                            }),
-                            false => after,
-                        };
                         if let Some(after) = after {
                             if after.rate_tat_us != checked.rate_tat_us {
                                 w.ghost.counted[usize::from(request.intent)] += 1;
@@ -380,14 +398,21 @@ impl Model for Owners {
                 w.ghost.answers[usize::from(request.intent)].push(answer);
             }
             Action::Work(i, succeeds) => {
-                let budget = match self.has(Bug::FailoverIgnoresBudget) {
-                    true => None,
-                    false => self.spent(&w),
-                };
-                let spent = self.spent(&w).is_some();
-                let job = w.jobs[usize::from(i)].as_mut().expect("a live job");
+                let limits = self.limits();
+                let budget = self.spent(&w, i);
+                let job = w.jobs[usize::from(i)].clone().expect("a live job");
                 let number = job.live_attempt().expect("live").number;
+                // Before the call, the worker reserves it (the attempt a create or a manual attempt reserved for
+                // already as it is).
+                let reserved = match self.has(Bug::WorkerUnreserved) {
+                    true => Within::Yes(None),
+                    false => {
+                        self.within(&w, |l| l.reserve(&job, number, &limits, now, BOUND))
+                            .1
+                    }
+                };
                 let stamp = Stamp::new(token(9, number as u8), now);
+                let job = w.jobs[usize::from(i)].as_mut().expect("a live job");
                 let claimed = Transition::Claim {
                     number,
                     lease_expires_at: now + Duration::minutes(5),
@@ -396,44 +421,87 @@ impl Model for Owners {
                 if claimed.is_err() {
                     return None;
                 }
-                let answered = if succeeds {
-                    Transition::Complete {
-                        number,
-                        result: serde_json::json!({"summary": "done"}),
-                        report: Default::default(),
-                    }
-                } else {
-                    Transition::Fail {
-                        number,
-                        error: onejob_core::domain::ErrorInfo::new("output_invalid", "broke"),
-                        report: Default::default(),
-                        failover: failover(budget),
-                    }
+                let report = CallReport {
+                    input_tokens: Some(USED - 1),
+                    output_tokens: Some(1),
+                    ..CallReport::default()
                 };
-                answered.apply(job, &stamp).ok()?;
-                if let Some(next) = job.live_attempt() {
-                    // Failover queued a call.
-                    w.ghost.past_budget |= spent && next.number > number;
-                } else if self.limits().live_jobs.is_some() {
-                    // As the engine: a place to free where live jobs are limited, a spend where there is a budget.
-                    let last = job.attempts.iter().map(|a| a.number).max().unwrap_or(0);
-                    w.frees.push((i, last));
-                }
-                if self.limits().budget.is_some() {
-                    // What the answer cost, recorded after it (the engine's advisory write, here at once: an
-                    // unrecorded spend moves nothing the properties read).
-                    let spend = Spend {
-                        at: now,
-                        tokens: 10,
-                        nanos: 0,
-                    };
-                    let after = w.ledger.spend(&spend);
-                    self.store_note(&mut w, after);
+                let answered = match reserved {
+                    Within::Yes(after) => {
+                        w.ghost.called += USED;
+                        if let Some(after) = after {
+                            // The reservation and the claim are two writes; the model makes them one step.
+                            w.ledger = after;
+                            w.rev += 1;
+                        }
+                        let job = w.jobs[usize::from(i)].as_mut().expect("a live job");
+                        match succeeds {
+                            true => Transition::Complete {
+                                number,
+                                result: serde_json::json!({"summary": "done"}),
+                                report,
+                            }
+                            .apply(job, &stamp)
+                            .map(|_| ()),
+                            false => Transition::Fail {
+                                number,
+                                error: onejob_core::domain::ErrorInfo::new(
+                                    "output_invalid",
+                                    "broke",
+                                ),
+                                report,
+                                failover: failover(budget),
+                            }
+                            .apply(job, &stamp)
+                            .map(|_| ()),
+                        }
+                    }
+                    // Refused by the budget: no call, and no failover.
+                    Within::Beyond(limit) => Transition::Fail {
+                        number,
+                        error: onejob_core::domain::ErrorInfo::new("budget_exceeded", "spent"),
+                        report: CallReport::default(),
+                        failover: failover(Some(limit)),
+                    }
+                    .apply(w.jobs[usize::from(i)].as_mut().expect("a job"), &stamp)
+                    .map(|_| ()),
+                    Within::Check(_) => unreachable!("checked"),
+                };
+                answered.ok()?;
+                // As the engine: the attempt's end is settled (its reservation, and its place if the job ended).
+                let ended = w.jobs[usize::from(i)]
+                    .as_ref()
+                    .is_some_and(|j| !j.is_live());
+                if limits.budget.is_some() || (ended && limits.keeps_places()) {
+                    w.frees.push(i);
                 }
             }
-            Action::Free(f) => {
-                let (i, last) = w.frees.remove(usize::from(f));
-                if let Some(after) = w.ledger.released(&self.place(i, 0), last) {
+            Action::Free(f, lost) => {
+                let i = match lost {
+                    true => {
+                        // It lands and its answer is lost: written again later.
+                        w.faults -= 1;
+                        w.frees[usize::from(f)]
+                    }
+                    false => w.frees.remove(usize::from(f)),
+                };
+                let job = w.jobs[usize::from(i)].clone().expect("a job");
+                let before = w.ledger.day.tokens;
+                if let Some(mut after) = w.ledger.settle(&job, now) {
+                    if self.has(Bug::SettledTwice) && after.day.tokens == before {
+                        after = after.spend(&Spend {
+                            at: now,
+                            tokens: USED,
+                            nanos: 0,
+                        });
+                    }
+                    self.store_note(&mut w, after);
+                } else if self.has(Bug::SettledTwice) {
+                    let after = w.ledger.spend(&Spend {
+                        at: now,
+                        tokens: USED,
+                        nanos: 0,
+                    });
                     self.store_note(&mut w, after);
                 }
             }
@@ -442,9 +510,8 @@ impl Model for Owners {
                 let next = job.attempts.len() as u32 + 1;
                 if !self.has(Bug::ManualUnheld) {
                     let limits = self.limits();
-                    let place = self.place(0, 0);
                     let (checked, within) = self.within(&w, |l| {
-                        l.admit_attempt(&place, next, &limits, now, Live::Places)
+                        l.admit_attempt(job, next, &limits, now, Live::Places, BOUND)
                     });
                     match within {
                         Within::Yes(after) => {
@@ -464,16 +531,15 @@ impl Model for Owners {
                 w.manual[usize::from(a)] = Manual::Held;
             }
             Action::ManualAdd(a) => {
-                let spent = self.spent(&w);
                 let job = w.jobs[0].as_mut().expect("a job");
                 let add = Transition::AddAttempt {
                     provider: None,
-                    failover: failover(spent),
+                    failover: failover(None),
                 };
                 let stamp = Stamp::new(token(7, a), now);
-                if add.apply(job, &stamp).is_ok() {
-                    w.ghost.past_budget |= spent.is_some();
-                }
+                // Refused if the other's attempt is live: its hold's reservation stays until a check finds it
+                // unused.
+                let _ = add.apply(job, &stamp);
                 w.manual[usize::from(a)] = Manual::Done;
             }
             Action::Tick => w.now += 1,
@@ -500,16 +566,35 @@ impl Model for Owners {
                 let live = w.jobs.iter().filter(|j| Owners::live(j)).count();
                 model.limits().live_jobs.is_none_or(|l| live <= l as usize)
             }),
-            Property::always(BUDGET, |_, w: &World| !w.ghost.past_budget),
+            Property::always(BUDGET, |model: &Owners, w: &World| {
+                model.limits().budget.is_none() || w.ghost.called <= BUDGET_TOKENS
+            }),
+            Property::always(SETTLED_ONCE, |model: &Owners, w: &World| {
+                let counted = w.ledger.day.tokens;
+                model.limits().budget.is_none()
+                    || (counted <= w.ghost.called
+                        && counted + w.ledger.reserved().tokens >= w.ghost.called)
+            }),
             Property::always(ONCE, |_, w: &World| w.ghost.counted.iter().all(|c| *c <= 1)),
             Property::always(BOUNDED, |model: &Owners, w: &World| {
                 let limits = model.limits();
                 match limits.live_jobs {
                     Some(limit) => w.ledger.places.len() <= limit as usize,
                     None => {
+                        // Fresh at the last admission, or reserving a call, or its job's while it is live or its
+                        // end's settle is to be written (a settled reservation's place, until the job ends).
                         let held = (now_of(w.ghost.admitted_at) - OwnerLedger::CREATE_HELD)
                             .timestamp_millis();
-                        w.ledger.places.values().all(|p| p.at > held)
+                        let live: Vec<String> = (0..2u8)
+                            .filter(|_| limits.budget.is_some())
+                            .filter(|i| {
+                                Owners::live(&w.jobs[usize::from(*i)]) || w.frees.contains(i)
+                            })
+                            .map(|i| model.place(i, 0))
+                            .collect();
+                        (w.ledger.places.iter()).all(|(intent, p)| {
+                            p.at > held || p.reserved_for > 0 || live.contains(intent)
+                        })
                     }
                 }
             }),
@@ -551,15 +636,17 @@ pub(crate) const REPLAY: &str =
     "18: a replay is never refused (an intent answered 201 is never answered 429)";
 pub(crate) const ONE_201: &str = "2: one 201 per intent, across processes";
 pub(crate) const LIVE: &str = "18: live jobs never pass the limit";
-pub(crate) const BUDGET: &str = "18: no call is ordered past a spent budget";
+pub(crate) const BUDGET: &str = "18: the calls made never pass the budget";
+pub(crate) const SETTLED_ONCE: &str =
+    "18: each call is counted once: settled, or reserved until it is (never lost, never twice)";
 pub(crate) const ONCE: &str = "18: an intent counts once among the minute's creates";
 pub(crate) const BOUNDED: &str = "18: the owner's ledger is bounded by its limits";
 pub(crate) const REACHED_REFUSED: &str = "a create is refused at a limit";
 pub(crate) const REACHED_REPLAY: &str = "a double click across processes is one 201 and a replay";
 
 /// The properties that must never break.
-pub(crate) fn musts() -> [&'static str; 6] {
-    [REPLAY, ONE_201, LIVE, BUDGET, ONCE, BOUNDED]
+pub(crate) fn musts() -> [&'static str; 7] {
+    [REPLAY, ONE_201, LIVE, BUDGET, SETTLED_ONCE, ONCE, BOUNDED]
 }
 
 /// Which property each broken variant breaks, and the limits it shows under.
@@ -567,8 +654,8 @@ pub(crate) fn caught_by(bug: Bug) -> (&'static str, Limited) {
     match bug {
         Bug::PlaceByRequest => (REPLAY, Limited::Intake),
         Bug::ManualUnheld => (LIVE, Limited::Attempts),
-        Bug::FailoverIgnoresBudget => (BUDGET, Limited::Budgeted),
+        Bug::WorkerUnreserved => (BUDGET, Limited::Budgeted),
+        Bug::SettledTwice => (SETTLED_ONCE, Limited::Budgeted),
         Bug::PlacesKept => (BOUNDED, Limited::Rate),
-        Bug::NoPlaceUnderBudget => (REPLAY, Limited::Budgeted),
     }
 }

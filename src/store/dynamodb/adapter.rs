@@ -13,11 +13,11 @@ use super::transitions;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, Item, OWNER_INDEX, n, s, sdk_failure};
 use crate::domain::{
-    Applied, AttemptRef, Completion, IdempotencyKey, Job, JobCancel, JobId, Owner, OwnerLedger,
-    OwnerLimits, Refusal, Spend, Stamp, Timestamp, Transition,
+    Applied, AttemptRef, Bound, Completion, IdempotencyKey, Job, JobCancel, JobId, Owner,
+    OwnerLedger, OwnerLimits, Refusal, Stamp, Timestamp, Transition, Within,
 };
 use crate::store::{
-    CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
+    CreateOutcome, CreateTerms, Cursor, Held, JobPage, JobStore, JobWrite, ListQuery, StoreError,
 };
 
 impl DynamoStore {
@@ -30,7 +30,7 @@ impl DynamoStore {
         &self,
         id: &JobId,
         owner: Option<&Owner>,
-        limits: &OwnerLimits,
+        held: Held<'_>,
         now: Timestamp,
         domain: &(dyn Fn(&mut Job) -> Result<Applied, Refusal> + Sync),
     ) -> Result<Option<Item>, StoreError> {
@@ -42,8 +42,9 @@ impl DynamoStore {
         let adds = matches!(domain(&mut job.clone()), Ok(Applied::Added(n)) if n == next);
         let makes_live =
             job.id == *id && !job.is_expired(now) && owner.is_none_or(|o| *o == job.owner) && adds;
-        if makes_live && limits.any() {
-            (self.hold(&job.owner, id.intent(), Holding::Attempt(next), limits, now)).await?;
+        if makes_live && held.limits.any() {
+            let holding = Holding::Attempt(job, next);
+            (self.hold(&job.owner, id.intent(), holding, held, now)).await?;
         }
         Ok(Some(item))
     }
@@ -160,7 +161,11 @@ impl JobStore for DynamoStore {
     async fn create_within(
         &self,
         job: Job,
-        CreateTerms { stamp, limits }: CreateTerms<'_>,
+        CreateTerms {
+            stamp,
+            limits,
+            bound,
+        }: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError> {
         let input = encode_input(&job);
         // A job that is there answers without a write: a replay would otherwise pay for its input again, and is
@@ -174,14 +179,9 @@ impl JobStore for DynamoStore {
             }
         }
         if limits.any() {
-            let held = (self.hold(
-                &job.owner,
-                job.id.intent(),
-                Holding::Create,
-                limits,
-                stamp.now,
-            ))
-            .await;
+            let terms = Held { limits, bound };
+            let intent = job.id.intent();
+            let held = (self.hold(&job.owner, intent, Holding::Create, terms, stamp.now)).await;
             match held {
                 // A create of this very key by another function may have landed since the read above (and its job
                 // ended already, its place freed).
@@ -232,16 +232,25 @@ impl JobStore for DynamoStore {
         }
     }
 
-    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
-        self.add_spend(owner, spend).await
+    async fn reserve(
+        &self,
+        job: &Job,
+        attempt: u32,
+        limits: &OwnerLimits,
+        bound: Bound,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let admit = |ledger: &OwnerLedger| ledger.reserve(job, attempt, limits, now, bound);
+        self.guarded(&job.owner, now, admit).await
     }
 
     async fn owner_ledger(&self, owner: &Owner) -> Result<OwnerLedger, StoreError> {
         self.owner_ledger_of(owner).await
     }
 
-    async fn free_place(&self, job: &Job) -> Result<(), StoreError> {
-        self.release(job).await
+    async fn settle_place(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
+        let settle = |ledger: &OwnerLedger| Within::Yes(ledger.settle(job, now));
+        self.guarded(&job.owner, now, settle).await
     }
 
     async fn needing_a_person(
@@ -316,7 +325,7 @@ impl JobStore for DynamoStore {
             owner,
             transition,
             stamp,
-            limits,
+            held,
         } = write;
         let domain = |job: &mut Job| transition.apply(job, stamp);
         // One conditional update where it says all, with the answer a write that lands gives.
@@ -350,8 +359,8 @@ impl JobStore for DynamoStore {
                 transitions::cancel_job(stamp),
                 Applied::JobCancelled(JobCancel::Cancelled),
             ),
-            Transition::AddAttempt { .. } if let Some(limits) = limits => {
-                let first = (self.held_attempt(id, owner, limits, stamp.now, &domain)).await?;
+            Transition::AddAttempt { .. } if let Some(held) = held => {
+                let first = (self.held_attempt(id, owner, held, stamp.now, &domain)).await?;
                 return (self.read_then_write(id, owner, stamp.now, first, domain)).await;
             }
             Transition::AddAttempt { .. }

@@ -2,27 +2,30 @@
 //! (`GetItem`, `UpdateItem`, `PutItem`, `Query`: no transactions, whose client code alone would not fit a
 //! function's package):
 //!
-//! - an owner's ledger, the item `limits#<owner>`: its window of creates, its spend in the day and the month (each
-//!   added to by `UpdateItem … ADD`), and `places`, a map from each intent holding a place to when it was last
-//!   known to hold and the attempt that took it ([`OwnerLedger`]), all guarded by `rev`. A create within limits
-//!   takes its intent's place there first (guarded by `rev`), then puts the job; an intent that holds its place
-//!   already — the same intent created by another process, or this create repeated after a lost answer — is not
-//!   counted again and goes on to the job's conditional put, which decides created, replay or conflict. At the
-//!   live-jobs limit, the places not known to hold for a minute are checked against their jobs (at most 16 a try,
-//!   the oldest first) and the ended ones leave. A job that ends frees its place at once (`REMOVE`, conditioned on
-//!   the attempt that took it). The places never stand for fewer than the owner's live jobs, so a limit of N admits
-//!   at most N, however many functions create at once; and they are bounded by the limits, never by history.
+//! - an owner's ledger, the item `limits#<owner>`: its rates of creates and tokens, its spend in the day and the
+//!   month, and `places`, a map from each intent holding a place to when it was last known to hold, the attempt
+//!   that took it and the call it reserves against the budget ([`OwnerLedger`]), all guarded by `rev`. A create
+//!   within limits takes its intent's place there first (reserving its first call's worst case), then puts the job;
+//!   an intent that holds its place already — the same intent created by another process, or this create repeated
+//!   after a lost answer — is not counted again and goes on to the job's conditional put, which decides created,
+//!   replay or conflict. At the live-jobs limit or the budget, the places not known to hold for a minute are
+//!   checked against their jobs (at most 16 a try, the oldest first): an ended call's reservation is settled from
+//!   its job's record, an ended job's place leaves. A worker reserves each later call the same way before it makes
+//!   it; an attempt's end settles its reservation, and the job's end frees its place, in the same guarded write. The
+//!   places never stand for fewer than the owner's live jobs, nor the reservations for less than its calls not
+//!   settled, so a limit of N admits at most N and the spend never passes the budget, however many functions write
+//!   at once; and they are bounded by the limits, never by history.
 //! - a provider's call slots, the item `slots#<provider>`: its holders, each until when (guarded by `rev`).
 //! - the jobs that need a person: the sweep index lists a job `unknown` or `failed` under `UNKNOWN#s` or
 //!   `FAILED#s` by when it came to be so.
 //!
-//! Costs, in requests: a create under limits reads the ledger and, where a limit keeps count, writes it (its job's
-//! put as ever; a budget alone writes nothing); at the live-jobs limit, it may read up to 16 jobs. A job's end
-//! frees its place in one `UpdateItem`. Recording spend is one `UpdateItem` (three when a period turns: a read and
-//! a guarded write). Taking or freeing a slot reads the item and writes it. A guarded write that other writers keep
-//! winning ends as [`StoreError::Contended`]: a 503 to a caller, to try again.
+//! Costs, in requests: a create under limits reads the ledger and writes it (its job's put as ever); at a limit, it
+//! may read up to 16 jobs. An attempt's end under a budget, and a job's end under a live-jobs limit, read the
+//! ledger and write it; so does a worker's reservation of a failover's call. Taking or freeing a slot reads the
+//! item and writes it. A guarded write that other writers keep winning ends as [`StoreError::Contended`]: a 503 to
+//! a caller, to try again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -31,10 +34,10 @@ use super::item::decode_item;
 use super::update::Sweep;
 use super::{DynamoError, DynamoStore, Item, SWEEP_INDEX, SWEEP_SHARDS, n, s, sdk_failure};
 use crate::domain::{
-    CallSlots, Job, JobId, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, PeriodSpend, Place,
-    ProviderName, Spend, Timestamp, Within,
+    Bound, CallSlots, Job, JobId, JobStatus, Live, Owner, OwnerLedger, PeriodSpend, Place,
+    ProviderName, Timestamp, Within,
 };
-use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
+use crate::store::{CallSlot, Cursor, Held, JobPage, ListQuery, StoreError};
 
 /// How many times a guarded write of an owner's ledger or a provider's slots is tried while other writers win: a
 /// burst of one owner's creates from many functions meets here.
@@ -106,7 +109,15 @@ fn read_ledger(item: &Item, key: &str) -> Result<(OwnerLedger, u64), StoreError>
                 let place = place.as_m().ok()?;
                 let at = i64::try_from(number_of(place.get("at"))).ok()?;
                 let attempt = u32::try_from(number_of(place.get("n"))).ok()?;
-                Some((intent.clone(), Place { at, attempt }))
+                let place = Place {
+                    reserved_for: u32::try_from(number_of(place.get("r"))).ok()?,
+                    reserved: Bound {
+                        tokens: number_of(place.get("t")),
+                        nanos: number_of(place.get("c")),
+                    },
+                    ..Place::new(at, attempt)
+                };
+                Some((intent.clone(), place))
             })
             .collect(),
         _ => BTreeMap::new(),
@@ -115,7 +126,7 @@ fn read_ledger(item: &Item, key: &str) -> Result<(OwnerLedger, u64), StoreError>
         if let Ok(id) = JobId::parse(&id) {
             places
                 .entry(id.intent().to_owned())
-                .or_insert(Place { at, attempt: 1 });
+                .or_insert(Place::new(at, 1));
         }
     }
     let earlier = serde_json::json!({
@@ -132,6 +143,7 @@ fn read_ledger(item: &Item, key: &str) -> Result<(OwnerLedger, u64), StoreError>
         }
     }
     ledger.rate_tat_us = number(item, "rate_tat_us") as i64;
+    ledger.token_tat_us = number(item, "token_tat_us") as i64;
     ledger.places = places;
     Ok((ledger, number(item, "rev")))
 }
@@ -140,15 +152,21 @@ fn read_ledger(item: &Item, key: &str) -> Result<(OwnerLedger, u64), StoreError>
 fn ledger_values(ledger: &OwnerLedger) -> HashMap<String, AttributeValue> {
     let places = (ledger.places.iter())
         .map(|(intent, place)| {
-            let place = HashMap::from([
+            let mut kept = HashMap::from([
                 ("at".to_owned(), n(place.at)),
                 ("n".to_owned(), n(place.attempt)),
             ]);
-            (intent.clone(), AttributeValue::M(place))
+            if place.reserved_for > 0 {
+                kept.insert("r".to_owned(), n(place.reserved_for));
+                kept.insert("t".to_owned(), n(place.reserved.tokens));
+                kept.insert("c".to_owned(), n(place.reserved.nanos));
+            }
+            (intent.clone(), AttributeValue::M(kept))
         })
         .collect();
     let mut values = HashMap::from([
         (":rate".to_owned(), n(ledger.rate_tat_us)),
+        (":token_rate".to_owned(), n(ledger.token_tat_us)),
         (":places".to_owned(), AttributeValue::M(places)),
     ]);
     for (kind, spend) in [("day", &ledger.day), ("month", &ledger.month)] {
@@ -159,7 +177,7 @@ fn ledger_values(ledger: &OwnerLedger) -> HashMap<String, AttributeValue> {
     values
 }
 
-const LEDGER_SET: &str = "SET rate_tat_us = :rate, places = :places, \
+const LEDGER_SET: &str = "SET rate_tat_us = :rate, token_tat_us = :token_rate, places = :places, \
      day_period = :day_period, day_tokens = :day_tokens, day_nanos = :day_nanos, \
      month_period = :month_period, month_tokens = :month_tokens, month_nanos = :month_nanos, rev = :next \
      REMOVE live, spend_period, spent_tokens, spent_nanos, window_ms, window_creates";
@@ -170,11 +188,11 @@ fn limit_refused(limit: crate::domain::LimitReached) -> StoreError {
 
 /// Which write holds an intent to its owner's limits.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Holding {
+pub(super) enum Holding<'a> {
     /// A create.
     Create,
-    /// A manual attempt, this one, making the job live again.
-    Attempt(u32),
+    /// A manual attempt, this one, making the job (as read) live again.
+    Attempt(&'a Job, u32),
 }
 
 impl DynamoStore {
@@ -217,43 +235,52 @@ impl DynamoStore {
         }
     }
 
-    /// Of `intents`, those whose job is live at `now`: what a check at the live-jobs limit keeps.
-    async fn holding(
+    /// The jobs of `intents` that are there at `now` (not expired), by intent: what a check of places reads.
+    async fn jobs(
         &self,
         intents: &[String],
         now: Timestamp,
-    ) -> Result<BTreeSet<String>, StoreError> {
-        let mut holding = BTreeSet::new();
+    ) -> Result<BTreeMap<String, Job>, StoreError> {
+        let mut jobs = BTreeMap::new();
         for item in self.read_items(intents).await? {
             let job = decode_item(&item)?.job;
-            let live = !job.is_expired(now)
-                && matches!(
-                    job.status(),
-                    JobStatus::Queued | JobStatus::Running | JobStatus::Unknown
-                );
-            if live {
-                holding.insert(job.id.intent().to_owned());
+            if !job.is_expired(now) {
+                jobs.insert(job.id.intent().to_owned(), job);
             }
         }
-        Ok(holding)
+        Ok(jobs)
     }
 
-    /// Holds `intent`'s write (`holding`) to `owner`'s `limits` at `now`, in the ledger's guarded write: Ok once it
-    /// is within them (its place taken, or held already), else the limit it would pass
-    /// ([`StoreError::Refused`]). Places not known to hold are checked against their jobs first, and what the
-    /// check found is kept even when the write is refused.
+    /// Holds `intent`'s write (`holding`) to `owner`'s limits at `now` (`held`), in the ledger's guarded write: Ok
+    /// once it is within them (its place taken, or held already), else the limit it would pass
+    /// ([`StoreError::Refused`]).
     pub(super) async fn hold(
         &self,
         owner: &Owner,
         intent: &str,
-        holding: Holding,
-        limits: &OwnerLimits,
+        holding: Holding<'_>,
+        Held { limits, bound }: Held<'_>,
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let admit = |ledger: &OwnerLedger| match holding {
-            Holding::Create => ledger.admit_create(intent, limits, now, Live::Places),
-            Holding::Attempt(n) => ledger.admit_attempt(intent, n, limits, now, Live::Places),
+            Holding::Create => ledger.admit_create(intent, limits, now, Live::Places, bound),
+            Holding::Attempt(job, n) => {
+                ledger.admit_attempt(job, n, limits, now, Live::Places, bound)
+            }
         };
+        self.guarded(owner, now, admit).await
+    }
+
+    /// Writes what `admit` makes of `owner`'s ledger at `now`, in a write guarded by its revision: Ok once it is
+    /// written (or there was nothing to write), else the limit `admit` says it would pass ([`StoreError::Refused`]).
+    /// Places not known to hold are checked against their jobs first, as `admit` asks, and what the check found is
+    /// kept even when the write is refused.
+    pub(super) async fn guarded(
+        &self,
+        owner: &Owner,
+        now: Timestamp,
+        admit: impl Fn(&OwnerLedger) -> Within,
+    ) -> Result<(), StoreError> {
         for tries in 0..TRIES {
             if tries > 0 {
                 contended(tries).await;
@@ -263,14 +290,15 @@ impl DynamoStore {
             let within = loop {
                 match admit(&ledger) {
                     Within::Check(intents) => {
-                        let live = self.holding(&intents, now).await?;
-                        ledger = ledger.checked(&intents, &live, now);
+                        let jobs = self.jobs(&intents, now).await?;
+                        ledger = ledger.checked(&intents, &jobs, now);
                     }
                     within => break within,
                 }
             };
             let (after, refused) = match within {
-                Within::Yes(None) => return Ok(()),
+                Within::Yes(None) if ledger == read => return Ok(()),
+                Within::Yes(None) => (ledger, None),
                 Within::Yes(Some(after)) => (after, None),
                 Within::Beyond(limit) if ledger == read => return Err(limit_refused(limit)),
                 Within::Beyond(limit) => (ledger, Some(limit)),
@@ -281,68 +309,6 @@ impl DynamoStore {
             }
         }
         Err(StoreError::Contended(ledger_key(owner)))
-    }
-
-    /// `job`, ended, frees its place in its owner's ledger — unless a later attempt took it again.
-    pub(super) async fn release(&self, job: &Job) -> Result<(), StoreError> {
-        let last = job.attempts.iter().map(|a| a.number).max().unwrap_or(0);
-        let freed = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(&ledger_key(&job.owner)))
-            .update_expression("REMOVE places.#intent ADD rev :one")
-            .condition_expression("places.#intent.n <= :last")
-            .expression_attribute_names("#intent", job.id.intent())
-            .expression_attribute_values(":last", n(last))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
-        match freed.map_err(|e| e.into_service_error()) {
-            Ok(_) | Err(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
-            Err(other) => Err(StoreError::backend(other)),
-        }
-    }
-
-    /// Adds `spend` to `owner`'s day and month: one `ADD` while both periods are the stored ones; when a period
-    /// turns (or there is none yet), the ledger as [`OwnerLedger::spend`] makes it, in a write guarded by `rev`.
-    /// Every spend moves `rev`, so that a write held to the budget never lands on a spend it did not read.
-    pub(super) async fn add_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
-        let key = ledger_key(owner);
-        let (day, _) = crate::domain::Period::Day.of(spend.at);
-        let (month, _) = crate::domain::Period::Month.of(spend.at);
-        let added = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(&key))
-            .update_expression(
-                "ADD day_tokens :tokens, day_nanos :nanos, month_tokens :tokens, month_nanos :nanos, rev :one",
-            )
-            .condition_expression("day_period = :day AND month_period = :month")
-            .expression_attribute_values(":tokens", n(spend.tokens))
-            .expression_attribute_values(":nanos", n(spend.nanos))
-            .expression_attribute_values(":day", s(&day))
-            .expression_attribute_values(":month", s(&month))
-            .expression_attribute_values(":one", n(1))
-            .send()
-            .await;
-        match added.map_err(|e| e.into_service_error()) {
-            Ok(_) => return Ok(()),
-            Err(UpdateItemError::ConditionalCheckFailedException(_)) => {}
-            Err(other) => return Err(StoreError::backend(other)),
-        }
-        // A period turned, or none was counted yet: the ledger as the domain counts it.
-        for tries in 0..TRIES {
-            if tries > 0 {
-                contended(tries).await;
-            }
-            let (ledger, rev) = self.ledger(owner).await?;
-            if self.put_ledger(owner, &ledger.spend(spend), rev).await? {
-                return Ok(());
-            }
-        }
-        Err(StoreError::Contended(key))
     }
 
     /// Takes or frees `holder`'s slot of `provider` (`take` is `Some(slot)` to take one), as [`CallSlots`] rules,

@@ -9,8 +9,8 @@ use super::rows::{
 };
 use super::{SqliteError, SqliteStore, owners};
 use crate::domain::{
-    Applied, AttemptRef, IdempotencyKey, Job, JobId, JobStatus, Owner, OwnerLedger, Spend,
-    Timestamp,
+    Applied, AttemptRef, Bound, IdempotencyKey, Job, JobId, JobStatus, Owner, OwnerLedger,
+    OwnerLimits, Timestamp, Within,
 };
 use crate::store::{
     CreateOutcome, CreateTerms, Cursor, JobPage, JobStore, JobWrite, ListQuery, StoreError,
@@ -85,7 +85,11 @@ impl JobStore for SqliteStore {
     async fn create_within(
         &self,
         job: Job,
-        CreateTerms { stamp, limits }: CreateTerms<'_>,
+        CreateTerms {
+            stamp,
+            limits,
+            bound,
+        }: CreateTerms<'_>,
     ) -> Result<CreateOutcome, StoreError> {
         let (token, now, limits) = (stamp.token.clone(), stamp.now, *limits);
         // Straight to the writer, whose insert the key's unique index decides: most creates are a key's first,
@@ -103,13 +107,9 @@ impl JobStore for SqliteStore {
                     ));
                 }
                 let live = owners::counted(tx, &job.owner, &limits, now)?;
-                let within = owners::ledger(tx, &job.owner)?.admit_create(
-                    job.id.intent(),
-                    &limits,
-                    now,
-                    live,
-                );
-                owners::settle_within(tx, &job.owner, within)?;
+                owners::guarded(tx, &job.owner, now, |ledger| {
+                    ledger.admit_create(job.id.intent(), &limits, now, live, bound)
+                })?;
             }
             if insert_job(tx, &job)? {
                 return Ok(CreateOutcome::Created(job));
@@ -134,11 +134,19 @@ impl JobStore for SqliteStore {
         .await
     }
 
-    async fn record_spend(&self, owner: &Owner, spend: &Spend) -> Result<(), StoreError> {
-        let (owner, spend) = (owner.clone(), spend.clone());
+    async fn reserve(
+        &self,
+        job: &Job,
+        attempt: u32,
+        limits: &OwnerLimits,
+        bound: Bound,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let (job, limits) = (job.clone(), *limits);
         self.write(move |tx| {
-            let ledger = owners::ledger(tx, &owner)?.spend(&spend);
-            owners::put_ledger(tx, &owner, &ledger)
+            owners::guarded(tx, &job.owner, now, |ledger| {
+                ledger.reserve(&job, attempt, &limits, now, bound)
+            })
         })
         .await
     }
@@ -148,9 +156,14 @@ impl JobStore for SqliteStore {
         self.read(move |conn| owners::ledger(conn, &owner)).await
     }
 
-    async fn free_place(&self, _job: &Job) -> Result<(), StoreError> {
-        // Live jobs are counted in the write that holds a create or an attempt to the limit: no places.
-        Ok(())
+    async fn settle_place(&self, job: &Job, now: Timestamp) -> Result<(), StoreError> {
+        let job = job.clone();
+        self.write(move |tx| {
+            owners::guarded(tx, &job.owner, now, |ledger| {
+                Within::Yes(ledger.settle(&job, now))
+            })
+        })
+        .await
     }
 
     async fn needing_a_person(
@@ -201,8 +214,8 @@ impl JobStore for SqliteStore {
     async fn apply(&self, id: &JobId, write: JobWrite<'_>) -> Result<(Applied, Job), StoreError> {
         let (owner, stamp, transition) =
             (write.owner.cloned(), write.stamp.clone(), write.transition);
-        let limits = write.limits.copied();
-        self.transition(owner, id, stamp.now, limits, move |job| {
+        let held = write.held.map(|held| (*held.limits, held.bound));
+        self.transition(owner, id, stamp.now, held, move |job| {
             transition.apply(job, &stamp)
         })
         .await

@@ -32,7 +32,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 use tokio::sync::Mutex;
 
 use super::StoreError;
-use crate::domain::{Job, JobId, Owner, OwnerLimits, Refusal, Timestamp};
+use crate::domain::{Bound, Job, JobId, Owner, OwnerLimits, Refusal, Timestamp};
 use rows::{load_job, write_back};
 use schema::{configure, migrate};
 use writer::Writer;
@@ -143,7 +143,7 @@ impl SqliteStore {
         owner: Option<Owner>,
         id: &JobId,
         now: Timestamp,
-        limits: Option<OwnerLimits>,
+        held: Option<(OwnerLimits, Bound)>,
         apply: impl FnOnce(&mut Job) -> Result<T, Refusal> + Send + 'static,
     ) -> Result<(T, Job), StoreError> {
         let (id, every_job) = (id.clone(), self.every_job);
@@ -155,11 +155,11 @@ impl SqliteStore {
             let out = apply(&mut after)?;
             // A write that makes the job live again is held to its owner's limits, counted in this transaction
             // (the job itself is not live yet, so not counted).
-            if let Some(limits) = limits
+            if let Some(held) = held
                 && before.live_attempt().is_none()
                 && let Some(live) = after.live_attempt()
             {
-                owners::hold_live(tx, &after, live.number, &limits, now)?;
+                owners::hold_live(tx, &after, live.number, held, now)?;
             }
             write_back(tx, seq, &before, &after)?;
             if let Some(settles_at) = after.settles_at() {

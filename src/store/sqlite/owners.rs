@@ -1,16 +1,16 @@
-//! What owners may start and what providers may take, on SQLite: an owner's ledger (`owner_ledgers`, its window of
-//! creates and its period's spend, as JSON text), its live jobs counted through `jobs_live_by_owner` in the
-//! writer's transaction (no other write comes between the count and the insert), the calls in flight to each
-//! provider (`call_slots`), and the jobs that need a person (`jobs_needing_a_person`).
+//! What owners may start and what providers may take, on SQLite: an owner's ledger (`owner_ledgers`, its rates,
+//! its spend and the places that carry its reservations, as JSON text), its live jobs counted through
+//! `jobs_live_by_owner` in the writer's transaction (no other write comes between the count and the insert), the
+//! calls in flight to each provider (`call_slots`), and the jobs that need a person (`jobs_needing_a_person`).
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::SqliteError;
-use super::rows::{JOB_ROW, JobRow, from_json, json_text};
+use super::rows::{JOB_ROW, JobRow, from_json, json_text, load_job};
 use crate::domain::{
-    Job, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, Refusal, Timestamp, Within,
+    Bound, Job, JobId, JobStatus, Live, Owner, OwnerLedger, OwnerLimits, Refusal, Timestamp, Within,
 };
 use crate::store::{CallSlot, Cursor, JobPage, ListQuery, StoreError};
+use std::collections::BTreeMap;
 
 /// How many of `owner`'s jobs are `queued`, `running` or `unknown` and not expired at `now`.
 pub(super) fn live_jobs(
@@ -29,21 +29,54 @@ pub(super) fn live_jobs(
     Ok(u32::try_from(count).unwrap_or(u32::MAX))
 }
 
-/// What `within` says of a write inside the writer's transaction: the ledger stored if it changed, a refusal
-/// beyond a limit. (With the live jobs counted, the ledger asks for no check.)
-pub(super) fn settle_within(
+/// Writes what `admit` makes of `owner`'s ledger at `now` in the writer's transaction, the places it asks about
+/// checked against their jobs here first; beyond a limit, a refusal (and the transaction, checks and all, rolls
+/// back).
+pub(super) fn guarded(
     tx: &Transaction<'_>,
     owner: &Owner,
-    within: Within,
+    now: Timestamp,
+    admit: impl Fn(&OwnerLedger) -> Within,
 ) -> Result<(), StoreError> {
-    match within {
-        Within::Yes(Some(after)) => put_ledger(tx, owner, &after),
-        Within::Yes(None) => Ok(()),
-        Within::Beyond(limit) => Err(Refusal::Limit(limit).into()),
-        Within::Check(_) => {
-            Err(SqliteError::GuardFailed("owner_ledgers (a check of counted jobs)").into())
+    let read = ledger(tx, owner)?;
+    let mut ledger = read.clone();
+    loop {
+        match admit(&ledger) {
+            Within::Check(intents) => {
+                let jobs = jobs_of(tx, &intents, now)?;
+                ledger = ledger.checked(&intents, &jobs, now);
+            }
+            Within::Yes(after) => {
+                let after = after.unwrap_or(ledger);
+                if after != read {
+                    put_ledger(tx, owner, &after)?;
+                }
+                return Ok(());
+            }
+            Within::Beyond(limit) => return Err(Refusal::Limit(limit).into()),
         }
     }
+}
+
+/// The jobs of `intents` not expired at `now`, by intent.
+fn jobs_of(
+    tx: &Transaction<'_>,
+    intents: &[String],
+    now: Timestamp,
+) -> Result<BTreeMap<String, Job>, StoreError> {
+    let mut jobs = BTreeMap::new();
+    for intent in intents {
+        let ids: Vec<String> = tx
+            .prepare_cached("SELECT id FROM jobs WHERE id >= ?1 AND id < ?1 || '~'")?
+            .query_map([intent], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        for id in ids.iter().filter_map(|id| JobId::parse(id).ok()) {
+            if let Some((_, job)) = load_job(tx, &id, now)? {
+                jobs.insert(intent.clone(), job);
+            }
+        }
+    }
+    Ok(jobs)
 }
 
 /// `owner`'s live jobs as the limit counts them: counted here, if the limit applies.
@@ -59,18 +92,19 @@ pub(super) fn counted(
     }))
 }
 
-/// Attempt `number` makes `job` live again: held to its owner's live jobs and budget in this transaction, refused
-/// beyond one ([`OwnerLedger::admit_attempt`]).
+/// Attempt `number` makes `job` live again: held to its owner's live jobs and budget in this transaction, its call
+/// (worst case `bound`) reserved, refused beyond one ([`OwnerLedger::admit_attempt`]).
 pub(super) fn hold_live(
     tx: &Transaction<'_>,
     job: &Job,
     number: u32,
-    limits: &OwnerLimits,
+    (limits, bound): (OwnerLimits, Bound),
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let live = counted(tx, &job.owner, limits, now)?;
-    let within = ledger(tx, &job.owner)?.admit_attempt(job.id.intent(), number, limits, now, live);
-    settle_within(tx, &job.owner, within)
+    let live = counted(tx, &job.owner, &limits, now)?;
+    guarded(tx, &job.owner, now, |ledger| {
+        ledger.admit_attempt(job, number, &limits, now, live, bound)
+    })
 }
 
 /// `owner`'s ledger (an empty one if it has none yet).

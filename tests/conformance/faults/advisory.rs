@@ -163,9 +163,11 @@ pub(crate) async fn a_call_slot_write_that_fails_either_side_never_calls_twice(
     );
 }
 
-/// A spend record that fails on either side never decides a job: the answer is written first, the job succeeds,
-/// and the owner's budget counts the call if the write landed.
-pub(crate) async fn a_spend_record_that_fails_either_side_never_decides_a_job(
+/// A call's reservation and its settle, each failing on either side, never decide a job, and never count the call
+/// twice or lose it: a reservation whose write failed is tried again (the same write: it lands once), a settle
+/// whose answer was lost landed once, and a settle that failed before its write leaves the call reserved at its
+/// worst case (settled later by a check) — counted neither at its cost nor twice.
+pub(crate) async fn a_reservation_or_settle_that_fails_either_side_counts_each_call_once(
     store: Arc<dyn JobStore>,
 ) {
     let primary = StandIn::answering(summary("A")).await;
@@ -183,20 +185,35 @@ pub(crate) async fn a_spend_record_that_fails_either_side_never_decides_a_job(
             });
         },
     );
-    for (i, fault) in FAULTS.into_iter().enumerate() {
-        faulty.plan(&[(Call::RecordSpend, fault)]);
-        let (job, message) = rig.create(&format!("spend-{i}")).await;
-        assert_eq!(
-            rig.process(&message).await,
-            Processed::Succeeded,
-            "{fault:?}"
-        );
-        assert!(faulty.spent(), "{fault:?}");
-        assert_eq!(
-            rig.job(&job).await.status(),
-            JobStatus::Succeeded,
-            "{fault:?}"
-        );
+    let (mut used, mut unsettled) = (0, None);
+    for call in [Call::Reserve, Call::SettlePlace] {
+        for (i, fault) in FAULTS.into_iter().enumerate() {
+            faulty.plan(&[(call, fault)]);
+            let (job, message) = rig.create(&format!("spend-{call:?}-{i}")).await;
+            assert_eq!(
+                rig.process(&message).await,
+                Processed::Succeeded,
+                "{call:?} {fault:?}"
+            );
+            assert!(faulty.spent(), "{call:?} {fault:?}");
+            let job = rig.job(&job).await;
+            assert_eq!(job.status(), JobStatus::Succeeded, "{call:?} {fault:?}");
+            let report = job.attempt(1).unwrap().report.clone().unwrap();
+            let tokens = report.input_tokens.unwrap() + report.output_tokens.unwrap();
+            let bound = rig.engine.bound_of(&job, None);
+            assert!(tokens <= bound.tokens, "the worst case bounds the call");
+            match (call, fault) {
+                (Call::SettlePlace, Fault::Before) => unsettled = Some(bound.tokens),
+                _ => used += tokens,
+            }
+        }
     }
-    assert_eq!(primary.call_count(), 2, "one call each");
+    let ledger = store.owner_ledger(&rig.intent("x").owner).await.unwrap();
+    assert_eq!(ledger.month.tokens, used, "each settled call counted once");
+    assert_eq!(
+        ledger.reserved().tokens,
+        unsettled.unwrap(),
+        "the call whose settle failed stays reserved at its worst case"
+    );
+    assert_eq!(primary.call_count(), 4, "one call each");
 }

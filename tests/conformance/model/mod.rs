@@ -225,7 +225,7 @@ async fn on_store(
                     &model.id(key),
                     p.map(provider),
                     &failover(qualified),
-                    &onejob::domain::OwnerLimits::default(),
+                    onejob::store::Held::none(),
                     stamp,
                 )
                 .await?,

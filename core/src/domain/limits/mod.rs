@@ -1,20 +1,23 @@
-//! What one owner may start (`[limits]`), so that no owner starves the others: jobs live at once, creates a
-//! minute, a budget a period (invariant 18). The rules are here, pure; each store applies them inside its guarded
-//! writes, against the owner's [`OwnerLedger`]:
+//! What one owner may start (`[limits]`), so that no owner starves the others: jobs live at once, creates and
+//! tokens a minute, a budget a period (invariant 18). The rules are here, pure; each store applies them inside its
+//! guarded writes, against the owner's [`OwnerLedger`]:
 //!
-//! - a **create** is held to all three ([`OwnerLedger::admit_create`]); a replay of a job that exists is never
+//! - a **create** is held to all of them ([`OwnerLedger::admit_create`]); a replay of a job that exists is never
 //!   refused (the stores look for it first), nor is a create of an intent that already holds its place — another
 //!   process writing the same intent, or this very create repeated after a lost answer: an intent counts once;
 //! - a **manual attempt** that makes a job live again is held to the live jobs and the budget
 //!   ([`OwnerLedger::admit_attempt`]), an operator's as an owner's (the jobs and the money are the owner's);
-//! - **failover and retries** order a paid call on a job that is live already: held to the budget, which stops
-//!   them with `budget_exceeded` ([`super::Failover::budget`]).
+//! - **every call** under a budget is paid for in advance: its worst case ([`Bound`]) is reserved on its intent's
+//!   place before it is made — at the create for attempt 1, at a manual attempt for it, by the worker before any
+//!   other ([`OwnerLedger::reserve`]) — and the reservation is settled to what the job's record says the call
+//!   cost once the attempt ends ([`OwnerLedger::settle`], [`Job::settlement`](super::Job::settlement)). The spend and the reservations
+//!   together never pass the budget, so neither does the spend.
 //!
 //! The ledger is bounded by the limits, never by the owner's history: a place is held by a live job (at most
-//! `live_jobs` of them) or, without a live-jobs limit, only while its create is written
-//! ([`OwnerLedger::CREATE_HELD`]), so at most a minute's creates; the spend is two counters.
+//! `live_jobs` of them), by a reservation (at most [`OwnerLimits::MAX_LIVE_JOBS`]), or, else, only while its create
+//! is written ([`OwnerLedger::CREATE_HELD`]), so at most a minute's creates; the spend is two counters.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
@@ -25,6 +28,8 @@ use super::time::Timestamp;
 mod ledger;
 
 pub use ledger::{OwnerLedger, Place};
+
+use super::job::Job;
 
 /// Every owner's limits (`[limits]`): a default for every owner, and owners' own (which replace it whole).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -63,8 +68,42 @@ pub struct OwnerLimits {
     /// Creates a minute, replays not counted: spread evenly (one each `60 s / creates_per_minute`), with a minute's
     /// worth at once at most — no window edge to pass twice (GCRA, [`OwnerLedger::rate_tat_us`]).
     pub creates_per_minute: Option<u32>,
-    /// Spend in one period: once it is reached, creates wait for the next period.
+    /// Prompt and answer tokens a minute, each create counted by its job's worst case ([`Bound::tokens`]), spread
+    /// like `creates_per_minute` (GCRA, [`OwnerLedger::token_tat_us`]). Replays are not counted, nor are the calls
+    /// of failover (the create counted its intent).
+    pub tokens_per_minute: Option<u64>,
+    /// Spend in one period: a call is made only if its worst case fits beside what is spent and reserved.
     pub budget: Option<Budget>,
+}
+
+/// The most one call can cost: the prompt's upper bound (a token is at least a byte, so its bytes, and the output
+/// schema's, with [`Bound::FRAMING_TOKENS`] for the messages' framing) and the contract's output budget
+/// (`max_output_tokens`, reasoning included), priced at the dearest provider the job's chain (and the attempt's own
+/// provider) may reach — at the batch price for a batch provider. What a budget reserves, and what the bill of an
+/// `unknown` or in-flight attempt shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Bound {
+    pub tokens: u64,
+    /// In billionths of the price table's currency; 0 where no provider the job may reach is priced.
+    pub nanos: u64,
+}
+
+impl Bound {
+    /// Tokens counted for each call's framing beyond its prompt and output schema: roles, separators, the
+    /// instructions a provider adds for structured output.
+    pub const FRAMING_TOKENS: u64 = 512;
+
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Both bounds added (saturating).
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            tokens: self.tokens.saturating_add(other.tokens),
+            nanos: self.nanos.saturating_add(other.nanos),
+        }
+    }
 }
 
 /// What an owner may spend in a period: tokens, money in the price table's currency, or both.
@@ -154,6 +193,10 @@ pub enum LimitReached {
     LiveJobs { limit: u32, retry_after: Duration },
     #[error("{limit} creates a minute is the most you may make")]
     CreateRate { limit: u32, retry_after: Duration },
+    #[error(
+        "{limit} tokens a minute (each job counted at its worst case) is the most you may start"
+    )]
+    TokenRate { limit: u64, retry_after: Duration },
     #[error("your budget for this {} is spent", period.as_str())]
     Budget {
         period: Period,
@@ -167,6 +210,7 @@ impl LimitReached {
         match *self {
             Self::LiveJobs { retry_after, .. }
             | Self::CreateRate { retry_after, .. }
+            | Self::TokenRate { retry_after, .. }
             | Self::Budget { retry_after, .. } => retry_after,
         }
     }
@@ -202,7 +246,16 @@ const LIVE_RETRY: Duration = Duration::seconds(2);
 impl OwnerLimits {
     /// Whether any limit applies.
     pub fn any(&self) -> bool {
-        self.live_jobs.is_some() || self.creates_per_minute.is_some() || self.budget.is_some()
+        self.live_jobs.is_some()
+            || self.creates_per_minute.is_some()
+            || self.tokens_per_minute.is_some()
+            || self.budget.is_some()
+    }
+
+    /// Whether the owner's intents hold places in its ledger after their create: for its live jobs, or for the
+    /// reservations of a budget.
+    pub fn keeps_places(&self) -> bool {
+        self.live_jobs.is_some() || self.budget.is_some()
     }
 
     /// The largest `live_jobs` and `creates_per_minute`: what one ledger item holds (each place is a few dozen
@@ -212,7 +265,10 @@ impl OwnerLimits {
 
     /// The checks serde cannot make.
     pub fn check(&self) -> Result<(), String> {
-        if self.live_jobs == Some(0) || self.creates_per_minute == Some(0) {
+        if self.live_jobs == Some(0)
+            || self.creates_per_minute == Some(0)
+            || self.tokens_per_minute == Some(0)
+        {
             return Err("a limit of 0 admits nothing: leave it out for no limit".into());
         }
         if self.live_jobs.is_some_and(|n| n > Self::MAX_LIVE_JOBS)
@@ -237,22 +293,43 @@ impl OwnerLimits {
         Ok(())
     }
 
-    /// Whether `ledger` at `now` leaves the budget spent: no call may be ordered (a create, a manual attempt, a
-    /// failover, a retry), until its period ends.
-    pub fn spent(&self, ledger: &OwnerLedger, now: Timestamp) -> Option<LimitReached> {
+    /// Whether a call whose worst case is `bound` fits the budget at `now` beside what `ledger` holds spent in the
+    /// period and reserved (by calls not settled yet, whenever they were reserved: each will be counted when it
+    /// settles). Beyond it: refused until the period ends if the spend alone leaves no room, else for a moment (a
+    /// reservation settles when its call ends, usually for less).
+    pub fn fits(&self, ledger: &OwnerLedger, now: Timestamp, bound: Bound) -> Option<LimitReached> {
         let budget = self.budget.as_ref()?;
         let (period, end) = budget.period.of(now);
         let spend = ledger.spend_of(budget.period);
-        let counts = spend.period == period;
-        let tokens = budget.tokens.is_some_and(|t| counts && spend.tokens >= t);
-        let cost = budget
-            .cost
-            .is_some_and(|c| counts && spend.nanos as f64 >= c * 1e9);
-        (tokens || cost).then(|| LimitReached::Budget {
+        let spent = match spend.period == period {
+            true => Bound {
+                tokens: spend.tokens,
+                nanos: spend.nanos,
+            },
+            false => Bound::default(),
+        };
+        let beyond = |held: Bound| {
+            let after = held.plus(bound);
+            budget.tokens.is_some_and(|t| after.tokens > t)
+                || budget.cost.is_some_and(|c| after.nanos > budget_nanos(c))
+        };
+        if !beyond(spent.plus(ledger.reserved())) {
+            return None;
+        }
+        let retry_after = match beyond(spent) {
+            true => end - now,
+            false => LIVE_RETRY,
+        };
+        Some(LimitReached::Budget {
             period: budget.period,
-            retry_after: end - now,
+            retry_after,
         })
     }
+}
+
+/// A budget's cost in billionths of its currency.
+fn budget_nanos(cost: f64) -> u64 {
+    (cost * 1e9).round() as u64
 }
 
 /// What one call cost an owner, and when it was recorded: counted in the day and the month it falls in.

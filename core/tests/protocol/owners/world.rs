@@ -51,9 +51,9 @@ pub(crate) struct World {
     pub jobs: [Option<Job>; 2],
     pub requests: Vec<Request>,
     pub manual: [Manual; 2],
-    /// Jobs that ended whose place is yet to be freed: by intent, with the newest attempt of the write that ended
-    /// it (what the engine's release names).
-    pub frees: Vec<(u8, u32)>,
+    /// Intents whose attempt ended, the settle of its reservation (and, the job ended, of its place) to be written:
+    /// from the job as it then reads.
+    pub frees: Vec<u8>,
     pub faults: u8,
     pub slow_puts: u8,
     pub ghost: Ghost,
@@ -67,8 +67,8 @@ pub(crate) struct Ghost {
     pub refused_replay: bool,
     /// Times the ledger counted each intent among the minute's creates.
     pub counted: [u8; 2],
-    /// A call ordered (a create admitted, a manual attempt or a failover queued) while the budget was spent.
-    pub past_budget: bool,
+    /// The tokens of the calls made (each reports [`super::USED`]): what the provider bills.
+    pub called: u64,
     /// The tick of the last ledger write that admitted a create or an attempt: it dropped the places past their
     /// time first.
     pub admitted_at: Tick,
@@ -97,8 +97,9 @@ pub(crate) enum Action {
     Answer(u8),
     /// The worker answers intent `i`'s live attempt: a result, or a failure (with failover).
     Work(u8, bool),
-    /// The `f`th pending release of a place.
-    Free(u8),
+    /// The `f`th pending settle of an ended attempt (its reservation, its place): `true` when it lands and its
+    /// answer is lost (it is written again).
+    Free(u8, bool),
     ManualHold(u8),
     ManualAdd(u8),
     Tick,
